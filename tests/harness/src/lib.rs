@@ -1,0 +1,1 @@
+//! Test harness for the local control plane (see tests/control-plane).
