@@ -1,0 +1,34 @@
+//! The `wasmgpu` command line.
+
+mod policy;
+mod table;
+
+use clap::{Parser, Subcommand};
+
+/// GPU allocation for Kubernetes, decided by sandboxed WebAssembly policies.
+///
+/// Policies are WebAssembly components implementing the `wasmgpu:policy` world
+/// (see `wit/policy.wit`). Use `wasmgpu policy …` to check, run and benchmark
+/// them offline against snapshot files before shipping them.
+#[derive(Debug, Parser)]
+#[command(name = "wasmgpu", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check, run, compare and benchmark policies offline.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
+}
+
+impl Cli {
+    /// Runs the command; the returned code is the process's exit status.
+    pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
+        match self.command {
+            Command::Policy(command) => command.run(),
+        }
+    }
+}

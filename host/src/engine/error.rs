@@ -1,0 +1,83 @@
+//! Typed policy errors.
+
+use std::time::Duration;
+
+/// Why loading or running a policy failed.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum PolicyError {
+    /// The bytes are not WebAssembly at all.
+    #[error("not a WebAssembly binary ({0})")]
+    NotWasm(String),
+    /// A core module where a component is needed.
+    #[error(
+        "a core WebAssembly module, not a component: build the policy with `--target wasm32-wasip2` \
+         (or wrap a core module with `wasm-tools component new`)"
+    )]
+    CoreModule,
+    /// The component does not compile.
+    #[error("the component does not compile: {0}")]
+    Compile(String),
+    /// The component does not implement the `wasmgpu:policy` world: an export
+    /// is missing or has another type, or it imports something the sandbox
+    /// does not provide.
+    #[error("not a wasmgpu:policy@0.1.0 component: {0}")]
+    WrongWorld(String),
+    /// The policy trapped (a panic, `unreachable`, a stack overflow, …).
+    #[error("the policy trapped: {message}{}", log_suffix(.log_tail))]
+    Trap {
+        /// The trap, as wasmtime describes it.
+        message: String,
+        /// The policy's last log lines before the trap (often its panic reason).
+        log_tail: Vec<String>,
+    },
+    /// The policy used all its fuel.
+    #[error("the policy ran out of fuel after {fuel} units (limit)")]
+    OutOfFuel {
+        /// The fuel it was given.
+        fuel: u64,
+    },
+    /// The policy ran past its wall-clock deadline.
+    #[error("the policy ran past its deadline of {deadline:?}")]
+    Deadline {
+        /// The deadline it was given.
+        deadline: Duration,
+    },
+    /// The policy tried to grow its memory (or a table) past the limit.
+    #[error("the policy exceeded its memory limit: {0}")]
+    MemoryLimit(String),
+    /// The policy returned something the host cannot use as a whole.
+    #[error("the policy returned invalid output: {0}")]
+    InvalidOutput(String),
+    /// The engine itself failed (e.g. no free instance slot).
+    #[error("policy engine error: {0}")]
+    Engine(String),
+}
+
+fn log_suffix(log_tail: &[String]) -> String {
+    if log_tail.is_empty() {
+        String::new()
+    } else {
+        format!(" (policy log: {})", log_tail.join(" | "))
+    }
+}
+
+impl PolicyError {
+    /// A short, stable label for metrics and events.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PolicyError::NotWasm(_) => "not-wasm",
+            PolicyError::CoreModule => "core-module",
+            PolicyError::Compile(_) => "compile",
+            PolicyError::WrongWorld(_) => "wrong-world",
+            PolicyError::Trap { .. } => "trap",
+            PolicyError::OutOfFuel { .. } => "out-of-fuel",
+            PolicyError::Deadline { .. } => "deadline",
+            PolicyError::MemoryLimit(_) => "memory-limit",
+            PolicyError::InvalidOutput(_) => "invalid-output",
+            PolicyError::Engine(_) => "engine",
+        }
+    }
+}
+
+/// `Result` with [`PolicyError`].
+pub type Result<T, E = PolicyError> = std::result::Result<T, E>;

@@ -1,0 +1,22 @@
+//! Test fixtures: the SDK's snapshot builders, converted to the host's types.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub(crate) use wasmgpu_policy_sdk::testing::{
+    node, request, snapshot as sdk_snapshot, with_full_nvlink,
+};
+
+/// Converts between the SDK's and the host's copy of a contract type (they
+/// are generated from the same WIT, so their serde forms are identical).
+pub(crate) fn convert<T: Serialize, U: DeserializeOwned>(value: &T) -> U {
+    serde_json::from_value(serde_json::to_value(value).expect("serialize")).expect("same shape")
+}
+
+/// [`wasmgpu_policy_sdk::testing::snapshot`], as a host snapshot.
+pub(crate) fn snapshot(
+    nodes: Vec<wasmgpu_policy_sdk::Node>,
+    pending: Vec<wasmgpu_policy_sdk::Request>,
+) -> crate::engine::types::Snapshot {
+    convert(&sdk_snapshot(nodes, pending))
+}

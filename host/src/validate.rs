@@ -1,0 +1,530 @@
+//! # Decision validation
+//!
+//! The host never trusts a policy. [`validate`] replays the decisions of one
+//! round, in order, against the snapshot the policy was given, and keeps an
+//! assignment only when it is possible: the pod is pending and decided once,
+//! the node exists and is eligible for the pod, the GPUs are exactly `count`
+//! distinct, healthy GPUs of that node that match the model glob and the
+//! memory, and are free — counting what earlier decisions of the same round
+//! already took. Everything else comes back with the reason, in words.
+//!
+//! Pure and synchronous: no I/O, no clock.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+use wasmgpu_policy_sdk::glob_match;
+
+use crate::engine::types::{Assignment, Decision, Deferral, Gpu, Request, Sharing, Snapshot};
+
+/// Why an assignment (or a decision) was refused.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Invalid {
+    /// The pod is not pending in this snapshot.
+    UnknownPod,
+    /// The pod was already decided earlier in the round.
+    DecidedTwice,
+    /// No node of that name in the snapshot.
+    UnknownNode { node: String },
+    /// The node exists but the pod may not run there.
+    NotEligible { node: String },
+    /// Wrong number of GPUs.
+    WrongCount { got: usize, want: u32 },
+    /// The same GPU named twice in one assignment.
+    DuplicateGpu { gpu: String },
+    /// No GPU with that UUID in the snapshot.
+    UnknownGpu { gpu: String },
+    /// The GPU exists, but on another node.
+    GpuOnOtherNode { gpu: String, node: String },
+    /// The GPU is unhealthy.
+    UnhealthyGpu { gpu: String },
+    /// The GPU's model does not match the request's glob.
+    ModelMismatch {
+        gpu: String,
+        model: String,
+        pattern: String,
+    },
+    /// Exclusive: the GPU has less memory than asked.
+    NotEnoughMemory {
+        gpu: String,
+        has_mib: u64,
+        want_mib: u64,
+    },
+    /// Exclusive: somebody already holds (part of) the GPU.
+    GpuTaken { gpu: String, by: String },
+    /// Shared: not enough free memory left on the GPU.
+    SharedFull {
+        gpu: String,
+        free_mib: u64,
+        want_mib: u64,
+    },
+}
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Invalid::UnknownPod => write!(f, "the pod is not pending"),
+            Invalid::DecidedTwice => write!(f, "the pod was already decided in this round"),
+            Invalid::UnknownNode { node } => write!(f, "node {node:?} is not in the snapshot"),
+            Invalid::NotEligible { node } => {
+                write!(
+                    f,
+                    "node {node:?} is not eligible for the pod (selector, affinity, taints or readiness)"
+                )
+            }
+            Invalid::WrongCount { got, want } => {
+                write!(f, "{got} GPU(s) assigned, {want} requested")
+            }
+            Invalid::DuplicateGpu { gpu } => write!(f, "GPU {gpu} is named twice"),
+            Invalid::UnknownGpu { gpu } => write!(f, "GPU {gpu} does not exist"),
+            Invalid::GpuOnOtherNode { gpu, node } => {
+                write!(f, "GPU {gpu} is on node {node:?}, not the chosen node")
+            }
+            Invalid::UnhealthyGpu { gpu } => write!(f, "GPU {gpu} is unhealthy"),
+            Invalid::ModelMismatch {
+                gpu,
+                model,
+                pattern,
+            } => {
+                write!(
+                    f,
+                    "GPU {gpu} is a {model:?}, which does not match {pattern:?}"
+                )
+            }
+            Invalid::NotEnoughMemory {
+                gpu,
+                has_mib,
+                want_mib,
+            } => {
+                write!(f, "GPU {gpu} has {has_mib} MiB, {want_mib} MiB requested")
+            }
+            Invalid::GpuTaken { gpu, by } => write!(f, "GPU {gpu} is already held by {by}"),
+            Invalid::SharedFull {
+                gpu,
+                free_mib,
+                want_mib,
+            } => {
+                write!(
+                    f,
+                    "GPU {gpu} has {free_mib} MiB free to share, {want_mib} MiB requested"
+                )
+            }
+        }
+    }
+}
+
+/// A decision the host refused, and why.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Refused {
+    /// The decision as the policy made it.
+    pub decision: Decision,
+    /// Why it was refused.
+    pub reason: Invalid,
+}
+
+/// The host's verdict on one round.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Verdict {
+    /// Assignments to apply, in the policy's order.
+    pub accepted: Vec<Assignment>,
+    /// Pods the policy chose to leave pending this round.
+    pub waiting: Vec<Deferral>,
+    /// Pods the policy says can never be placed as requested.
+    pub rejected: Vec<Deferral>,
+    /// Decisions the host refused.
+    pub refused: Vec<Refused>,
+}
+
+/// What one GPU has left during the replay.
+struct GpuLeft {
+    node: usize,
+    free_mib: u64,
+    holder: Option<String>,
+    shares: u32,
+}
+
+/// Checks `decisions` against `snapshot`; see the module docs.
+pub fn validate(snapshot: &Snapshot, decisions: &[Decision]) -> Verdict {
+    let pod_to_request: HashMap<&str, &Request> = snapshot
+        .pending
+        .iter()
+        .map(|r| (r.pod.as_str(), r))
+        .collect();
+    let node_by_name: HashMap<&str, usize> = snapshot
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let mut gpus: HashMap<&str, GpuLeft> = HashMap::new();
+    for (n, node) in snapshot.nodes.iter().enumerate() {
+        for gpu in &node.gpus {
+            gpus.entry(gpu.uuid.as_str()).or_insert_with(|| GpuLeft {
+                node: n,
+                free_mib: gpu.memory_mib.saturating_sub(gpu.allocated_mib),
+                holder: gpu.exclusive_owner.clone(),
+                shares: gpu.shared_owners,
+            });
+        }
+    }
+    let gpu_info: HashMap<&str, &Gpu> = snapshot
+        .nodes
+        .iter()
+        .flat_map(|n| &n.gpus)
+        .map(|g| (g.uuid.as_str(), g))
+        .collect();
+
+    let mut verdict = Verdict::default();
+    let mut decided: HashSet<&str> = HashSet::new();
+    for decision in decisions {
+        let pod = match decision {
+            Decision::Assign(a) => a.pod.as_str(),
+            Decision::Wait(d) | Decision::Reject(d) => d.pod.as_str(),
+        };
+        let refuse = |reason| Refused {
+            decision: decision.clone(),
+            reason,
+        };
+        let Some(request) = pod_to_request.get(pod) else {
+            verdict.refused.push(refuse(Invalid::UnknownPod));
+            continue;
+        };
+        if !decided.insert(pod) {
+            verdict.refused.push(refuse(Invalid::DecidedTwice));
+            continue;
+        }
+        match decision {
+            Decision::Wait(d) => verdict.waiting.push(d.clone()),
+            Decision::Reject(d) => verdict.rejected.push(d.clone()),
+            Decision::Assign(a) => {
+                match check(snapshot, a, request, &node_by_name, &gpu_info, &gpus) {
+                    Err(reason) => verdict.refused.push(refuse(reason)),
+                    Ok(()) => {
+                        for uuid in &a.gpus {
+                            let left = gpus.get_mut(uuid.as_str()).expect("checked above");
+                            match request.sharing {
+                                Sharing::Exclusive => {
+                                    left.holder = Some(a.pod.clone());
+                                    left.free_mib = 0;
+                                }
+                                Sharing::Shared => {
+                                    left.shares += 1;
+                                    left.free_mib -= request.memory_mib;
+                                }
+                            }
+                        }
+                        verdict.accepted.push(a.clone());
+                    }
+                }
+            }
+        }
+    }
+    verdict
+}
+
+fn check(
+    snapshot: &Snapshot,
+    a: &Assignment,
+    request: &Request,
+    node_by_name: &HashMap<&str, usize>,
+    gpu_info: &HashMap<&str, &Gpu>,
+    gpus: &HashMap<&str, GpuLeft>,
+) -> Result<(), Invalid> {
+    let node = *node_by_name
+        .get(a.node.as_str())
+        .ok_or_else(|| Invalid::UnknownNode {
+            node: a.node.clone(),
+        })?;
+    if !request.eligible_nodes.contains(&(node as u32)) {
+        return Err(Invalid::NotEligible {
+            node: a.node.clone(),
+        });
+    }
+    if a.gpus.len() != request.count as usize {
+        return Err(Invalid::WrongCount {
+            got: a.gpus.len(),
+            want: request.count,
+        });
+    }
+    let mut seen = HashSet::new();
+    for uuid in &a.gpus {
+        let gpu = uuid.clone();
+        if !seen.insert(uuid.as_str()) {
+            return Err(Invalid::DuplicateGpu { gpu });
+        }
+        let (Some(info), Some(left)) = (gpu_info.get(uuid.as_str()), gpus.get(uuid.as_str()))
+        else {
+            return Err(Invalid::UnknownGpu { gpu });
+        };
+        if left.node != node {
+            let node = snapshot.nodes[left.node].name.clone();
+            return Err(Invalid::GpuOnOtherNode { gpu, node });
+        }
+        if !info.healthy {
+            return Err(Invalid::UnhealthyGpu { gpu });
+        }
+        if let Some(pattern) = &request.model
+            && !glob_match(pattern, &info.model)
+        {
+            return Err(Invalid::ModelMismatch {
+                gpu,
+                model: info.model.clone(),
+                pattern: pattern.clone(),
+            });
+        }
+        if let Some(holder) = &left.holder {
+            return Err(Invalid::GpuTaken {
+                gpu,
+                by: holder.clone(),
+            });
+        }
+        match request.sharing {
+            Sharing::Exclusive => {
+                if info.memory_mib < request.memory_mib {
+                    return Err(Invalid::NotEnoughMemory {
+                        gpu,
+                        has_mib: info.memory_mib,
+                        want_mib: request.memory_mib,
+                    });
+                }
+                if left.shares > 0 || left.free_mib < info.memory_mib {
+                    let by = format!("{} shared allocation(s)", left.shares.max(1));
+                    return Err(Invalid::GpuTaken { gpu, by });
+                }
+            }
+            Sharing::Shared => {
+                if left.free_mib < request.memory_mib {
+                    return Err(Invalid::SharedFull {
+                        gpu,
+                        free_mib: left.free_mib,
+                        want_mib: request.memory_mib,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{node, request, snapshot};
+    use wasmgpu_policy_sdk::Sharing as S;
+
+    fn assign(pod: &str, node: &str, gpus: &[&str]) -> Decision {
+        Decision::Assign(Assignment {
+            pod: pod.into(),
+            node: node.into(),
+            gpus: gpus.iter().map(|g| g.to_string()).collect(),
+        })
+    }
+
+    fn two_nodes() -> Snapshot {
+        let mut b = node("b", 2, "NVIDIA A100-SXM4-40GB", 40960);
+        b.gpus[1].healthy = false;
+        snapshot(
+            vec![node("a", 2, "NVIDIA H100 80GB HBM3", 81920), b],
+            vec![
+                request("ns/x1", 1, S::Exclusive, 0),
+                request("ns/x2", 2, S::Exclusive, 0),
+                request("ns/s1", 1, S::Shared, 30000),
+                request("ns/s2", 1, S::Shared, 30000),
+                request("ns/s3", 1, S::Shared, 30000),
+            ],
+        )
+    }
+
+    fn reasons(verdict: &Verdict) -> Vec<Invalid> {
+        verdict.refused.iter().map(|r| r.reason.clone()).collect()
+    }
+
+    #[test]
+    fn accepts_what_fits_and_counts_earlier_decisions() {
+        let snap = two_nodes();
+        let verdict = validate(
+            &snap,
+            &[
+                assign("ns/x1", "a", &["GPU-a-0"]),
+                assign("ns/x2", "a", &["GPU-a-0", "GPU-a-1"]),
+            ],
+        );
+        assert_eq!(verdict.accepted.len(), 1);
+        assert_eq!(
+            reasons(&verdict),
+            [Invalid::GpuTaken {
+                gpu: "GPU-a-0".into(),
+                by: "ns/x1".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn refuses_unknown_pods_nodes_and_gpus() {
+        let snap = two_nodes();
+        let verdict = validate(
+            &snap,
+            &[
+                assign("ns/ghost", "a", &["GPU-a-0"]),
+                assign("ns/x1", "nowhere", &["GPU-a-0"]),
+                assign("ns/x1", "a", &["GPU-nope"]),
+                assign("ns/x1", "a", &["GPU-b-0"]),
+                assign("ns/x2", "a", &["GPU-a-0"]),
+                assign("ns/x2", "a", &["GPU-a-1", "GPU-a-1"]),
+                assign("ns/s1", "b", &["GPU-b-1"]),
+            ],
+        );
+        assert!(verdict.accepted.is_empty());
+        assert_eq!(
+            reasons(&verdict),
+            [
+                Invalid::UnknownPod,
+                Invalid::UnknownNode {
+                    node: "nowhere".into()
+                },
+                Invalid::UnknownGpu {
+                    gpu: "GPU-nope".into()
+                },
+                Invalid::GpuOnOtherNode {
+                    gpu: "GPU-b-0".into(),
+                    node: "b".into()
+                },
+                Invalid::WrongCount { got: 1, want: 2 },
+                Invalid::DuplicateGpu {
+                    gpu: "GPU-a-1".into()
+                },
+                Invalid::UnhealthyGpu {
+                    gpu: "GPU-b-1".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn shared_memory_is_counted_and_blocks_exclusive_use() {
+        let snap = two_nodes();
+        let verdict = validate(
+            &snap,
+            &[
+                assign("ns/s1", "b", &["GPU-b-0"]),
+                assign("ns/s2", "b", &["GPU-b-0"]),
+                assign("ns/s3", "a", &["GPU-a-0"]),
+                assign("ns/x1", "a", &["GPU-a-0"]),
+            ],
+        );
+        assert_eq!(verdict.accepted.len(), 2);
+        assert_eq!(
+            reasons(&verdict),
+            [
+                Invalid::SharedFull {
+                    gpu: "GPU-b-0".into(),
+                    free_mib: 10960,
+                    want_mib: 30000
+                },
+                Invalid::GpuTaken {
+                    gpu: "GPU-a-0".into(),
+                    by: "1 shared allocation(s)".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn model_memory_and_eligibility_are_enforced() {
+        let mut snap = two_nodes();
+        snap.pending[0].model = Some("NVIDIA H100*".into());
+        snap.pending[1].memory_mib = 50000;
+        snap.pending[1].eligible_nodes = vec![1];
+        let verdict = validate(
+            &snap,
+            &[
+                assign("ns/x1", "b", &["GPU-b-0"]),
+                assign("ns/x2", "a", &["GPU-a-0", "GPU-a-1"]),
+            ],
+        );
+        assert_eq!(
+            reasons(&verdict),
+            [
+                Invalid::ModelMismatch {
+                    gpu: "GPU-b-0".into(),
+                    model: "NVIDIA A100-SXM4-40GB".into(),
+                    pattern: "NVIDIA H100*".into()
+                },
+                Invalid::NotEligible { node: "a".into() },
+            ]
+        );
+        snap.pending[1].eligible_nodes = vec![0, 1];
+        let verdict = validate(&snap, &[assign("ns/x2", "b", &["GPU-b-0", "GPU-b-1"])]);
+        assert_eq!(
+            verdict.refused[0].reason,
+            Invalid::UnhealthyGpu {
+                gpu: "GPU-b-1".into()
+            }
+        );
+        snap.nodes[1].gpus[1].healthy = true;
+        let verdict = validate(&snap, &[assign("ns/x2", "b", &["GPU-b-0", "GPU-b-1"])]);
+        assert_eq!(
+            verdict.refused[0].reason,
+            Invalid::NotEnoughMemory {
+                gpu: "GPU-b-0".into(),
+                has_mib: 40960,
+                want_mib: 50000
+            }
+        );
+    }
+
+    #[test]
+    fn a_pod_is_decided_once_and_existing_owners_count() {
+        let mut snap = two_nodes();
+        snap.nodes[0].gpus[1].exclusive_owner = Some("other/running".into());
+        snap.nodes[0].gpus[1].allocated_mib = 81920;
+        let verdict = validate(
+            &snap,
+            &[
+                Decision::Wait(Deferral {
+                    pod: "ns/x1".into(),
+                    reason: "later".into(),
+                }),
+                assign("ns/x1", "a", &["GPU-a-0"]),
+                assign("ns/s1", "a", &["GPU-a-1"]),
+                Decision::Reject(Deferral {
+                    pod: "ns/x2".into(),
+                    reason: "never".into(),
+                }),
+            ],
+        );
+        assert_eq!(verdict.waiting.len(), 1);
+        assert_eq!(verdict.rejected.len(), 1);
+        assert_eq!(
+            reasons(&verdict),
+            [
+                Invalid::DecidedTwice,
+                Invalid::GpuTaken {
+                    gpu: "GPU-a-1".into(),
+                    by: "other/running".into()
+                }
+            ]
+        );
+        assert!(
+            verdict.refused[0]
+                .reason
+                .to_string()
+                .contains("already decided")
+        );
+    }
+
+    #[test]
+    fn a_refused_assignment_still_counts_as_the_decision() {
+        let snap = two_nodes();
+        let verdict = validate(
+            &snap,
+            &[
+                assign("ns/x1", "a", &["GPU-nope"]),
+                assign("ns/x1", "a", &["GPU-a-0"]),
+            ],
+        );
+        assert!(verdict.accepted.is_empty());
+        assert_eq!(reasons(&verdict)[1], Invalid::DecidedTwice);
+    }
+}

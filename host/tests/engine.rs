@@ -1,0 +1,381 @@
+//! The policy engine against real compiled components: the shipped policies
+//! and a hostile one that misbehaves on request.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{convert, policy_bytes};
+use wasmgpu::engine::types::{Decision, Snapshot};
+use wasmgpu::engine::{Engine, Limits, LoadedPolicy, PolicyError};
+use wasmgpu::validate::{Invalid, validate};
+use wasmgpu_policy_sdk::Sharing::{Exclusive, Shared};
+use wasmgpu_policy_sdk::testing::{node, request, snapshot, with_full_nvlink};
+
+fn small() -> Snapshot {
+    let mut busy = node("a100", 4, "NVIDIA A100-SXM4-40GB", 40960);
+    busy.gpus[0].exclusive_owner = Some("ml/running".into());
+    busy.gpus[0].allocated_mib = 40960;
+    convert(&snapshot(
+        vec![
+            with_full_nvlink(node("h100", 8, "NVIDIA H100 80GB HBM3", 81559)),
+            busy,
+        ],
+        vec![
+            request("ml/train-0", 4, Exclusive, 40000),
+            request("ml/train-1", 2, Exclusive, 0),
+            request("ml/notebook", 1, Shared, 8192),
+        ],
+    ))
+}
+
+fn engine() -> Engine {
+    Engine::new(Limits {
+        deadline: Duration::from_millis(500),
+        memory_bytes: 64 << 20,
+        ..Limits::default()
+    })
+    .unwrap()
+}
+
+fn hostile(engine: &Engine) -> LoadedPolicy {
+    engine.load(&policy_bytes("hostile_policy")).unwrap()
+}
+
+fn run_hostile(engine: &Engine, mode: &str) -> Result<wasmgpu::engine::Round, PolicyError> {
+    let mut snap = small();
+    snap.config = mode.into();
+    hostile(engine).allocate(&snap)
+}
+
+/// The engine still works after whatever happened before.
+fn assert_healthy(engine: &Engine) {
+    let binpack = engine.load(&policy_bytes("binpack")).unwrap();
+    let round = binpack.allocate(&small()).unwrap();
+    assert_eq!(validate(&small(), &round.decisions).accepted.len(), 3);
+}
+
+#[test]
+fn shipped_policies_load_describe_and_place_every_pod_validly() {
+    let engine = engine();
+    for name in ["binpack", "spread"] {
+        let policy = engine.load(&policy_bytes(name)).unwrap();
+        assert_eq!(policy.info().name, name);
+        assert!(policy.digest().as_str().starts_with("sha256:"));
+        assert!(policy.imports().iter().any(|i| i == "log"));
+        let snap = small();
+        let round = policy.allocate(&snap).unwrap();
+        let verdict = validate(&snap, &round.decisions);
+        assert!(verdict.refused.is_empty(), "{name}: {:?}", verdict.refused);
+        assert_eq!(verdict.accepted.len(), 3, "{name}: {:?}", round.decisions);
+        assert!(round.stats.fuel_used > 0);
+        assert!(round.stats.peak_memory_bytes > 0);
+    }
+}
+
+#[test]
+fn wasm_and_native_builds_of_a_policy_decide_the_same() {
+    let engine = engine();
+    let snap = wasmgpu_policy_sdk::testing::large(60, 120);
+    let host_snap: Snapshot = convert(&snap);
+    for (name, native) in [
+        (
+            "binpack",
+            wasmgpu_binpack::allocate
+                as fn(&wasmgpu_policy_sdk::Snapshot) -> Vec<wasmgpu_policy_sdk::Decision>,
+        ),
+        ("spread", wasmgpu_spread::allocate),
+    ] {
+        let wasm = engine
+            .load(&policy_bytes(name))
+            .unwrap()
+            .allocate(&host_snap)
+            .unwrap()
+            .decisions;
+        let native: Vec<Decision> = convert(&native(&snap));
+        assert_eq!(wasm, native, "{name}");
+        assert!(validate(&host_snap, &wasm).refused.is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn binpack_and_spread_place_differently() {
+    let engine = engine();
+    let snap: Snapshot = convert(&snapshot(
+        vec![
+            node("n0", 4, "NVIDIA L4", 24000),
+            node("n1", 4, "NVIDIA L4", 24000),
+        ],
+        vec![
+            request("ns/a", 1, Exclusive, 0),
+            request("ns/b", 1, Exclusive, 0),
+        ],
+    ));
+    let nodes = |name: &str| -> Vec<String> {
+        let round = engine
+            .load(&policy_bytes(name))
+            .unwrap()
+            .allocate(&snap)
+            .unwrap();
+        validate(&snap, &round.decisions)
+            .accepted
+            .into_iter()
+            .map(|a| a.node)
+            .collect()
+    };
+    assert_eq!(nodes("binpack"), ["n0", "n0"]);
+    assert_eq!(nodes("spread"), ["n0", "n1"]);
+}
+
+#[test]
+fn a_policy_is_compiled_once_per_digest() {
+    let engine = engine();
+    let bytes = policy_bytes("spread");
+    let first = engine.load(&bytes).unwrap();
+    let started = Instant::now();
+    let second = engine.load(&bytes).unwrap();
+    assert_eq!(first.digest(), second.digest());
+    assert_eq!(engine.cached(), 1);
+    // A cache hit only links and describes: far below a compile.
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn an_infinite_loop_runs_out_of_fuel_or_time() {
+    let engine = Engine::new(Limits {
+        fuel: 50_000_000,
+        ..Limits::default()
+    })
+    .unwrap();
+    assert_eq!(
+        run_hostile(&engine, "loop").unwrap_err(),
+        PolicyError::OutOfFuel { fuel: 50_000_000 }
+    );
+    assert_healthy(&engine);
+
+    let engine = Engine::new(Limits {
+        fuel: u64::MAX / 2,
+        deadline: Duration::from_millis(200),
+        ..Limits::default()
+    })
+    .unwrap();
+    let policy = hostile(&engine);
+    let mut snap = small();
+    snap.config = "loop".into();
+    let started = Instant::now();
+    let error = policy.allocate(&snap).unwrap_err();
+    assert_eq!(
+        error,
+        PolicyError::Deadline {
+            deadline: Duration::from_millis(200)
+        }
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stopped near its deadline, not much later"
+    );
+    assert_healthy(&engine);
+}
+
+#[test]
+fn a_memory_bomb_hits_the_memory_limit() {
+    let engine = engine();
+    let error = run_hostile(&engine, "memory-bomb").unwrap_err();
+    assert!(
+        matches!(&error, PolicyError::MemoryLimit(m) if m.contains("limit 64 MiB")),
+        "{error}"
+    );
+    assert_eq!(error.kind(), "memory-limit");
+    assert_healthy(&engine);
+}
+
+#[test]
+fn a_panic_is_a_trap_with_its_message() {
+    let engine = engine();
+    let error = run_hostile(&engine, "trap").unwrap_err();
+    let PolicyError::Trap { log_tail, .. } = &error else {
+        panic!("{error:?}")
+    };
+    assert!(
+        log_tail.iter().any(|l| l.contains("deliberate trap")),
+        "{log_tail:?}"
+    );
+    assert!(error.to_string().contains("deliberate trap"), "{error}");
+    assert_healthy(&engine);
+}
+
+#[test]
+fn deep_recursion_is_a_stack_overflow_trap() {
+    let engine = engine();
+    let error = run_hostile(&engine, "recursion").unwrap_err();
+    assert!(
+        matches!(&error, PolicyError::Trap { message, .. } if message.contains("stack")),
+        "{error}"
+    );
+    assert_healthy(&engine);
+}
+
+#[test]
+fn a_huge_output_is_invalid() {
+    let engine = engine();
+    let error = run_hostile(&engine, "huge-output").unwrap_err();
+    assert!(
+        matches!(&error, PolicyError::InvalidOutput(m) if m.starts_with("200000 decisions for 3 pending pods")),
+        "{error}"
+    );
+    assert_healthy(&engine);
+}
+
+#[test]
+fn impossible_decisions_are_refused_by_the_validator() {
+    let engine = engine();
+    let snap = {
+        let mut s = small();
+        s.config = "ghost-gpu".into();
+        s
+    };
+    let round = hostile(&engine).allocate(&snap).unwrap();
+    let verdict = validate(&snap, &round.decisions);
+    assert_eq!(
+        verdict.refused[0].reason,
+        Invalid::UnknownGpu {
+            gpu: "GPU-does-not-exist-0".into()
+        }
+    );
+
+    let mut snap = small();
+    snap.config = "taken-gpu".into();
+    let round = hostile(&engine).allocate(&snap).unwrap();
+    let verdict = validate(&snap, &round.decisions);
+    assert!(verdict.accepted.is_empty());
+    assert!(
+        matches!(&verdict.refused[0].reason, Invalid::GpuTaken { by, .. } if by == "ml/running")
+    );
+
+    snap.config = "same-gpu-twice".into();
+    let round = hostile(&engine).allocate(&snap).unwrap();
+    assert_eq!(round.decisions.len(), 2);
+    let verdict = validate(&snap, &round.decisions);
+    // train-0 wants 4 GPUs, so its single-GPU assignment is refused; the second
+    // takes the GPU; a third would find it taken.
+    assert_eq!(
+        verdict.refused[0].reason,
+        Invalid::WrongCount { got: 1, want: 4 }
+    );
+    assert_eq!(verdict.accepted.len(), 1);
+    assert_healthy(&engine);
+}
+
+#[test]
+fn clocks_and_randomness_are_deterministic() {
+    let engine = engine();
+    let first = run_hostile(&engine, "clock-random").unwrap().decisions;
+    let second = run_hostile(&engine, "clock-random").unwrap().decisions;
+    assert_eq!(first, second);
+    let Decision::Wait(d) = &first[0] else {
+        panic!("{first:?}")
+    };
+    assert!(
+        d.reason.starts_with("wall=0 elapsed=0 random="),
+        "{}",
+        d.reason
+    );
+    let other_engine = Engine::new(Limits::default()).unwrap();
+    assert_eq!(
+        run_hostile(&other_engine, "clock-random")
+            .unwrap()
+            .decisions,
+        first
+    );
+}
+
+#[test]
+fn fuel_use_is_deterministic() {
+    let engine = engine();
+    let binpack = engine.load(&policy_bytes("binpack")).unwrap();
+    let snap = small();
+    let a = binpack.allocate(&snap).unwrap().stats.fuel_used;
+    let b = binpack.allocate(&snap).unwrap().stats.fuel_used;
+    assert_eq!(a, b);
+}
+
+#[test]
+fn sleeping_is_refused() {
+    let engine = engine();
+    let policy = hostile(&engine);
+    let mut snap = small();
+    snap.config = "sleep".into();
+    let started = Instant::now();
+    let error = policy.allocate(&snap).unwrap_err();
+    assert!(error.to_string().contains("may not sleep"), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "did not actually sleep"
+    );
+    assert_healthy(&engine);
+}
+
+#[test]
+fn there_is_no_filesystem_environment_or_arguments() {
+    let engine = engine();
+    let round = run_hostile(&engine, "snoop").unwrap();
+    let Decision::Wait(d) = &round.decisions[0] else {
+        panic!()
+    };
+    assert!(d.reason.starts_with("file=Err("), "{}", d.reason);
+    assert!(d.reason.contains("dir=Err("), "{}", d.reason);
+    assert!(d.reason.contains("env=[] args=[]"), "{}", d.reason);
+}
+
+#[test]
+fn the_log_is_bounded() {
+    let engine = engine();
+    let round = run_hostile(&engine, "log-flood").unwrap();
+    assert_eq!(round.stats.log.len(), 100);
+    assert_eq!(round.stats.log_dropped, 9_900);
+}
+
+#[test]
+fn what_is_not_a_policy_is_refused_with_the_reason() {
+    let engine = engine();
+    assert!(matches!(
+        engine.load(b"hello"),
+        Err(PolicyError::NotWasm(_))
+    ));
+    let core = wat::parse_str("(module (func (export \"allocate\")))").unwrap();
+    assert_eq!(engine.load(&core).unwrap_err(), PolicyError::CoreModule);
+    let empty = wat::parse_str("(component)").unwrap();
+    let error = engine.load(&empty).unwrap_err();
+    assert!(
+        matches!(&error, PolicyError::WrongWorld(m) if m.contains("no export")),
+        "{error}"
+    );
+    let foreign =
+        wat::parse_str(r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#)
+            .unwrap();
+    let error = engine.load(&foreign).unwrap_err();
+    assert!(
+        matches!(&error, PolicyError::WrongWorld(m) if m.contains("wasi:http")),
+        "{error}"
+    );
+    let mut truncated = policy_bytes("binpack");
+    truncated.truncate(truncated.len() / 2);
+    assert!(matches!(
+        engine.load(&truncated),
+        Err(PolicyError::Compile(_))
+    ));
+    assert_healthy(&engine);
+}
+
+#[test]
+fn every_call_has_its_own_store() {
+    // A round that fails does not leak into the next: every call has its own store.
+    let engine = engine();
+    let _ = run_hostile(&engine, "memory-bomb");
+    let round = engine
+        .load(&policy_bytes("spread"))
+        .unwrap()
+        .allocate(&small())
+        .unwrap();
+    assert!(round.stats.peak_memory_bytes < 64 << 20);
+}

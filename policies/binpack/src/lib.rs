@@ -1,0 +1,184 @@
+//! # binpack
+//!
+//! Fills the fullest node that still fits, so pods land on as few nodes as
+//! possible and whole nodes stay free for large jobs. Within a node, a
+//! multi-GPU exclusive request takes the smallest NVLink group that holds it;
+//! a shared request takes the GPUs with the least free memory that fits.
+//!
+//! Parameters (`config.json`, all optional):
+//!
+//! ```json
+//! { "preferNvlink": true }
+//! ```
+#![forbid(unsafe_code)]
+
+use serde::Deserialize;
+use wasmgpu_policy_sdk::{
+    Cluster, Decision, Fit, Info, Policy, Sharing, Snapshot, fail, info, parse_config,
+};
+
+/// The policy's parameters.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Params {
+    /// Keep multi-GPU exclusive requests on GPUs joined by NVLink when possible.
+    pub prefer_nvlink: bool,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            prefer_nvlink: true,
+        }
+    }
+}
+
+/// Decides one round (the algorithm, callable natively).
+pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
+    let params: Params = parse_config(&snapshot.config).unwrap_or_else(|e| fail(&e));
+    let mut cluster = Cluster::new(snapshot);
+    let mut decisions = Vec::with_capacity(snapshot.pending.len());
+    for request in cluster.pending_in_order() {
+        let want = cluster.want(request);
+        // The eligible node with the least room left that still fits; the first
+        // one wins ties. A node that fits exactly cannot be beaten.
+        let mut best: Option<(u64, u32)> = None;
+        for &node in &request.eligible_nodes {
+            if node as usize >= cluster.node_count() || !cluster.fits(node, &want) {
+                continue;
+            }
+            let room = cluster.headroom(node, &want);
+            if best.is_none_or(|(r, _)| room < r) {
+                best = Some((room, node));
+                if room == u64::from(request.count) && request.sharing == Sharing::Exclusive {
+                    break;
+                }
+            }
+        }
+        let placed = best
+            .and_then(|(_, node)| cluster.place(node, &want, Fit::Tightest, params.prefer_nvlink));
+        decisions.push(placed.unwrap_or_else(|| cluster.unplaced(&want)));
+    }
+    decisions
+}
+
+/// The binpack policy.
+pub struct Binpack;
+
+impl Policy for Binpack {
+    fn describe() -> Info {
+        info(
+            "binpack",
+            env!("CARGO_PKG_VERSION"),
+            "Fill the fullest node that fits first; fewest nodes touched",
+        )
+    }
+
+    fn allocate(snapshot: Snapshot) -> Vec<Decision> {
+        allocate(&snapshot)
+    }
+}
+
+wasmgpu_policy_sdk::export_policy!(Binpack);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmgpu_policy_sdk::Sharing::{Exclusive, Shared};
+    use wasmgpu_policy_sdk::testing::{node, request, snapshot, with_full_nvlink};
+
+    fn assigned(decisions: &[Decision]) -> Vec<(String, String, Vec<String>)> {
+        decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Assign(a) => Some((a.pod.clone(), a.node.clone(), a.gpus.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn packs_onto_the_fullest_node_that_fits() {
+        let mut busy = node("busy", 4, "NVIDIA H100", 81920);
+        busy.gpus[0].exclusive_owner = Some("x/running".into());
+        let snap = snapshot(
+            vec![node("idle", 4, "NVIDIA H100", 81920), busy],
+            vec![
+                request("ns/a", 2, Exclusive, 0),
+                request("ns/b", 1, Exclusive, 0),
+                request("ns/c", 2, Exclusive, 0),
+            ],
+        );
+        let got = assigned(&allocate(&snap));
+        // a → busy (3 free), b → busy (1 free: exact fit), c → idle.
+        assert_eq!(got[0].1, "busy");
+        assert_eq!(got[1].1, "busy");
+        assert_eq!(got[2].1, "idle");
+        let mut all: Vec<&String> = got.iter().flat_map(|g| &g.2).collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 5, "no GPU handed out twice");
+    }
+
+    #[test]
+    fn waits_when_full_and_rejects_what_never_fits() {
+        let snap = snapshot(
+            vec![node("a", 2, "NVIDIA A100-SXM4-40GB", 40960)],
+            vec![
+                request("ns/first", 2, Exclusive, 0),
+                request("ns/second", 1, Exclusive, 0),
+                request("ns/huge", 4, Exclusive, 0),
+            ],
+        );
+        let decisions = allocate(&snap);
+        let of = |pod: &str| decisions.iter().find(|d| d.pod() == pod).unwrap();
+        assert!(matches!(of("ns/first"), Decision::Assign(_)));
+        assert!(
+            matches!(of("ns/second"), Decision::Wait(d) if d.reason.contains("free right now"))
+        );
+        assert!(
+            matches!(of("ns/huge"), Decision::Reject(d) if d.reason.contains("even when idle"))
+        );
+    }
+
+    #[test]
+    fn shared_requests_stack_on_the_fullest_gpu() {
+        let snap = snapshot(
+            vec![node("a", 2, "NVIDIA L4", 24000)],
+            vec![
+                request("ns/s1", 1, Shared, 8000),
+                request("ns/s2", 1, Shared, 8000),
+                request("ns/s3", 1, Shared, 8000),
+            ],
+        );
+        let got = assigned(&allocate(&snap));
+        assert_eq!(got.len(), 3);
+        assert!(
+            got.iter().all(|g| g.2 == vec!["GPU-a-0".to_string()]),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn honours_eligible_nodes_and_nvlink_config() {
+        let mut snap = snapshot(
+            vec![
+                with_full_nvlink(node("n0", 8, "NVIDIA H100", 81920)),
+                node("n1", 8, "NVIDIA H100", 81920),
+            ],
+            vec![request("ns/p", 2, Exclusive, 0)],
+        );
+        snap.pending[0].eligible_nodes = vec![1];
+        assert_eq!(assigned(&allocate(&snap))[0].1, "n1");
+        snap.config = r#"{"preferNvlink": false}"#.into();
+        assert_eq!(assigned(&allocate(&snap))[0].1, "n1");
+    }
+
+    #[test]
+    #[should_panic(expected = "preferNVLink")]
+    fn a_bad_config_fails_the_round() {
+        let mut snap = snapshot(vec![], vec![]);
+        snap.config = r#"{"preferNVLink": false}"#.into();
+        allocate(&snap);
+    }
+}

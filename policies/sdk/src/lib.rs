@@ -1,0 +1,160 @@
+//! # wasmgpu policy SDK
+//!
+//! Everything a Rust allocation policy needs: the types of the `wasmgpu:policy`
+//! world (`wit/policy.wit`), a [`Policy`] trait, the [`export_policy!`] macro
+//! that turns an implementation into a WebAssembly component, and helpers that
+//! keep a policy short.
+//!
+//! ```text
+//!  snapshot ──▶ Cluster::new ──▶ for each request (Cluster::pending_in_order)
+//!                 │                 ├─ Cluster::fits / free_whole / load  (choose a node)
+//!                 │                 ├─ Cluster::pick_gpus                 (choose GPUs)
+//!                 │                 └─ Cluster::commit                    (count it)
+//!                 └────────────────────▶ Vec<Decision>
+//! ```
+//!
+//! The algorithm is plain Rust over plain data, so the same source compiles
+//! natively (unit tests, benchmarks, the host's tests) and to `wasm32-wasip2`
+//! (the component shipped to the controller):
+//!
+//! ```ignore
+//! use wasmgpu_policy_sdk::{Decision, Info, Policy, Snapshot};
+//!
+//! pub struct FirstFit;
+//!
+//! impl Policy for FirstFit {
+//!     fn describe() -> Info { wasmgpu_policy_sdk::info("first-fit", "0.1.0", "First node that fits") }
+//!     fn allocate(snapshot: Snapshot) -> Vec<Decision> { /* … */ Vec::new() }
+//! }
+//!
+//! wasmgpu_policy_sdk::export_policy!(FirstFit);
+//! ```
+#![deny(unsafe_code)]
+
+extern crate self as wasmgpu_policy_sdk;
+
+mod cluster;
+mod config;
+mod glob;
+pub mod testing;
+
+pub use cluster::{Cluster, Fit, Shortfall, Want};
+pub use config::parse_config;
+pub use glob::glob_match;
+
+/// The `wasmgpu:policy` world, generated from `wit/policy.wit`.
+///
+/// Policies normally use the re-exports at the crate root instead.
+#[allow(missing_docs, unsafe_code)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "policy",
+        path: "../../wit",
+        pub_export_macro: true,
+        export_macro_name: "__export_wasmgpu_policy_world",
+        default_bindings_module: "wasmgpu_policy_sdk::bindings",
+        runtime_path: "wasmgpu_policy_sdk::__wit_bindgen::rt",
+        additional_derives: [Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize],
+    });
+}
+
+#[doc(hidden)]
+pub use wit_bindgen as __wit_bindgen;
+
+pub use bindings::wasmgpu::policy::types::{
+    Assignment, Decision, Deferral, Gpu, Info, Node, Request, Sharing, Snapshot, Usage,
+};
+
+/// An allocation policy: what [`export_policy!`] exports as a component.
+pub trait Policy {
+    /// Who the policy is; called once when the controller loads it.
+    fn describe() -> Info;
+    /// Decide one round.
+    fn allocate(snapshot: Snapshot) -> Vec<Decision>;
+}
+
+/// Builds an [`Info`].
+pub fn info(name: &str, version: &str, description: &str) -> Info {
+    Info {
+        name: name.to_owned(),
+        version: version.to_owned(),
+        description: description.to_owned(),
+    }
+}
+
+/// Stops the round with `message`: the message goes to the controller's log
+/// and the call traps, so the controller keeps its previous policy version
+/// (at load time) or applies nothing this round (at run time). Use it for
+/// errors the operator must fix, such as an invalid `config.json`.
+pub fn fail(message: &str) -> ! {
+    log(message);
+    panic!("{message}")
+}
+
+/// Writes a line to the controller's log. Natively (tests, benchmarks) the line
+/// is discarded.
+pub fn log(message: &str) {
+    #[cfg(target_arch = "wasm32")]
+    bindings::log(message);
+    #[cfg(not(target_arch = "wasm32"))]
+    let _ = message;
+}
+
+/// `Decision::Assign` for `pod` on `node` with `gpus`.
+pub fn assign(pod: &str, node: &str, gpus: Vec<String>) -> Decision {
+    Decision::Assign(Assignment {
+        pod: pod.to_owned(),
+        node: node.to_owned(),
+        gpus,
+    })
+}
+
+/// `Decision::Wait` for `pod` with a reason shown to users.
+pub fn wait(pod: &str, reason: impl Into<String>) -> Decision {
+    Decision::Wait(Deferral {
+        pod: pod.to_owned(),
+        reason: reason.into(),
+    })
+}
+
+/// `Decision::Reject` for `pod` with a reason shown to users.
+pub fn reject(pod: &str, reason: impl Into<String>) -> Decision {
+    Decision::Reject(Deferral {
+        pod: pod.to_owned(),
+        reason: reason.into(),
+    })
+}
+
+impl Decision {
+    /// The pod this decision is about.
+    pub fn pod(&self) -> &str {
+        match self {
+            Decision::Assign(a) => &a.pod,
+            Decision::Wait(d) | Decision::Reject(d) => &d.pod,
+        }
+    }
+}
+
+/// Exports a [`Policy`] implementation as the component's `describe` and
+/// `allocate`. Expands to nothing when not compiling to WebAssembly, so a policy
+/// crate links natively too (tests, benchmarks).
+#[macro_export]
+macro_rules! export_policy {
+    ($policy:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            struct WasmgpuPolicyGuest;
+
+            impl $crate::bindings::Guest for WasmgpuPolicyGuest {
+                fn describe() -> $crate::Info {
+                    <$policy as $crate::Policy>::describe()
+                }
+                fn allocate(snapshot: $crate::Snapshot) -> ::std::vec::Vec<$crate::Decision> {
+                    <$policy as $crate::Policy>::allocate(snapshot)
+                }
+            }
+
+            $crate::bindings::__export_wasmgpu_policy_world!(WasmgpuPolicyGuest with_types_in $crate::bindings);
+        };
+    };
+}

@@ -1,0 +1,166 @@
+//! Builders for snapshots in tests and benchmarks (of policies and of the host).
+
+use crate::{Gpu, Node, Request, Sharing, Snapshot};
+
+/// A node named `name` with `gpus` identical GPUs, UUIDs `GPU-{name}-{i}`, all
+/// healthy and free, no NVLink.
+pub fn node(name: &str, gpus: u32, model: &str, memory_mib: u64) -> Node {
+    Node {
+        name: name.to_owned(),
+        labels: Vec::new(),
+        gpus: (0..gpus)
+            .map(|i| gpu(&format!("GPU-{name}-{i}"), i, model, memory_mib))
+            .collect(),
+    }
+}
+
+/// A healthy, free GPU.
+pub fn gpu(uuid: &str, index: u32, model: &str, memory_mib: u64) -> Gpu {
+    Gpu {
+        uuid: uuid.to_owned(),
+        index,
+        model: model.to_owned(),
+        memory_mib,
+        allocated_mib: 0,
+        exclusive_owner: None,
+        shared_owners: 0,
+        numa_node: None,
+        nvlink_peers: Vec::new(),
+        healthy: true,
+    }
+}
+
+/// Links every pair of GPUs on the node with NVLink (as on an HGX board).
+pub fn with_full_nvlink(mut node: Node) -> Node {
+    let uuids: Vec<String> = node.gpus.iter().map(|g| g.uuid.clone()).collect();
+    for gpu in &mut node.gpus {
+        gpu.nvlink_peers = uuids.iter().filter(|u| **u != gpu.uuid).cloned().collect();
+    }
+    node
+}
+
+/// A request for `count` GPUs; its namespace is taken from `pod` (`ns/name`),
+/// no model constraint, priority 0, created at 0, no eligible node (see
+/// [`snapshot`]).
+pub fn request(pod: &str, count: u32, sharing: Sharing, memory_mib: u64) -> Request {
+    let namespace = pod
+        .split_once('/')
+        .map_or("default", |(ns, _)| ns)
+        .to_owned();
+    Request {
+        pod: pod.to_owned(),
+        resource: format!("{namespace}/gpus"),
+        namespace,
+        count,
+        model: None,
+        memory_mib,
+        sharing,
+        priority: 0,
+        created_ms: 0,
+        eligible_nodes: Vec::new(),
+    }
+}
+
+/// A snapshot of `nodes` and `pending`; requests with no eligible node are
+/// made eligible on every node.
+pub fn snapshot(nodes: Vec<Node>, mut pending: Vec<Request>) -> Snapshot {
+    let all: Vec<u32> = (0..nodes.len() as u32).collect();
+    for r in &mut pending {
+        if r.eligible_nodes.is_empty() {
+            r.eligible_nodes = all.clone();
+        }
+    }
+    Snapshot {
+        round: 1,
+        nodes,
+        pending,
+        usage: Vec::new(),
+        config: String::new(),
+    }
+}
+
+/// A large, deterministic snapshot for benchmarks: `nodes` nodes of 8 GPUs
+/// (alternating 8×H100 80GB with full NVLink and 8×A100 40GB in NVLink pairs),
+/// about a quarter of the GPUs already in use, and `pods` pending requests of
+/// 1, 2, 4 or 8 GPUs, mostly exclusive, a fifth shared, some pinned to a model.
+pub fn large(nodes: u32, pods: u32) -> Snapshot {
+    let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        // xorshift64*: deterministic, no dependency.
+        rng ^= rng >> 12;
+        rng ^= rng << 25;
+        rng ^= rng >> 27;
+        rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    let nodes: Vec<Node> = (0..nodes)
+        .map(|n| {
+            let name = format!("gpu-node-{n:04}");
+            let mut node = if n % 2 == 0 {
+                with_full_nvlink(node(&name, 8, "NVIDIA H100 80GB HBM3", 81559))
+            } else {
+                let mut node = node(&name, 8, "NVIDIA A100-SXM4-40GB", 40960);
+                for pair in node.gpus.chunks_mut(2) {
+                    let (a, b) = (pair[0].uuid.clone(), pair[1].uuid.clone());
+                    pair[0].nvlink_peers.push(b);
+                    pair[1].nvlink_peers.push(a);
+                }
+                node
+            };
+            node.labels = vec![
+                ("kubernetes.io/hostname".into(), name.clone()),
+                (
+                    "topology.kubernetes.io/zone".into(),
+                    format!("zone-{}", n % 3),
+                ),
+            ];
+            for (i, gpu) in node.gpus.iter_mut().enumerate() {
+                gpu.numa_node = Some(i as u32 / 4);
+                match next() % 8 {
+                    0 => {
+                        gpu.exclusive_owner = Some(format!("running/pod-{n}-{i}"));
+                        gpu.allocated_mib = gpu.memory_mib;
+                    }
+                    1 => {
+                        gpu.shared_owners = 1;
+                        gpu.allocated_mib = 8192;
+                    }
+                    _ => {}
+                }
+            }
+            node
+        })
+        .collect();
+    let pending = (0..pods)
+        .map(|p| {
+            let roll = next();
+            let sharing = if roll % 5 == 0 {
+                Sharing::Shared
+            } else {
+                Sharing::Exclusive
+            };
+            let count = match sharing {
+                Sharing::Shared => 1,
+                Sharing::Exclusive => [1, 1, 2, 4, 8][(roll >> 8) as usize % 5],
+            };
+            let memory = match sharing {
+                Sharing::Shared => 4096 << ((roll >> 16) % 3),
+                Sharing::Exclusive => [0, 40960, 65536][(roll >> 16) as usize % 3],
+            };
+            let mut r = request(
+                &format!("team-{}/job-{p:05}", p % 7),
+                count,
+                sharing,
+                memory,
+            );
+            r.model = match (roll >> 24) % 6 {
+                0 => Some("NVIDIA H100*".into()),
+                1 => Some("*A100*".into()),
+                _ => None,
+            };
+            r.priority = ((roll >> 32) % 3) as i32;
+            r.created_ms = 1_700_000_000_000 + u64::from(p) * 10;
+            r
+        })
+        .collect();
+    snapshot(nodes, pending)
+}

@@ -1,0 +1,159 @@
+//! # spread
+//!
+//! Places each pod on the least-loaded node that fits, so load and heat are
+//! spread evenly and a node failure hits as few pods as possible. Within a
+//! node, a multi-GPU exclusive request takes the largest NVLink group that
+//! holds it; a shared request takes the GPUs with the most free memory.
+//!
+//! Parameters (`config.json`, all optional):
+//!
+//! ```json
+//! { "preferNvlink": true }
+//! ```
+#![forbid(unsafe_code)]
+
+use serde::Deserialize;
+use wasmgpu_policy_sdk::{
+    Cluster, Decision, Fit, Info, Policy, Sharing, Snapshot, fail, info, parse_config,
+};
+
+/// The policy's parameters.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Params {
+    /// Keep multi-GPU exclusive requests on GPUs joined by NVLink when possible.
+    pub prefer_nvlink: bool,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            prefer_nvlink: true,
+        }
+    }
+}
+
+/// Decides one round (the algorithm, callable natively).
+pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
+    let params: Params = parse_config(&snapshot.config).unwrap_or_else(|e| fail(&e));
+    let mut cluster = Cluster::new(snapshot);
+    let mut decisions = Vec::with_capacity(snapshot.pending.len());
+    for request in cluster.pending_in_order() {
+        let want = cluster.want(request);
+        // The eligible node with the most room that fits; the first one wins
+        // ties. An idle node cannot be beaten for an exclusive request.
+        let mut best: Option<(u64, u32)> = None;
+        for &node in &request.eligible_nodes {
+            if node as usize >= cluster.node_count() || !cluster.fits(node, &want) {
+                continue;
+            }
+            let room = cluster.headroom(node, &want);
+            if best.is_none_or(|(r, _)| room > r) {
+                best = Some((room, node));
+                if request.sharing == Sharing::Exclusive && cluster.is_idle(node) {
+                    break;
+                }
+            }
+        }
+        let placed = best
+            .and_then(|(_, node)| cluster.place(node, &want, Fit::Loosest, params.prefer_nvlink));
+        decisions.push(placed.unwrap_or_else(|| cluster.unplaced(&want)));
+    }
+    decisions
+}
+
+/// The spread policy.
+pub struct Spread;
+
+impl Policy for Spread {
+    fn describe() -> Info {
+        info(
+            "spread",
+            env!("CARGO_PKG_VERSION"),
+            "Least-loaded node first; spreads pods across nodes and GPUs",
+        )
+    }
+
+    fn allocate(snapshot: Snapshot) -> Vec<Decision> {
+        allocate(&snapshot)
+    }
+}
+
+wasmgpu_policy_sdk::export_policy!(Spread);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmgpu_policy_sdk::Sharing::{Exclusive, Shared};
+    use wasmgpu_policy_sdk::testing::{node, request, snapshot};
+
+    fn nodes_of(decisions: &[Decision]) -> Vec<String> {
+        decisions
+            .iter()
+            .map(|d| match d {
+                Decision::Assign(a) => a.node.clone(),
+                other => panic!("not placed: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn spreads_across_nodes() {
+        let snap = snapshot(
+            vec![
+                node("a", 4, "NVIDIA H100", 81920),
+                node("b", 4, "NVIDIA H100", 81920),
+                node("c", 4, "NVIDIA H100", 81920),
+            ],
+            (0..6)
+                .map(|i| request(&format!("ns/p{i}"), 1, Exclusive, 0))
+                .collect(),
+        );
+        assert_eq!(nodes_of(&allocate(&snap)), ["a", "b", "c", "a", "b", "c"]);
+    }
+
+    #[test]
+    fn prefers_the_least_loaded_node() {
+        let mut busy = node("busy", 4, "NVIDIA H100", 81920);
+        busy.gpus[0].exclusive_owner = Some("x/running".into());
+        let snap = snapshot(
+            vec![busy, node("idle", 4, "NVIDIA H100", 81920)],
+            vec![request("ns/p", 2, Exclusive, 0)],
+        );
+        assert_eq!(nodes_of(&allocate(&snap)), ["idle"]);
+    }
+
+    #[test]
+    fn shared_requests_take_the_emptiest_gpu() {
+        let snap = snapshot(
+            vec![node("a", 2, "NVIDIA L4", 24000)],
+            vec![
+                request("ns/s1", 1, Shared, 8000),
+                request("ns/s2", 1, Shared, 8000),
+            ],
+        );
+        let gpus: Vec<Vec<String>> = allocate(&snap)
+            .into_iter()
+            .map(|d| match d {
+                Decision::Assign(a) => a.gpus,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            gpus,
+            [vec!["GPU-a-0".to_string()], vec!["GPU-a-1".to_string()]]
+        );
+    }
+
+    #[test]
+    fn never_assigns_a_gpu_twice_in_a_round() {
+        let snap = snapshot(
+            vec![node("a", 2, "NVIDIA H100", 81920)],
+            (0..3)
+                .map(|i| request(&format!("ns/p{i}"), 1, Exclusive, 0))
+                .collect(),
+        );
+        let decisions = allocate(&snap);
+        assert!(matches!(decisions[2], Decision::Wait(_)), "{decisions:?}");
+    }
+}

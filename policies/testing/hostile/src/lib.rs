@@ -1,0 +1,148 @@
+//! A test-only policy that misbehaves on request. The snapshot's `config` names
+//! the misbehaviour; the engine's tests use it to prove each one is contained.
+//!
+//! | config           | what it does                                              |
+//! |------------------|-----------------------------------------------------------|
+//! | `noop`           | returns no decisions (measures marshalling alone)         |
+//! | `loop`           | spins forever                                             |
+//! | `memory-bomb`    | allocates until something stops it                        |
+//! | `trap`           | panics                                                    |
+//! | `recursion`      | recurses without end                                      |
+//! | `huge-output`    | returns 200,000 decisions                                 |
+//! | `ghost-gpu`      | assigns the first pod GPUs that do not exist              |
+//! | `taken-gpu`      | assigns the first pod a GPU another pod holds             |
+//! | `same-gpu-twice` | gives the first GPU to the first two pods                 |
+//! | `clock-random`   | reports the clocks and random numbers it sees             |
+//! | `sleep`          | sleeps for a second                                       |
+//! | `snoop`          | tries to read files and the environment, reports results  |
+//! | `log-flood`      | logs 10,000 lines                                         |
+
+#![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use wasmgpu_policy_sdk::{Decision, Info, Policy, Snapshot, assign, info, log, wait};
+
+struct Hostile;
+
+impl Policy for Hostile {
+    fn describe() -> Info {
+        info("hostile", "0.0.0", "Misbehaves on request, for tests")
+    }
+
+    fn allocate(snapshot: Snapshot) -> Vec<Decision> {
+        let first_pod = || {
+            snapshot
+                .pending
+                .first()
+                .map(|r| r.pod.clone())
+                .unwrap_or_default()
+        };
+        let first_node = || {
+            snapshot
+                .nodes
+                .first()
+                .map(|n| n.name.clone())
+                .unwrap_or_default()
+        };
+        match snapshot.config.trim() {
+            "noop" => Vec::new(),
+            "loop" => {
+                let mut i: u64 = 0;
+                loop {
+                    i = std::hint::black_box(i.wrapping_add(1));
+                }
+            }
+            "memory-bomb" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "trap" => panic!("deliberate trap"),
+            "recursion" => vec![wait(
+                &first_pod(),
+                format!("{}", recurse(std::hint::black_box(1))),
+            )],
+            "huge-output" => (0..200_000)
+                .map(|i| wait(&format!("pod-{i}"), "x"))
+                .collect(),
+            "ghost-gpu" => {
+                let count = snapshot.pending.first().map_or(1, |r| r.count);
+                let ghosts = (0..count)
+                    .map(|i| format!("GPU-does-not-exist-{i}"))
+                    .collect();
+                vec![assign(&first_pod(), &first_node(), ghosts)]
+            }
+            "taken-gpu" => {
+                let taken = snapshot
+                    .nodes
+                    .iter()
+                    .flat_map(|n| n.gpus.iter().map(move |g| (n, g)))
+                    .find(|(_, g)| g.exclusive_owner.is_some());
+                match taken {
+                    Some((n, g)) => vec![assign(&first_pod(), &n.name, vec![g.uuid.clone()])],
+                    None => Vec::new(),
+                }
+            }
+            "same-gpu-twice" => {
+                let gpu = snapshot.nodes[0].gpus[0].uuid.clone();
+                snapshot
+                    .pending
+                    .iter()
+                    .take(2)
+                    .map(|r| assign(&r.pod, &first_node(), vec![gpu.clone()]))
+                    .collect()
+            }
+            "clock-random" => {
+                let wall = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos();
+                let start = Instant::now();
+                let spun: u64 = (0..10_000u64).map(std::hint::black_box).sum();
+                let elapsed = start.elapsed().as_nanos();
+                let random = RandomState::new().hash_one(spun);
+                vec![wait(
+                    &first_pod(),
+                    format!("wall={wall} elapsed={elapsed} random={random:x}"),
+                )]
+            }
+            "sleep" => {
+                std::thread::sleep(Duration::from_secs(1));
+                Vec::new()
+            }
+            "snoop" => {
+                let file = std::fs::read_to_string("/etc/hostname").map_err(|e| e.to_string());
+                let dir = std::fs::read_dir("/")
+                    .map(|_| "listed")
+                    .map_err(|e| e.to_string());
+                let env: Vec<(String, String)> = std::env::vars().collect();
+                let args: Vec<String> = std::env::args().collect();
+                vec![wait(
+                    &first_pod(),
+                    format!("file={file:?} dir={dir:?} env={env:?} args={args:?}"),
+                )]
+            }
+            "log-flood" => {
+                for i in 0..10_000 {
+                    log(&format!("line {i}"));
+                }
+                Vec::new()
+            }
+            other => wasmgpu_policy_sdk::fail(&format!("unknown misbehaviour {other:?}")),
+        }
+    }
+}
+
+#[allow(unconditional_recursion)]
+fn recurse(depth: u64) -> u64 {
+    let local = [depth; 16];
+    std::hint::black_box(&local);
+    recurse(depth + 1) + local[3]
+}
+
+wasmgpu_policy_sdk::export_policy!(Hostile);
