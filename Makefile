@@ -10,6 +10,58 @@ POLICY_DIR := target/$(WASM_TARGET)/policy
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
+# --- policies and the wasmgpu binary --------------------------------------
+# Policies are built for wasm32-wasip2 with the size-optimised `policy` profile.
+POLICIES := wasmgpu-binpack wasmgpu-spread wasmgpu-hostile-policy
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
+export WASMGPU_POLICY_DIR := $(TARGET_DIR)/$(WASM_TARGET)/policy
+WASMGPU := $(TARGET_DIR)/release/wasmgpu
+DEMO_SNAPSHOT := policies/snapshots/demo.json
+BENCH_SNAPSHOT := $(TARGET_DIR)/snapshots/large-1000x8-1000.json
+
+.PHONY: toolchain policies build demo test lint bench bench-snapshot
+toolchain: ## Install the Rust pieces the build needs (wasm32-wasip2 target, rustfmt, clippy)
+	@rustup target list --installed | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
+	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
+	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy
+
+policies: toolchain ## Build the shipped policies (and the test-only hostile one) as Wasm components
+	@echo "==> building policies for $(WASM_TARGET)"
+	@$(CARGO) build --quiet --target $(WASM_TARGET) --profile policy $(addprefix -p ,$(POLICIES))
+	@ls -l $(WASMGPU_POLICY_DIR)/*.wasm | awk '{printf "    %-60s %7d bytes\n", $$NF, $$5}'
+
+build: toolchain ## Build the wasmgpu binary (release)
+	@echo "==> building wasmgpu"
+	@$(CARGO) build --quiet --release -p wasmgpu
+
+demo: policies build ## Run binpack and spread on the demo snapshot and compare their placements
+	@echo "==> checking the shipped policies"
+	@$(WASMGPU) policy check $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm
+	@echo
+	@$(WASMGPU) policy check $(WASMGPU_POLICY_DIR)/wasmgpu_spread.wasm
+	@echo
+	@echo "==> one round of binpack on $(DEMO_SNAPSHOT), with the host's verdict on each decision"
+	@$(WASMGPU) policy run $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm --snapshot $(DEMO_SNAPSHOT)
+	@echo
+	@echo "==> binpack and spread side by side"
+	@$(WASMGPU) policy compare $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm $(WASMGPU_POLICY_DIR)/wasmgpu_spread.wasm --snapshot $(DEMO_SNAPSHOT)
+
+test: policies control-plane ## Run every test (unit, Wasm engine, real control plane)
+	@echo "==> cargo test (release)"
+	@$(CARGO) test --release --workspace
+
+lint: toolchain ## rustfmt and clippy, warnings as errors
+	@$(CARGO) fmt --all -- --check
+	@$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+bench-snapshot: build
+	@mkdir -p $(dir $(BENCH_SNAPSHOT))
+	@test -f $(BENCH_SNAPSHOT) || $(WASMGPU) policy generate-snapshot --nodes 1000 --pods 1000 -o $(BENCH_SNAPSHOT)
+
+bench: policies bench-snapshot ## Benchmarks at 1,000 nodes × 8 GPUs and 1,000 pods (see docs/BENCHMARKS.md)
+	@$(CARGO) bench --quiet -p wasmgpu --bench round
+	@$(WASMGPU) policy bench $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm --snapshot $(BENCH_SNAPSHOT) --rounds 50
+
 # --- control plane (tests/control-plane) -----------------------------------
 # kube-apiserver + embedded etcd (+ kubectl), built from the Kubernetes Go
 # modules once into a cache outside the clone, reused while the sources under

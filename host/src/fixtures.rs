@@ -20,3 +20,10 @@ pub(crate) fn snapshot(
 ) -> crate::engine::types::Snapshot {
     convert(&sdk_snapshot(nodes, pending))
 }
+
+/// Restricts pending request `pod` (by position) to `nodes`, through a new
+/// eligible set.
+pub(crate) fn restrict(snapshot: &mut crate::engine::types::Snapshot, pod: usize, nodes: &[u32]) {
+    snapshot.eligible_sets.push(nodes.to_vec());
+    snapshot.pending[pod].eligible_set = (snapshot.eligible_sets.len() - 1) as u32;
+}

@@ -236,7 +236,8 @@ fn check(
         .ok_or_else(|| Invalid::UnknownNode {
             node: a.node.clone(),
         })?;
-    if !request.eligible_nodes.contains(&(node as u32)) {
+    let eligible = snapshot.eligible_sets.get(request.eligible_set as usize);
+    if !eligible.is_some_and(|set| set.binary_search(&(node as u32)).is_ok()) {
         return Err(Invalid::NotEligible {
             node: a.node.clone(),
         });
@@ -310,7 +311,7 @@ fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::{node, request, snapshot};
+    use crate::fixtures::{node, request, restrict, snapshot};
     use wasmgpu_policy_sdk::Sharing as S;
 
     fn assign(pod: &str, node: &str, gpus: &[&str]) -> Decision {
@@ -435,7 +436,7 @@ mod tests {
         let mut snap = two_nodes();
         snap.pending[0].model = Some("NVIDIA H100*".into());
         snap.pending[1].memory_mib = 50000;
-        snap.pending[1].eligible_nodes = vec![1];
+        restrict(&mut snap, 1, &[1]);
         let verdict = validate(
             &snap,
             &[
@@ -454,7 +455,7 @@ mod tests {
                 Invalid::NotEligible { node: "a".into() },
             ]
         );
-        snap.pending[1].eligible_nodes = vec![0, 1];
+        snap.pending[1].eligible_set = 0;
         let verdict = validate(&snap, &[assign("ns/x2", "b", &["GPU-b-0", "GPU-b-1"])]);
         assert_eq!(
             verdict.refused[0].reason,

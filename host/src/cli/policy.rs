@@ -391,22 +391,7 @@ fn compare(engine: &Engine, files: &[PathBuf], snapshot: &Snapshot) -> anyhow::R
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut table = Table::new(&header);
     for request in &snapshot.pending {
-        let model = request
-            .model
-            .as_deref()
-            .map(|m| format!(" {m}"))
-            .unwrap_or_default();
-        let sharing = match request.sharing {
-            crate::engine::types::Sharing::Exclusive => "",
-            crate::engine::types::Sharing::Shared => " shared",
-        };
-        let mut row = vec![
-            request.pod.clone(),
-            format!(
-                "{}×{model}{sharing} {} MiB",
-                request.count, request.memory_mib
-            ),
-        ];
+        let mut row = vec![request.pod.clone(), wants(request)];
         for (_, verdict) in &columns {
             row.push(placement(verdict, &request.pod, snapshot));
         }
@@ -427,7 +412,48 @@ fn compare(engine: &Engine, files: &[PathBuf], snapshot: &Snapshot) -> anyhow::R
         ]);
     }
     print!("{}", summary.render());
+    let reasons: Vec<String> =
+        columns
+            .iter()
+            .zip(&header[2..])
+            .flat_map(|((_, verdict), name)| {
+                let waiting = verdict.waiting.iter().map(move |d| {
+                    format!("{} {}: waits: {}", name.to_lowercase(), d.pod, d.reason)
+                });
+                let rejected = verdict.rejected.iter().map(move |d| {
+                    format!("{} {}: rejected: {}", name.to_lowercase(), d.pod, d.reason)
+                });
+                let refused = verdict.refused.iter().map(move |r| {
+                    format!(
+                        "{} {}: refused by the host: {}",
+                        name.to_lowercase(),
+                        decision_pod(&r.decision),
+                        r.reason
+                    )
+                });
+                waiting.chain(rejected).chain(refused)
+            })
+            .collect();
+    if !reasons.is_empty() {
+        println!();
+        for line in reasons {
+            println!("{line}");
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a request asks for, in a few words: `2× NVIDIA H100* ≥40000 MiB`.
+fn wants(request: &crate::engine::types::Request) -> String {
+    let model = request.model.as_deref().unwrap_or("any GPU");
+    let memory = match request.sharing {
+        crate::engine::types::Sharing::Exclusive if request.memory_mib > 0 => {
+            format!(" ≥{} MiB", request.memory_mib)
+        }
+        crate::engine::types::Sharing::Exclusive => String::new(),
+        crate::engine::types::Sharing::Shared => format!(" shared {} MiB", request.memory_mib),
+    };
+    format!("{}× {model}{memory}", request.count)
 }
 
 /// Where `pod` landed in `verdict`, in a few words: `node: gpu indices`.

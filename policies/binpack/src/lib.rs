@@ -14,7 +14,7 @@
 
 use serde::Deserialize;
 use wasmgpu_policy_sdk::{
-    Cluster, Decision, Fit, Info, Policy, Sharing, Snapshot, fail, info, parse_config,
+    Cluster, Decision, Fit, Info, Policy, Snapshot, fail, info, parse_config,
 };
 
 /// The policy's parameters.
@@ -40,23 +40,9 @@ pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
     let mut decisions = Vec::with_capacity(snapshot.pending.len());
     for request in cluster.pending_in_order() {
         let want = cluster.want(request);
-        // The eligible node with the least room left that still fits; the first
-        // one wins ties. A node that fits exactly cannot be beaten.
-        let mut best: Option<(u64, u32)> = None;
-        for &node in &request.eligible_nodes {
-            if node as usize >= cluster.node_count() || !cluster.fits(node, &want) {
-                continue;
-            }
-            let room = cluster.headroom(node, &want);
-            if best.is_none_or(|(r, _)| room < r) {
-                best = Some((room, node));
-                if room == u64::from(request.count) && request.sharing == Sharing::Exclusive {
-                    break;
-                }
-            }
-        }
-        let placed = best
-            .and_then(|(_, node)| cluster.place(node, &want, Fit::Tightest, params.prefer_nvlink));
+        let placed = cluster
+            .choose_node(&want, Fit::Tightest)
+            .and_then(|node| cluster.place(node, &want, Fit::Tightest, params.prefer_nvlink));
         decisions.push(placed.unwrap_or_else(|| cluster.unplaced(&want)));
     }
     decisions
@@ -85,7 +71,7 @@ wasmgpu_policy_sdk::export_policy!(Binpack);
 mod tests {
     use super::*;
     use wasmgpu_policy_sdk::Sharing::{Exclusive, Shared};
-    use wasmgpu_policy_sdk::testing::{node, request, snapshot, with_full_nvlink};
+    use wasmgpu_policy_sdk::testing::{node, request, restrict, snapshot, with_full_nvlink};
 
     fn assigned(decisions: &[Decision]) -> Vec<(String, String, Vec<String>)> {
         decisions
@@ -168,7 +154,7 @@ mod tests {
             ],
             vec![request("ns/p", 2, Exclusive, 0)],
         );
-        snap.pending[0].eligible_nodes = vec![1];
+        restrict(&mut snap, 0, &[1]);
         assert_eq!(assigned(&allocate(&snap))[0].1, "n1");
         snap.config = r#"{"preferNvlink": false}"#.into();
         assert_eq!(assigned(&allocate(&snap))[0].1, "n1");

@@ -1,7 +1,7 @@
 //! Round state: what is free on each node, updated as a policy places pods, so
 //! a policy never hands out the same GPU twice within its own round.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::{Decision, Request, Sharing, Snapshot, assign, glob_match, reject, wait};
 
@@ -118,8 +118,21 @@ struct NodeState {
     /// GPUs nobody holds any part of.
     free_whole: u32,
     /// Set when every GPU has the same model and memory: exclusive fit checks
-    /// are then O(1).
+    /// are then O(1), and the node sits in a free-count bucket of its class.
     uniform: Option<(usize, u64)>,
+    /// Index into `Cluster::classes` when `uniform`.
+    class: Option<usize>,
+}
+
+/// Nodes whose GPUs are all of one model and memory size, bucketed by how many
+/// whole GPUs they have free: finding the tightest or loosest node for an
+/// exclusive request takes a few set look-ups instead of a scan of every node.
+#[derive(Clone, Debug)]
+struct Class {
+    model: usize,
+    memory_mib: u64,
+    /// `free_to_nodes[k]`: nodes of this class with exactly `k` whole GPUs free.
+    free_to_nodes: Vec<BTreeSet<u32>>,
 }
 
 /// The snapshot's nodes and what is free on them, updated by [`Cluster::commit`].
@@ -128,6 +141,11 @@ pub struct Cluster<'s> {
     snapshot: &'s Snapshot,
     nodes: Vec<NodeState>,
     models: Vec<&'s str>,
+    classes: Vec<Class>,
+    /// Nodes without a class (mixed GPUs): searched by a scan.
+    mixed_nodes: Vec<u32>,
+    /// One bitset over nodes per `snapshot.eligible_sets` entry.
+    eligible_bits: Vec<Vec<u64>>,
 }
 
 // === impl Cluster ===
@@ -137,21 +155,15 @@ impl<'s> Cluster<'s> {
     pub fn new(snapshot: &'s Snapshot) -> Self {
         let mut model_to_id: HashMap<&'s str, usize> = HashMap::new();
         let mut models = Vec::new();
-        let nodes = snapshot
+        let mut nodes: Vec<NodeState> = snapshot
             .nodes
             .iter()
             .map(|node| {
-                let uuid_to_pos: HashMap<&str, usize> = node
-                    .gpus
-                    .iter()
-                    .enumerate()
-                    .map(|(i, g)| (g.uuid.as_str(), i))
-                    .collect();
                 let mut groups = UnionFind::new(node.gpus.len());
                 for (i, gpu) in node.gpus.iter().enumerate() {
-                    for peer in &gpu.nvlink_peers {
-                        if let Some(&j) = uuid_to_pos.get(peer.as_str()) {
-                            groups.union(i, j);
+                    for &peer in &gpu.nvlink_peers {
+                        if (peer as usize) < node.gpus.len() {
+                            groups.union(i, peer as usize);
                         }
                     }
                 }
@@ -190,13 +202,59 @@ impl<'s> Cluster<'s> {
                     gpus,
                     free_whole,
                     uniform,
+                    class: None,
                 }
+            })
+            .collect();
+
+        let mut classes: Vec<Class> = Vec::new();
+        let mut mixed_nodes = Vec::new();
+        for (n, node) in nodes.iter_mut().enumerate() {
+            let Some((model, memory_mib)) = node.uniform else {
+                mixed_nodes.push(n as u32);
+                continue;
+            };
+            let c = match classes
+                .iter()
+                .position(|c| c.model == model && c.memory_mib == memory_mib)
+            {
+                Some(c) => c,
+                None => {
+                    classes.push(Class {
+                        model,
+                        memory_mib,
+                        free_to_nodes: Vec::new(),
+                    });
+                    classes.len() - 1
+                }
+            };
+            let buckets = &mut classes[c].free_to_nodes;
+            if buckets.len() <= node.gpus.len() {
+                buckets.resize_with(node.gpus.len() + 1, BTreeSet::new);
+            }
+            buckets[node.free_whole as usize].insert(n as u32);
+            node.class = Some(c);
+        }
+
+        let words = snapshot.nodes.len().div_ceil(64);
+        let eligible_bits = snapshot
+            .eligible_sets
+            .iter()
+            .map(|set| {
+                let mut bits = vec![0u64; words];
+                for &n in set.iter().filter(|&&n| (n as usize) < snapshot.nodes.len()) {
+                    bits[n as usize / 64] |= 1 << (n % 64);
+                }
+                bits
             })
             .collect();
         Cluster {
             snapshot,
             nodes,
             models,
+            classes,
+            mixed_nodes,
+            eligible_bits,
         }
     }
 
@@ -226,6 +284,76 @@ impl<'s> Cluster<'s> {
             .map(|m| request.model.as_deref().is_none_or(|p| glob_match(p, m)))
             .collect();
         Want { request, model_ok }
+    }
+
+    /// The nodes `request` may run on (sorted indices into `snapshot.nodes`).
+    pub fn eligible(&self, request: &Request) -> &'s [u32] {
+        self.snapshot
+            .eligible_sets
+            .get(request.eligible_set as usize)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether `request` may run on `node`.
+    pub fn is_eligible(&self, request: &Request, node: u32) -> bool {
+        self.eligible_bits
+            .get(request.eligible_set as usize)
+            .and_then(|bits| bits.get(node as usize / 64))
+            .is_some_and(|word| word & (1 << (node % 64)) != 0)
+    }
+
+    /// The eligible node that fits `want` with the least (`Fit::Tightest`) or
+    /// most (`Fit::Loosest`) [`Cluster::headroom`]; ties go to the lowest
+    /// index. Exclusive requests on nodes of one GPU type are found through
+    /// free-count buckets, without scanning every node.
+    pub fn choose_node(&self, want: &Want, fit: Fit) -> Option<u32> {
+        let better = |a: (u64, u32), b: Option<(u64, u32)>| match (b, fit) {
+            (None, _) => true,
+            (Some(b), Fit::Tightest) => a.0 < b.0 || (a.0 == b.0 && a.1 < b.1),
+            (Some(b), Fit::Loosest) => a.0 > b.0 || (a.0 == b.0 && a.1 < b.1),
+        };
+        let mut best: Option<(u64, u32)> = None;
+        let mut consider = |candidate: (u64, u32)| {
+            if better(candidate, best) {
+                best = Some(candidate);
+            }
+        };
+        if want.exclusive() {
+            let count = want.request.count as usize;
+            for class in &self.classes {
+                if !want.model_ok[class.model] || class.memory_mib < want.request.memory_mib {
+                    continue;
+                }
+                let first_eligible = |free: usize| {
+                    let nodes = &class.free_to_nodes[free];
+                    nodes
+                        .iter()
+                        .copied()
+                        .find(|&n| self.is_eligible(want.request, n))
+                        .map(|n| (free as u64, n))
+                };
+                let levels = count..class.free_to_nodes.len();
+                let found = match fit {
+                    Fit::Tightest => levels.clone().find_map(first_eligible),
+                    Fit::Loosest => levels.rev().find_map(first_eligible),
+                };
+                if let Some(candidate) = found {
+                    consider(candidate);
+                }
+            }
+            for &node in &self.mixed_nodes {
+                if self.is_eligible(want.request, node) && self.fits(node, want) {
+                    consider((self.headroom(node, want), node));
+                }
+            }
+        } else {
+            for &node in self.eligible(want.request) {
+                if (node as usize) < self.nodes.len() && self.fits(node, want) {
+                    consider((self.headroom(node, want), node));
+                }
+            }
+        }
+        best.map(|(_, node)| node)
     }
 
     /// Number of nodes in the snapshot.
@@ -291,7 +419,7 @@ impl<'s> Cluster<'s> {
 
     /// Why `want` fits on none of its eligible nodes.
     pub fn shortfall(&self, want: &Want) -> Shortfall {
-        let eligible = &want.request.eligible_nodes;
+        let eligible = self.eligible(want.request);
         let valid = eligible
             .iter()
             .filter(|&&n| (n as usize) < self.nodes.len());
@@ -365,6 +493,7 @@ impl<'s> Cluster<'s> {
     /// Records that `want` took the GPUs at `positions` on `node`.
     pub fn commit(&mut self, node: u32, positions: &[usize], want: &Want) {
         let state = &mut self.nodes[node as usize];
+        let free_before = state.free_whole as usize;
         for &i in positions {
             let gpu = &mut state.gpus[i];
             if gpu.whole_free() {
@@ -377,6 +506,14 @@ impl<'s> Cluster<'s> {
                 gpu.shares += 1;
                 gpu.free_mib = gpu.free_mib.saturating_sub(want.request.memory_mib);
             }
+        }
+        let free_after = state.free_whole as usize;
+        if let Some(c) = state.class
+            && free_after != free_before
+        {
+            let buckets = &mut self.classes[c].free_to_nodes;
+            buckets[free_before].remove(&node);
+            buckets[free_after].insert(node);
         }
     }
 
@@ -526,10 +663,9 @@ mod tests {
     fn nvlink_groups_are_preferred() {
         // GPUs 0-1 and 2-3 are NVLink pairs; 0 is taken, so a pair must be 2-3.
         let mut n = node("a", 4, "NVIDIA H100", 81920);
-        for (i, j) in [(0, 1), (2, 3)] {
-            let (ui, uj) = (n.gpus[i].uuid.clone(), n.gpus[j].uuid.clone());
-            n.gpus[i].nvlink_peers.push(uj);
-            n.gpus[j].nvlink_peers.push(ui);
+        for (i, j) in [(0u32, 1u32), (2, 3)] {
+            n.gpus[i as usize].nvlink_peers.push(j);
+            n.gpus[j as usize].nvlink_peers.push(i);
         }
         n.gpus[0].exclusive_owner = Some("ns/o".into());
         let snap = snapshot(vec![n], vec![request("ns/p", 2, Sharing::Exclusive, 0)]);
@@ -585,6 +721,42 @@ mod tests {
             name: "cpu".into(),
             labels: vec![],
             gpus: vec![],
+        }
+    }
+
+    /// The bucket search gives what a plain scan of every eligible node gives.
+    #[test]
+    fn choose_node_agrees_with_a_full_scan() {
+        for (nodes, pods) in [(7, 40), (60, 200)] {
+            let mut snap = crate::testing::large(nodes, pods);
+            // A node of mixed GPUs takes the scan path.
+            snap.nodes[1].gpus[0].memory_mib = 16384;
+            for fit in [Fit::Tightest, Fit::Loosest] {
+                let mut cluster = Cluster::new(&snap);
+                for request in cluster.pending_in_order() {
+                    let want = cluster.want(request);
+                    let mut expected: Option<(u64, u32)> = None;
+                    for &n in cluster.eligible(request) {
+                        if !cluster.fits(n, &want) {
+                            continue;
+                        }
+                        let room = cluster.headroom(n, &want);
+                        let better = match (expected, fit) {
+                            (None, _) => true,
+                            (Some((r, _)), Fit::Tightest) => room < r,
+                            (Some((r, _)), Fit::Loosest) => room > r,
+                        };
+                        if better {
+                            expected = Some((room, n));
+                        }
+                    }
+                    let chosen = cluster.choose_node(&want, fit);
+                    assert_eq!(chosen, expected.map(|(_, n)| n), "{fit:?} {}", request.pod);
+                    if let Some(node) = chosen {
+                        cluster.place(node, &want, fit, true).expect("fits");
+                    }
+                }
+            }
         }
     }
 }

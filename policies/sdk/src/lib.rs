@@ -17,17 +17,35 @@
 //! natively (unit tests, benchmarks, the host's tests) and to `wasm32-wasip2`
 //! (the component shipped to the controller):
 //!
-//! ```ignore
-//! use wasmgpu_policy_sdk::{Decision, Info, Policy, Snapshot};
+//! ```
+//! use wasmgpu_policy_sdk::{Cluster, Decision, Fit, Info, Policy, Snapshot, info};
+//!
+//! pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
+//!     let mut cluster = Cluster::new(snapshot);
+//!     let mut decisions = Vec::new();
+//!     for request in cluster.pending_in_order() {
+//!         let want = cluster.want(request);
+//!         let node = cluster.eligible(request).iter().copied().find(|&n| cluster.fits(n, &want));
+//!         let placed = node.and_then(|n| cluster.place(n, &want, Fit::Tightest, true));
+//!         decisions.push(placed.unwrap_or_else(|| cluster.unplaced(&want)));
+//!     }
+//!     decisions
+//! }
 //!
 //! pub struct FirstFit;
 //!
 //! impl Policy for FirstFit {
-//!     fn describe() -> Info { wasmgpu_policy_sdk::info("first-fit", "0.1.0", "First node that fits") }
-//!     fn allocate(snapshot: Snapshot) -> Vec<Decision> { /* … */ Vec::new() }
+//!     fn describe() -> Info { info("first-fit", "0.1.0", "First eligible node that fits") }
+//!     fn allocate(snapshot: Snapshot) -> Vec<Decision> { allocate(&snapshot) }
 //! }
 //!
 //! wasmgpu_policy_sdk::export_policy!(FirstFit);
+//!
+//! // Natively, the algorithm is plain Rust:
+//! use wasmgpu_policy_sdk::Sharing::Exclusive;
+//! use wasmgpu_policy_sdk::testing::{node, request, snapshot};
+//! let snap = snapshot(vec![node("a", 2, "NVIDIA L4", 23034)], vec![request("ns/p", 2, Exclusive, 0)]);
+//! assert!(matches!(&allocate(&snap)[0], Decision::Assign(a) if a.node == "a"));
 //! ```
 #![deny(unsafe_code)]
 

@@ -32,16 +32,16 @@ pub fn gpu(uuid: &str, index: u32, model: &str, memory_mib: u64) -> Gpu {
 
 /// Links every pair of GPUs on the node with NVLink (as on an HGX board).
 pub fn with_full_nvlink(mut node: Node) -> Node {
-    let uuids: Vec<String> = node.gpus.iter().map(|g| g.uuid.clone()).collect();
-    for gpu in &mut node.gpus {
-        gpu.nvlink_peers = uuids.iter().filter(|u| **u != gpu.uuid).cloned().collect();
+    let count = node.gpus.len() as u32;
+    for (i, gpu) in node.gpus.iter_mut().enumerate() {
+        gpu.nvlink_peers = (0..count).filter(|&j| j != i as u32).collect();
     }
     node
 }
 
 /// A request for `count` GPUs; its namespace is taken from `pod` (`ns/name`),
-/// no model constraint, priority 0, created at 0, no eligible node (see
-/// [`snapshot`]).
+/// no model constraint, priority 0, created at 0, eligible on every node (set
+/// 0 of [`snapshot`]).
 pub fn request(pod: &str, count: u32, sharing: Sharing, memory_mib: u64) -> Request {
     let namespace = pod
         .split_once('/')
@@ -57,33 +57,37 @@ pub fn request(pod: &str, count: u32, sharing: Sharing, memory_mib: u64) -> Requ
         sharing,
         priority: 0,
         created_ms: 0,
-        eligible_nodes: Vec::new(),
+        eligible_set: 0,
     }
 }
 
-/// A snapshot of `nodes` and `pending`; requests with no eligible node are
-/// made eligible on every node.
-pub fn snapshot(nodes: Vec<Node>, mut pending: Vec<Request>) -> Snapshot {
+/// A snapshot of `nodes` and `pending` whose eligible set 0 is every node.
+pub fn snapshot(nodes: Vec<Node>, pending: Vec<Request>) -> Snapshot {
     let all: Vec<u32> = (0..nodes.len() as u32).collect();
-    for r in &mut pending {
-        if r.eligible_nodes.is_empty() {
-            r.eligible_nodes = all.clone();
-        }
-    }
     Snapshot {
         round: 1,
         nodes,
         pending,
+        eligible_sets: vec![all],
         usage: Vec::new(),
         config: String::new(),
     }
 }
 
+/// Restricts pending request `pod` (by position) to `nodes`, through a new
+/// eligible set.
+pub fn restrict(snapshot: &mut Snapshot, pod: usize, nodes: &[u32]) {
+    snapshot.eligible_sets.push(nodes.to_vec());
+    snapshot.pending[pod].eligible_set = (snapshot.eligible_sets.len() - 1) as u32;
+}
+
 /// A large, deterministic snapshot for benchmarks: `nodes` nodes of 8 GPUs
 /// (alternating 8×H100 80GB with full NVLink and 8×A100 40GB in NVLink pairs),
 /// about a quarter of the GPUs already in use, and `pods` pending requests of
-/// 1, 2, 4 or 8 GPUs, mostly exclusive, a fifth shared, some pinned to a model.
+/// 1, 2, 4 or 8 GPUs, mostly exclusive, a fifth shared, some pinned to a model,
+/// a tenth restricted to one of three zones.
 pub fn large(nodes: u32, pods: u32) -> Snapshot {
+    let node_count = nodes;
     let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
     let mut next = move || {
         // xorshift64*: deterministic, no dependency.
@@ -99,10 +103,8 @@ pub fn large(nodes: u32, pods: u32) -> Snapshot {
                 with_full_nvlink(node(&name, 8, "NVIDIA H100 80GB HBM3", 81559))
             } else {
                 let mut node = node(&name, 8, "NVIDIA A100-SXM4-40GB", 40960);
-                for pair in node.gpus.chunks_mut(2) {
-                    let (a, b) = (pair[0].uuid.clone(), pair[1].uuid.clone());
-                    pair[0].nvlink_peers.push(b);
-                    pair[1].nvlink_peers.push(a);
+                for (i, gpu) in node.gpus.iter_mut().enumerate() {
+                    gpu.nvlink_peers.push(i as u32 ^ 1);
                 }
                 node
             };
@@ -162,5 +164,15 @@ pub fn large(nodes: u32, pods: u32) -> Snapshot {
             r
         })
         .collect();
-    snapshot(nodes, pending)
+    let zones: Vec<Vec<u32>> = (0..3)
+        .map(|z| (0..node_count).filter(|n| n % 3 == z).collect())
+        .collect();
+    let mut snapshot = snapshot(nodes, pending);
+    snapshot.eligible_sets.extend(zones);
+    for (p, request) in snapshot.pending.iter_mut().enumerate() {
+        if p % 10 == 0 {
+            request.eligible_set = 1 + (p as u32 / 10) % 3;
+        }
+    }
+    snapshot
 }

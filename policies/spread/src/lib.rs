@@ -14,7 +14,7 @@
 
 use serde::Deserialize;
 use wasmgpu_policy_sdk::{
-    Cluster, Decision, Fit, Info, Policy, Sharing, Snapshot, fail, info, parse_config,
+    Cluster, Decision, Fit, Info, Policy, Snapshot, fail, info, parse_config,
 };
 
 /// The policy's parameters.
@@ -40,23 +40,9 @@ pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
     let mut decisions = Vec::with_capacity(snapshot.pending.len());
     for request in cluster.pending_in_order() {
         let want = cluster.want(request);
-        // The eligible node with the most room that fits; the first one wins
-        // ties. An idle node cannot be beaten for an exclusive request.
-        let mut best: Option<(u64, u32)> = None;
-        for &node in &request.eligible_nodes {
-            if node as usize >= cluster.node_count() || !cluster.fits(node, &want) {
-                continue;
-            }
-            let room = cluster.headroom(node, &want);
-            if best.is_none_or(|(r, _)| room > r) {
-                best = Some((room, node));
-                if request.sharing == Sharing::Exclusive && cluster.is_idle(node) {
-                    break;
-                }
-            }
-        }
-        let placed = best
-            .and_then(|(_, node)| cluster.place(node, &want, Fit::Loosest, params.prefer_nvlink));
+        let placed = cluster
+            .choose_node(&want, Fit::Loosest)
+            .and_then(|node| cluster.place(node, &want, Fit::Loosest, params.prefer_nvlink));
         decisions.push(placed.unwrap_or_else(|| cluster.unplaced(&want)));
     }
     decisions

@@ -1,0 +1,109 @@
+//! One scheduling round at scale: 1,000 nodes × 8 GPUs, 1,000 pending pods.
+//!
+//! `make bench` (or `cargo bench -p wasmgpu --bench round` after `make policies`)
+//! prints the median and p99 of each phase over repeated rounds:
+//! binpack natively, binpack in Wasm (instantiate, call, validate, full round),
+//! marshalling alone (a policy that returns nothing), and the Wasm/native ratio.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use wasmgpu::engine::types::Snapshot;
+use wasmgpu::engine::{Engine, Limits};
+use wasmgpu::validate::validate;
+
+const NODES: u32 = 1000;
+const PODS: u32 = 1000;
+
+fn policy(name: &str) -> Vec<u8> {
+    let dir = std::env::var_os("WASMGPU_POLICY_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm32-wasip2/policy")
+        });
+    let path = dir.join(format!("wasmgpu_{name}.wasm"));
+    std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{} ({e}): run `make policies` first", path.display()))
+}
+
+fn stats(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    let at = |p: usize| samples[((samples.len() * p).div_ceil(100)).clamp(1, samples.len()) - 1];
+    (at(50), at(99))
+}
+
+fn time<T>(rounds: usize, mut f: impl FnMut() -> T) -> Vec<Duration> {
+    std::hint::black_box(f());
+    (0..rounds)
+        .map(|_| {
+            let started = Instant::now();
+            std::hint::black_box(f());
+            started.elapsed()
+        })
+        .collect()
+}
+
+fn main() {
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(50);
+    let sdk_snapshot = wasmgpu_policy_sdk::testing::large(NODES, PODS);
+    let snapshot: Snapshot =
+        serde_json::from_value(serde_json::to_value(&sdk_snapshot).unwrap()).unwrap();
+    let engine = Engine::new(Limits::default()).unwrap();
+    let binpack = engine.load(&policy("binpack")).unwrap();
+    let mut noop_snapshot = snapshot.clone();
+    noop_snapshot.config = "noop".into();
+    let noop = engine.load(&policy("hostile_policy")).unwrap();
+
+    let native = time(rounds, || wasmgpu_binpack::allocate(&sdk_snapshot));
+    let (mut instantiate, mut call, mut check, mut round) = (vec![], vec![], vec![], vec![]);
+    let mut placed = 0;
+    binpack.allocate(&snapshot).unwrap();
+    for _ in 0..rounds {
+        let started = Instant::now();
+        let result = binpack.allocate(&snapshot).unwrap();
+        let verdict = validate(&snapshot, &result.decisions);
+        round.push(started.elapsed());
+        instantiate.push(result.stats.instantiate);
+        call.push(result.stats.call);
+        let started = Instant::now();
+        std::hint::black_box(validate(&snapshot, &result.decisions));
+        check.push(started.elapsed());
+        placed = verdict.accepted.len();
+        assert!(verdict.refused.is_empty());
+    }
+    let marshal = time(rounds, || noop.allocate(&noop_snapshot).unwrap().stats.call);
+    let marshal_call: Vec<Duration> = (0..rounds)
+        .map(|_| noop.allocate(&noop_snapshot).unwrap().stats.call)
+        .collect();
+    let _ = marshal;
+
+    let gpus: usize = snapshot.nodes.iter().map(|n| n.gpus.len()).sum();
+    println!(
+        "round: {NODES} nodes, {gpus} GPUs, {PODS} pending pods; binpack placed {placed}; {rounds} rounds each"
+    );
+    println!("{:<34} {:>10} {:>10}", "phase", "median", "p99");
+    let rows = [
+        ("binpack native (algorithm)", native.clone()),
+        ("binpack wasm: instantiate", instantiate),
+        ("binpack wasm: call (incl. marshal)", call.clone()),
+        ("validate", check),
+        ("binpack wasm: full round", round),
+        ("marshalling alone (noop policy)", marshal_call.clone()),
+    ];
+    for (name, samples) in rows {
+        let (p50, p99) = stats(samples);
+        println!("{name:<34} {:>10.3?} {:>10.3?}", p50, p99);
+    }
+    let (native_p50, _) = stats(native);
+    let (call_p50, _) = stats(call);
+    let (marshal_p50, _) = stats(marshal_call);
+    let algorithm_in_wasm = call_p50.saturating_sub(marshal_p50);
+    println!(
+        "ratio wasm/native: call {:.2}x, algorithm alone (call - marshalling) {:.2}x",
+        call_p50.as_secs_f64() / native_p50.as_secs_f64(),
+        algorithm_in_wasm.as_secs_f64() / native_p50.as_secs_f64()
+    );
+}
