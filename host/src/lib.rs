@@ -2,13 +2,17 @@
 //!
 //! GPU allocation for Kubernetes, decided by sandboxed WebAssembly policies.
 //!
+//! * [`api`] holds the CRD types (`GPUResource`, `GPUNode`).
+//! * [`index`] keeps cluster state in memory and builds policy snapshots (no I/O).
 //! * [`engine`] loads and runs policy components (no Kubernetes in it).
 //! * [`validate`] checks a policy's decisions against the snapshot it saw.
 //! * [`cli`] is the `wasmgpu` command line.
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod cli;
 pub mod engine;
+pub mod index;
 pub mod validate;
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The `wasmgpu` command line.
 
+mod crd;
 mod policy;
 mod table;
 
@@ -22,6 +23,8 @@ enum Command {
     /// Check, run, compare and benchmark policies offline.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Print the CRD YAML generated from the API types.
+    Crd(crd::CrdCommand),
 }
 
 impl Cli {
@@ -29,6 +32,7 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
         match self.command {
             Command::Policy(command) => command.run(),
+            Command::Crd(command) => command.run(),
         }
     }
 }

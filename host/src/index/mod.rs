@@ -1,0 +1,264 @@
+//! # The index: cluster state in memory, snapshots out
+//!
+//! Watches feed the index through small synchronous calls (`apply_*`,
+//! `delete_*`, and `reset_*` after a relist); it does no I/O and holds no
+//! API client. Out come the [`Snapshot`](crate::engine::types::Snapshot)s the policies decide on, the
+//! [`Problem`]s users must fix, and the ledger entries to [`Release`].
+//!
+//! ```text
+//!  Node ──────────▶ name_to_node        (Ready? cordoned? labels, taints)
+//!  GPUNode ───────▶ node_to_inventory   (GPUs from the agent's status)
+//!  GPUResource ───▶ key_to_resource     (spec, spec error, ledger)
+//!  Pod ───────────▶ key_to_pod          (schedulerName wasmgpu only)
+//!                          │
+//!                          ▼
+//!   ledgers: live entries → GPU use, usage per namespace; stale → releases
+//!   survey:  unbound pods not holding GPUs → requests (by policy) | problems
+//!   build:   candidate nodes (Ready, schedulable, inventory), eligible nodes
+//!            per request (nodeSelector, required affinity, taints)
+//!                          │
+//!                          ▼
+//!            snapshots(round) ─ one Snapshot per policy
+//! ```
+//!
+//! `apply` never fails: an object without a name, or another scheduler's
+//! pod, is skipped; a GPUResource whose spec is unusable is kept (its ledger
+//! still holds GPUs), logged, and reported through [`Index::problems`].
+//!
+//! Pods are `namespace/name`; a ledger entry belongs to a pod only while the
+//! UIDs match, so a pod recreated under the same name is another pod.
+
+mod eligibility;
+mod inventory;
+mod key;
+mod ledger;
+mod node;
+mod pod;
+mod problem;
+mod snapshot;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+pub use eligibility::Ineligible;
+pub use key::ObjectKey;
+pub use ledger::{Release, ReleaseReason};
+pub use problem::{Problem, Subject};
+
+use crate::api::{Allocation, GPUNode, GPUResource, GPUResourceSpec, InvalidSpec};
+use inventory::Inventory;
+use node::NodeFacts;
+use pod::PodFacts;
+
+/// All the cluster state allocation depends on. See the module docs.
+#[derive(Debug)]
+pub struct Index {
+    /// Policy for GPUResources that name none.
+    default_policy: String,
+    name_to_node: BTreeMap<String, NodeFacts>,
+    /// Node name → its GPUs (from the GPUNode of that name).
+    node_to_inventory: BTreeMap<String, Inventory>,
+    key_to_resource: BTreeMap<ObjectKey, ResourceState>,
+    /// Pods with `schedulerName: wasmgpu`.
+    key_to_pod: BTreeMap<ObjectKey, PodFacts>,
+    /// The pods have been listed once: a ledger entry whose pod is not
+    /// known is stale, not merely unseen yet.
+    pods_listed: bool,
+}
+
+/// What the index keeps of a GPUResource.
+#[derive(Clone, Debug)]
+struct ResourceState {
+    spec: GPUResourceSpec,
+    /// Why the spec is unusable, if it is.
+    spec_error: Option<InvalidSpec>,
+    /// The ledger (`status.allocations`).
+    allocations: Vec<Allocation>,
+}
+
+/// How many pods of a GPUResource hold GPUs, and how many reference it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodCounts {
+    /// Live ledger entries.
+    pub holding: usize,
+    /// Pods naming the GPUResource that have not finished.
+    pub referencing: usize,
+}
+
+// === impl Index ===
+
+impl Index {
+    /// An empty index; GPUResources without `spec.policy` use `default_policy`.
+    pub fn new(default_policy: impl Into<String>) -> Self {
+        Self {
+            default_policy: default_policy.into(),
+            name_to_node: BTreeMap::new(),
+            node_to_inventory: BTreeMap::new(),
+            key_to_resource: BTreeMap::new(),
+            key_to_pod: BTreeMap::new(),
+            pods_listed: false,
+        }
+    }
+
+    /// The policy for GPUResources that name none.
+    pub fn default_policy(&self) -> &str {
+        &self.default_policy
+    }
+
+    /// Records a Node (added or changed).
+    pub fn apply_node(&mut self, node: &Node) {
+        let Some(name) = node.metadata.name.clone() else {
+            tracing::info!("Ignoring Node without a name");
+            return;
+        };
+        self.name_to_node.insert(name, NodeFacts::from_node(node));
+    }
+
+    /// Forgets a Node.
+    pub fn delete_node(&mut self, name: &str) {
+        self.name_to_node.remove(name);
+    }
+
+    /// Replaces every Node (after a relist).
+    pub fn reset_nodes(&mut self, nodes: &[Node]) {
+        self.name_to_node.clear();
+        nodes.iter().for_each(|node| self.apply_node(node));
+    }
+
+    /// Records a GPUNode's inventory; one without status has none yet.
+    pub fn apply_gpunode(&mut self, gpunode: &GPUNode) {
+        let Some(name) = gpunode.metadata.name.clone() else {
+            tracing::info!("Ignoring GPUNode without a name");
+            return;
+        };
+        match Inventory::from_gpunode(gpunode) {
+            Some(inventory) => self.node_to_inventory.insert(name, inventory),
+            None => self.node_to_inventory.remove(&name),
+        };
+    }
+
+    /// Forgets a GPUNode's inventory.
+    pub fn delete_gpunode(&mut self, name: &str) {
+        self.node_to_inventory.remove(name);
+    }
+
+    /// Replaces every GPUNode (after a relist).
+    pub fn reset_gpunodes(&mut self, gpunodes: &[GPUNode]) {
+        self.node_to_inventory.clear();
+        gpunodes
+            .iter()
+            .for_each(|gpunode| self.apply_gpunode(gpunode));
+    }
+
+    /// Records a GPUResource: its spec (checked) and its ledger.
+    pub fn apply_gpuresource(&mut self, resource: &GPUResource) {
+        let meta = &resource.metadata;
+        let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
+            tracing::info!("Ignoring GPUResource without a namespace or name");
+            return;
+        };
+        let spec_error = resource.spec.check().err();
+        if let Some(error) = &spec_error {
+            tracing::info!(%ns, %name, %error, "Ignoring GPUResource spec");
+        }
+        let state = ResourceState {
+            spec: resource.spec.clone(),
+            spec_error,
+            allocations: resource
+                .status
+                .as_ref()
+                .map(|status| status.allocations.clone())
+                .unwrap_or_default(),
+        };
+        self.key_to_resource.insert(ObjectKey::new(ns, name), state);
+    }
+
+    /// Forgets a GPUResource, and with it its ledger.
+    pub fn delete_gpuresource(&mut self, namespace: &str, name: &str) {
+        self.key_to_resource
+            .remove(&ObjectKey::new(namespace, name));
+    }
+
+    /// Replaces every GPUResource (after a relist).
+    pub fn reset_gpuresources(&mut self, resources: &[GPUResource]) {
+        self.key_to_resource.clear();
+        resources.iter().for_each(|r| self.apply_gpuresource(r));
+    }
+
+    /// Records a pod; pods of other schedulers are not kept.
+    pub fn apply_pod(&mut self, pod: &Pod) {
+        let meta = &pod.metadata;
+        let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
+            tracing::info!("Ignoring Pod without a namespace or name");
+            return;
+        };
+        let key = ObjectKey::new(ns, name);
+        match PodFacts::from_pod(pod) {
+            Some(facts) => self.key_to_pod.insert(key, facts),
+            None => self.key_to_pod.remove(&key),
+        };
+    }
+
+    /// Forgets a pod; its ledger entries become releasable.
+    pub fn delete_pod(&mut self, namespace: &str, name: &str) {
+        self.key_to_pod.remove(&ObjectKey::new(namespace, name));
+    }
+
+    /// Replaces every pod (after a relist). From the first call on, ledger
+    /// entries of unknown pods are stale (see [`Index::releases`]).
+    pub fn reset_pods(&mut self, pods: &[Pod]) {
+        self.key_to_pod.clear();
+        pods.iter().for_each(|pod| self.apply_pod(pod));
+        self.pods_listed = true;
+    }
+
+    /// Ledger entries whose pod is gone, finished, or was recreated under
+    /// another UID: the controller removes them and the GPUs are free. Empty
+    /// until the pods have been listed once ([`Index::reset_pods`]).
+    pub fn releases(&self) -> Vec<Release> {
+        self.ledgers().releases
+    }
+
+    /// Live ledger entries whose pod is not bound yet (the controller wrote
+    /// the ledger but the binding did not happen): bind these again.
+    pub fn unbound_holders(&self) -> Vec<(ObjectKey, Allocation)> {
+        self.ledgers()
+            .live
+            .into_iter()
+            .filter(|live| {
+                self.key_to_pod
+                    .get(&live.pod)
+                    .is_some_and(PodFacts::unplaced)
+            })
+            .map(|live| (live.pod, live.allocation))
+            .collect()
+    }
+
+    /// Pods holding GPUs of a GPUResource and pods referencing it, for its
+    /// status (`2/3`).
+    pub fn pod_counts(&self, resource: &ObjectKey) -> PodCounts {
+        let holding = self
+            .ledgers()
+            .live
+            .iter()
+            .filter(|live| &live.resource == resource)
+            .count();
+        let referencing = self
+            .key_to_pod
+            .iter()
+            .filter(|(key, pod)| {
+                key.namespace == resource.namespace
+                    && pod.resource.as_deref() == Some(resource.name.as_str())
+                    && !pod.terminal
+            })
+            .count();
+        PodCounts {
+            holding,
+            referencing,
+        }
+    }
+}

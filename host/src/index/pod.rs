@@ -1,0 +1,78 @@
+//! What the index keeps of a `Pod` that asks wasmgpu for GPUs.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{NodeSelectorTerm, Pod, Toleration};
+
+use crate::api::{GPURESOURCE_ANNOTATION, SCHEDULER_NAME};
+
+/// The facts about a pod that decide whether it waits, holds GPUs, and where
+/// it may run.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PodFacts {
+    pub uid: String,
+    /// The `wasmgpu.io/gpuresource` annotation (a GPUResource in the pod's
+    /// namespace), if any.
+    pub resource: Option<String>,
+    /// `spec.nodeName`: set once the pod is bound.
+    pub node_name: Option<String>,
+    /// The pod's phase is `Succeeded` or `Failed`: it will never run again.
+    pub terminal: bool,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    pub created_ms: u64,
+    pub priority: i32,
+    pub node_selector: BTreeMap<String, String>,
+    /// The terms of the required node affinity (ORed); `None`: no required
+    /// node affinity.
+    pub required_terms: Option<Vec<NodeSelectorTerm>>,
+    pub tolerations: Vec<Toleration>,
+}
+
+impl PodFacts {
+    /// The facts of a pod placed by wasmgpu; `None` for pods of other
+    /// schedulers.
+    pub fn from_pod(pod: &Pod) -> Option<Self> {
+        let spec = pod.spec.as_ref()?;
+        if spec.scheduler_name.as_deref() != Some(SCHEDULER_NAME) {
+            return None;
+        }
+        let meta = &pod.metadata;
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let created_ms = meta
+            .creation_timestamp
+            .as_ref()
+            .map(|t| u64::try_from(t.0.as_millisecond()).unwrap_or(0))
+            .unwrap_or(0);
+        let required_terms = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|na| {
+                na.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .map(|selector| selector.node_selector_terms.clone());
+        Some(Self {
+            uid: meta.uid.clone().unwrap_or_default(),
+            resource: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(GPURESOURCE_ANNOTATION))
+                .map(|r| r.trim().to_string()),
+            node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
+            terminal: matches!(phase, Some("Succeeded" | "Failed")),
+            deleting: meta.deletion_timestamp.is_some(),
+            created_ms,
+            priority: spec.priority.unwrap_or(0),
+            node_selector: spec.node_selector.clone().unwrap_or_default(),
+            required_terms,
+            tolerations: spec.tolerations.clone().unwrap_or_default(),
+        })
+    }
+
+    /// The pod still needs a node: not bound, not finished, not going away.
+    pub fn unplaced(&self) -> bool {
+        self.node_name.is_none() && !self.terminal && !self.deleting
+    }
+}

@@ -1,0 +1,100 @@
+//! Errors users can act on, found while reading the cluster state.
+
+use std::fmt;
+
+use super::ObjectKey;
+use crate::api::InvalidSpec;
+
+/// Something a user must fix before a pod can get GPUs. The index only
+/// reports these; the controller turns them into Events and conditions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// A pod with `schedulerName: wasmgpu` names no GPUResource.
+    NoResourceAnnotation {
+        /// The pod.
+        pod: ObjectKey,
+    },
+    /// A pod names a GPUResource that does not exist (in its namespace).
+    MissingResource {
+        /// The pod.
+        pod: ObjectKey,
+        /// The GPUResource it names.
+        resource: ObjectKey,
+    },
+    /// A GPUResource's spec is unusable; its pods wait until it is fixed.
+    InvalidResource {
+        /// The GPUResource.
+        resource: ObjectKey,
+        /// The field and what is wrong with it.
+        error: InvalidSpec,
+    },
+    /// No node could ever hold the pod's request as posed.
+    Unsatisfiable {
+        /// The pod.
+        pod: ObjectKey,
+        /// The GPUResource it uses.
+        resource: ObjectKey,
+        /// Why, in words.
+        reason: String,
+    },
+}
+
+/// The object a [`Problem`] should be reported on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subject<'a> {
+    /// A pod.
+    Pod(&'a ObjectKey),
+    /// A GPUResource.
+    GPUResource(&'a ObjectKey),
+}
+
+impl Problem {
+    /// Where to report it: the pod, or the GPUResource for an invalid spec.
+    pub fn subject(&self) -> Subject<'_> {
+        match self {
+            Self::NoResourceAnnotation { pod }
+            | Self::MissingResource { pod, .. }
+            | Self::Unsatisfiable { pod, .. } => Subject::Pod(pod),
+            Self::InvalidResource { resource, .. } => Subject::GPUResource(resource),
+        }
+    }
+
+    /// A CamelCase reason for Events and conditions.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NoResourceAnnotation { .. } => "NoGPUResourceAnnotation",
+            Self::MissingResource { .. } => "GPUResourceNotFound",
+            Self::InvalidResource { .. } => "InvalidSpec",
+            Self::Unsatisfiable { .. } => "Unsatisfiable",
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoResourceAnnotation { pod } => write!(
+                f,
+                "pod {pod} has schedulerName wasmgpu but no {} annotation",
+                crate::api::GPURESOURCE_ANNOTATION
+            ),
+            Self::MissingResource { pod, resource } => {
+                write!(
+                    f,
+                    "pod {pod} uses GPUResource {resource}, which does not exist"
+                )
+            }
+            Self::InvalidResource { resource, error } => {
+                write!(f, "GPUResource {resource} is invalid: {error}")
+            }
+            Self::Unsatisfiable {
+                pod,
+                resource,
+                reason,
+            } => write!(
+                f,
+                "pod {pod} (GPUResource {resource}) can never be placed: {reason}"
+            ),
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! Building the policy snapshots: candidate nodes with their GPUs, pending
+//! requests with their eligible nodes, usage per namespace.
+
+use std::collections::{BTreeMap, HashMap};
+
+use wasmgpu_policy_sdk::glob_match;
+
+use super::eligibility;
+use super::inventory::Inventory;
+use super::ledger::{GpuUse, Ledgers};
+use super::node::NodeFacts;
+use super::pod::PodFacts;
+use super::{Index, ObjectKey, Problem};
+use crate::api::{GPUResourceSpec, GpuInfo, Sharing as ApiSharing};
+use crate::engine::types::{Gpu, Node, Request, Sharing, Snapshot};
+
+/// A pod that waits for GPUs and could be placed, with its policy.
+struct Waiting<'a> {
+    policy: &'a str,
+    pod: &'a PodFacts,
+    request: Request,
+}
+
+/// What one pass over the pods finds.
+#[derive(Default)]
+struct Survey<'a> {
+    waiting: Vec<Waiting<'a>>,
+    problems: Vec<Problem>,
+}
+
+/// A node that may take pods now: Ready, not cordoned, with an inventory.
+struct Candidate<'a> {
+    name: &'a str,
+    facts: &'a NodeFacts,
+    inventory: &'a Inventory,
+}
+
+// === impl Index ===
+
+impl Index {
+    /// One snapshot per policy that has pending requests, keyed by policy
+    /// name. Each carries every candidate node (GPUs and what the ledgers
+    /// hold on them), that policy's pending requests oldest first, and usage
+    /// per namespace. `config` is left empty: the caller sets the policy's.
+    pub fn snapshots(&self, round: u64) -> BTreeMap<String, Snapshot> {
+        let ledgers = self.ledgers();
+        let survey = self.survey(&ledgers);
+        let mut policy_to_waiting: BTreeMap<&str, Vec<Waiting<'_>>> = BTreeMap::new();
+        for waiting in survey.waiting {
+            policy_to_waiting
+                .entry(waiting.policy)
+                .or_default()
+                .push(waiting);
+        }
+        policy_to_waiting
+            .into_iter()
+            .map(|(policy, waiting)| (policy.to_string(), self.build(round, &ledgers, waiting)))
+            .collect()
+    }
+
+    /// The snapshot for one policy (with no requests when none wait for it).
+    pub fn snapshot(&self, policy: &str, round: u64) -> Snapshot {
+        let ledgers = self.ledgers();
+        let waiting = self
+            .survey(&ledgers)
+            .waiting
+            .into_iter()
+            .filter(|w| w.policy == policy)
+            .collect();
+        self.build(round, &ledgers, waiting)
+    }
+
+    /// Errors users can act on: pods naming no or a missing GPUResource,
+    /// invalid GPUResources, requests no node could ever hold.
+    pub fn problems(&self) -> Vec<Problem> {
+        self.survey(&self.ledgers()).problems
+    }
+
+    /// Sorts the pods: who waits (and for which policy), who has a problem.
+    fn survey(&self, ledgers: &Ledgers) -> Survey<'_> {
+        let mut survey = Survey::default();
+        for (resource, state) in &self.key_to_resource {
+            if let Some(error) = &state.spec_error {
+                survey.problems.push(Problem::InvalidResource {
+                    resource: resource.clone(),
+                    error: error.clone(),
+                });
+            }
+        }
+        for (key, pod) in &self.key_to_pod {
+            if !pod.unplaced() || ledgers.holders.contains(&(key.clone(), pod.uid.clone())) {
+                continue;
+            }
+            let Some(resource_name) = pod.resource.as_deref().filter(|r| !r.is_empty()) else {
+                survey
+                    .problems
+                    .push(Problem::NoResourceAnnotation { pod: key.clone() });
+                continue;
+            };
+            let resource = ObjectKey::new(&key.namespace, resource_name);
+            let Some(state) = self.key_to_resource.get(&resource) else {
+                survey.problems.push(Problem::MissingResource {
+                    pod: key.clone(),
+                    resource,
+                });
+                continue;
+            };
+            if state.spec_error.is_some() {
+                continue;
+            }
+            if let Some(reason) = self.unsatisfiable(key, pod, &state.spec) {
+                survey.problems.push(Problem::Unsatisfiable {
+                    pod: key.clone(),
+                    resource,
+                    reason,
+                });
+                continue;
+            }
+            let spec = &state.spec;
+            survey.waiting.push(Waiting {
+                policy: spec.policy.as_deref().unwrap_or(&self.default_policy),
+                pod,
+                request: Request {
+                    pod: key.to_string(),
+                    namespace: key.namespace.clone(),
+                    resource: resource.to_string(),
+                    count: spec.count,
+                    model: spec.model.clone(),
+                    memory_mib: spec.memory_mib,
+                    sharing: match spec.sharing {
+                        ApiSharing::Exclusive => Sharing::Exclusive,
+                        ApiSharing::Shared => Sharing::Shared,
+                    },
+                    priority: pod.priority,
+                    created_ms: pod.created_ms,
+                    eligible_set: 0,
+                },
+            });
+        }
+        survey
+    }
+
+    /// Why no node could ever hold the request, whatever is allocated and
+    /// whichever nodes are ready: no node the pod may run on has `count`
+    /// GPUs of the model with the memory. `None` when some node could.
+    fn unsatisfiable(
+        &self,
+        key: &ObjectKey,
+        pod: &PodFacts,
+        spec: &GPUResourceSpec,
+    ) -> Option<String> {
+        if self.node_to_inventory.is_empty() {
+            return Some("no node has published a GPU inventory (GPUNode)".into());
+        }
+        let mut allowed_nodes = 0;
+        let mut most_fitting = 0;
+        for (name, inventory) in &self.node_to_inventory {
+            let Some(facts) = self.name_to_node.get(name) else {
+                continue;
+            };
+            if let Err(why) = eligibility::check(pod, name, facts) {
+                tracing::trace!(pod = %key, node = %name, %why, "Node not eligible");
+                continue;
+            }
+            allowed_nodes += 1;
+            let fitting = inventory
+                .gpus
+                .iter()
+                .filter(|gpu| could_hold(spec, gpu))
+                .count();
+            if fitting >= spec.count as usize {
+                return None;
+            }
+            most_fitting = most_fitting.max(fitting);
+        }
+        if allowed_nodes == 0 {
+            return Some(
+                "no node with GPUs matches the pod's nodeSelector, node affinity and tolerations"
+                    .into(),
+            );
+        }
+        let model = spec
+            .model
+            .as_deref()
+            .map(|m| format!(" matching {m:?}"))
+            .unwrap_or_default();
+        let memory = match (spec.sharing, spec.memory_mib) {
+            (_, 0) => String::new(),
+            (ApiSharing::Exclusive, mib) => format!(" with at least {mib} MiB"),
+            (ApiSharing::Shared, mib) => format!(" with room for {mib} MiB"),
+        };
+        Some(format!(
+            "wants {} GPUs{model}{memory} on one node; the {allowed_nodes} node(s) it may run on have at most {most_fitting}",
+            spec.count
+        ))
+    }
+
+    /// The snapshot of `waiting` (already of one policy).
+    fn build(&self, round: u64, ledgers: &Ledgers, mut waiting: Vec<Waiting<'_>>) -> Snapshot {
+        let candidates: Vec<Candidate<'_>> = self
+            .name_to_node
+            .iter()
+            .filter(|(_, facts)| facts.schedulable())
+            .filter_map(|(name, facts)| {
+                let inventory = self.node_to_inventory.get(name)?;
+                Some(Candidate {
+                    name,
+                    facts,
+                    inventory,
+                })
+            })
+            .collect();
+        waiting.sort_by(|a, b| {
+            (a.request.created_ms, &a.request.pod).cmp(&(b.request.created_ms, &b.request.pod))
+        });
+        // Pods with the same constraints share one set, numbered in the
+        // order of first use.
+        let mut eligible_sets: Vec<Vec<u32>> = Vec::new();
+        let mut set_to_position: HashMap<Vec<u32>, u32> = HashMap::new();
+        for w in &mut waiting {
+            let set: Vec<u32> = candidates
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| eligibility::check(w.pod, c.name, c.facts).is_ok())
+                .map(|(i, _)| i as u32)
+                .collect();
+            w.request.eligible_set = *set_to_position.entry(set).or_insert_with_key(|set| {
+                eligible_sets.push(set.clone());
+                eligible_sets.len() as u32 - 1
+            });
+        }
+        Snapshot {
+            round,
+            nodes: candidates.iter().map(|c| node_record(c, ledgers)).collect(),
+            pending: waiting.into_iter().map(|w| w.request).collect(),
+            eligible_sets,
+            usage: ledgers.namespace_to_usage.values().cloned().collect(),
+            config: String::new(),
+        }
+    }
+}
+
+/// Whether one GPU could ever serve the request (when nothing else held it).
+fn could_hold(spec: &GPUResourceSpec, gpu: &GpuInfo) -> bool {
+    spec.model
+        .as_deref()
+        .is_none_or(|m| glob_match(m, &gpu.model))
+        && gpu.memory_total_mib >= spec.memory_mib
+}
+
+/// A candidate node as the policy sees it. NVLink peers become positions
+/// in the node's GPU list (the inventory is sorted by index); peers the
+/// inventory does not list are dropped.
+fn node_record(candidate: &Candidate<'_>, ledgers: &Ledgers) -> Node {
+    let no_use = GpuUse::default();
+    let uuid_to_position: HashMap<&str, u32> = candidate
+        .inventory
+        .gpus
+        .iter()
+        .enumerate()
+        .map(|(position, gpu)| (gpu.uuid.as_str(), position as u32))
+        .collect();
+    let gpus = candidate
+        .inventory
+        .gpus
+        .iter()
+        .map(|gpu| {
+            let held = ledgers
+                .gpu_to_use
+                .get(&(candidate.name.to_string(), gpu.uuid.clone()))
+                .unwrap_or(&no_use);
+            let allocated_mib = match held.exclusive_owner {
+                Some(_) => gpu.memory_total_mib,
+                None => held.shared_mib.min(gpu.memory_total_mib),
+            };
+            Gpu {
+                uuid: gpu.uuid.clone(),
+                index: gpu.index,
+                model: gpu.model.clone(),
+                memory_mib: gpu.memory_total_mib,
+                allocated_mib,
+                exclusive_owner: held.exclusive_owner.clone(),
+                shared_owners: held.shared_owners,
+                numa_node: gpu.numa_node,
+                nvlink_peers: gpu
+                    .nvlink_peers
+                    .iter()
+                    .filter_map(|peer| uuid_to_position.get(peer.as_str()).copied())
+                    .collect(),
+                healthy: gpu.healthy,
+            }
+        })
+        .collect();
+    Node {
+        name: candidate.name.to_string(),
+        labels: candidate
+            .facts
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        gpus,
+    }
+}

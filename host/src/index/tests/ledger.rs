@@ -1,0 +1,248 @@
+//! Ledger accounting: what held GPUs look like, and which entries are stale.
+
+use super::*;
+use crate::index::{ObjectKey, PodCounts, Release, ReleaseReason};
+
+fn gpu<'a>(snapshot: &'a Snapshot, uuid: &str) -> &'a crate::engine::types::Gpu {
+    snapshot
+        .nodes
+        .iter()
+        .flat_map(|n| &n.gpus)
+        .find(|g| g.uuid == uuid)
+        .unwrap_or_else(|| panic!("no GPU {uuid}"))
+}
+
+/// One node `n` with 4 GPUs, pod `ml/p1` bound there.
+fn cluster() -> Index {
+    let mut index = index();
+    add_gpu_node(&mut index, "n", 4);
+    index.apply_pod(&pod("ml", "p1").resource("r").bound("n").build());
+    index
+}
+
+#[test]
+fn an_exclusive_hold_takes_the_whole_gpu() {
+    let mut index = cluster();
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .count(2)
+            .holds("p1", "n", &["GPU-n-0", "GPU-n-1"], H100_MIB)
+            .build(),
+    );
+    let snapshot = default_snapshot(&index);
+    for uuid in ["GPU-n-0", "GPU-n-1"] {
+        let held = gpu(&snapshot, uuid);
+        assert_eq!(held.exclusive_owner.as_deref(), Some("ml/p1"));
+        assert_eq!(held.allocated_mib, H100_MIB);
+        assert_eq!(held.shared_owners, 0);
+    }
+    let free = gpu(&snapshot, "GPU-n-2");
+    assert_eq!(
+        (free.exclusive_owner.as_deref(), free.allocated_mib),
+        (None, 0)
+    );
+    assert_eq!(snapshot.usage.len(), 1);
+    assert_eq!(snapshot.usage[0].namespace, "ml");
+    assert_eq!(snapshot.usage[0].exclusive_gpus, 2);
+    assert_eq!(snapshot.usage[0].shared_mib, 0);
+}
+
+#[test]
+fn shared_holds_add_up_their_memory() {
+    let mut index = cluster();
+    index.apply_pod(&pod("ml", "p2").resource("r").bound("n").build());
+    index.apply_pod(&pod("lab", "q").resource("nb").bound("n").build());
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .shared(8192)
+            .holds("p1", "n", &["GPU-n-0"], 8192)
+            .holds("p2", "n", &["GPU-n-0"], 8192)
+            .build(),
+    );
+    index.apply_gpuresource(
+        &gpuresource("lab", "nb")
+            .shared(4096)
+            .holds("q", "n", &["GPU-n-0"], 4096)
+            .build(),
+    );
+    let snapshot = default_snapshot(&index);
+    let shared = gpu(&snapshot, "GPU-n-0");
+    assert_eq!(shared.allocated_mib, 8192 * 2 + 4096);
+    assert_eq!(shared.shared_owners, 3);
+    assert_eq!(shared.exclusive_owner, None);
+    let usage: Vec<_> = snapshot
+        .usage
+        .iter()
+        .map(|u| (u.namespace.as_str(), u.exclusive_gpus, u.shared_mib))
+        .collect();
+    assert_eq!(
+        usage,
+        [("lab", 0, 4096), ("ml", 0, 16384)],
+        "sorted by namespace"
+    );
+}
+
+#[test]
+fn entries_of_deleted_finished_or_recreated_pods_are_released_and_free() {
+    let mut index = index();
+    add_gpu_node(&mut index, "n", 4);
+    index.apply_pod(
+        &pod("ml", "done")
+            .resource("r")
+            .bound("n")
+            .phase("Succeeded")
+            .build(),
+    );
+    index.apply_pod(
+        &pod("ml", "crashed")
+            .resource("r")
+            .bound("n")
+            .phase("Failed")
+            .build(),
+    );
+    index.apply_pod(&pod("ml", "again").resource("r").uid("uid-new").build());
+    index.apply_pod(
+        &pod("ml", "running")
+            .resource("r")
+            .bound("n")
+            .phase("Running")
+            .build(),
+    );
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .holds("done", "n", &["GPU-n-0"], H100_MIB)
+            .holds("crashed", "n", &["GPU-n-1"], H100_MIB)
+            .holds("again", "n", &["GPU-n-2"], H100_MIB)
+            .holds("gone", "n", &["GPU-n-3"], H100_MIB)
+            .holds("running", "n", &["GPU-n-3"], H100_MIB)
+            .build(),
+    );
+
+    let released: Vec<_> = index
+        .releases()
+        .into_iter()
+        .map(|r| (r.pod, r.reason))
+        .collect();
+    assert_eq!(
+        released,
+        [
+            ("done".to_string(), ReleaseReason::PodFinished),
+            ("crashed".to_string(), ReleaseReason::PodFinished),
+            ("again".to_string(), ReleaseReason::PodReplaced),
+            ("gone".to_string(), ReleaseReason::PodDeleted),
+        ]
+    );
+    let snapshot = default_snapshot(&index);
+    for uuid in ["GPU-n-0", "GPU-n-1", "GPU-n-2"] {
+        assert_eq!(gpu(&snapshot, uuid).exclusive_owner, None, "{uuid}");
+    }
+    assert_eq!(
+        gpu(&snapshot, "GPU-n-3").exclusive_owner.as_deref(),
+        Some("ml/running")
+    );
+    assert_eq!(snapshot.usage[0].exclusive_gpus, 1);
+    // The recreated pod is a different pod: it waits for GPUs of its own.
+    assert_eq!(snapshot.pending.len(), 1);
+    assert_eq!(snapshot.pending[0].pod, "ml/again");
+}
+
+#[test]
+fn a_release_names_its_resource_and_uid() {
+    let mut index = index();
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .holds("gone", "n", &["GPU-n-0"], 1)
+            .build(),
+    );
+    assert_eq!(
+        index.releases(),
+        [Release {
+            resource: ObjectKey::new("ml", "r"),
+            pod: "gone".into(),
+            pod_uid: "uid-gone".into(),
+            reason: ReleaseReason::PodDeleted,
+        }]
+    );
+}
+
+#[test]
+fn deleting_a_pod_releases_its_entry() {
+    let mut index = cluster();
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .holds("p1", "n", &["GPU-n-0"], H100_MIB)
+            .build(),
+    );
+    assert!(index.releases().is_empty());
+    index.delete_pod("ml", "p1");
+    assert_eq!(index.releases()[0].reason, ReleaseReason::PodDeleted);
+}
+
+#[test]
+fn before_pods_are_listed_every_entry_holds_and_none_is_released() {
+    let mut index = Index::new(DEFAULT_POLICY);
+    add_gpu_node(&mut index, "n", 1);
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .holds("unseen", "n", &["GPU-n-0"], H100_MIB)
+            .build(),
+    );
+    assert!(index.releases().is_empty());
+    let snapshot = default_snapshot(&index);
+    assert_eq!(
+        gpu(&snapshot, "GPU-n-0").exclusive_owner.as_deref(),
+        Some("ml/unseen")
+    );
+    index.reset_pods(&[]);
+    assert_eq!(index.releases().len(), 1);
+}
+
+#[test]
+fn a_pod_holding_gpus_but_not_bound_is_not_pending_but_to_be_bound() {
+    let mut index = index();
+    add_gpu_node(&mut index, "n", 2);
+    index.apply_pod(&pod("ml", "p1").resource("r").build());
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .holds("p1", "n", &["GPU-n-0"], H100_MIB)
+            .build(),
+    );
+    assert!(default_snapshot(&index).pending.is_empty());
+    let unbound = index.unbound_holders();
+    assert_eq!(unbound.len(), 1);
+    assert_eq!(unbound[0].0, ObjectKey::new("ml", "p1"));
+    assert_eq!(unbound[0].1.node, "n");
+}
+
+#[test]
+fn entries_on_unknown_gpus_change_nothing() {
+    let mut index = cluster();
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .holds("p1", "elsewhere", &["GPU-n-0"], H100_MIB)
+            .build(),
+    );
+    assert_eq!(
+        gpu(&default_snapshot(&index), "GPU-n-0").exclusive_owner,
+        None
+    );
+}
+
+#[test]
+fn pod_counts_for_status() {
+    let mut index = cluster();
+    index.apply_pod(&pod("ml", "p2").resource("r").build());
+    index.apply_pod(&pod("ml", "old").resource("r").phase("Succeeded").build());
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .holds("p1", "n", &["GPU-n-0"], H100_MIB)
+            .build(),
+    );
+    assert_eq!(
+        index.pod_counts(&ObjectKey::new("ml", "r")),
+        PodCounts {
+            holding: 1,
+            referencing: 2
+        }
+    );
+}

@@ -1,0 +1,188 @@
+//! Errors users can act on, and objects the index skips.
+
+use super::*;
+use crate::index::{ObjectKey, Problem, Subject};
+
+#[test]
+fn a_pod_without_annotation_or_with_a_missing_resource_is_reported() {
+    let mut index = index();
+    add_gpu_node(&mut index, "n", 8);
+    index.apply_pod(&pod("ml", "bare").build());
+    index.apply_pod(&pod("ml", "typo").resource("trainr").build());
+    let problems = index.problems();
+    assert_eq!(
+        problems,
+        [
+            Problem::NoResourceAnnotation {
+                pod: ObjectKey::new("ml", "bare")
+            },
+            Problem::MissingResource {
+                pod: ObjectKey::new("ml", "typo"),
+                resource: ObjectKey::new("ml", "trainr"),
+            },
+        ]
+    );
+    assert_eq!(
+        problems[1].subject(),
+        Subject::Pod(&ObjectKey::new("ml", "typo"))
+    );
+    assert_eq!(
+        problems[1].to_string(),
+        "pod ml/typo uses GPUResource ml/trainr, which does not exist"
+    );
+    assert!(default_snapshot(&index).pending.is_empty());
+}
+
+#[test]
+fn an_invalid_resource_names_the_field_and_its_pods_wait() {
+    let mut index = index();
+    add_gpu_node(&mut index, "n", 8);
+    index.apply_gpuresource(&gpuresource("ml", "r").count(0).build());
+    index.apply_gpuresource(&gpuresource("ml", "nb").shared(0).build());
+    index.apply_pod(&pod("ml", "p").resource("r").build());
+    let problems = index.problems();
+    let fields: Vec<_> = problems
+        .iter()
+        .map(|p| match p {
+            Problem::InvalidResource { resource, error } => (resource.name.as_str(), error.field),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(fields, [("nb", "memoryMiB"), ("r", "count")]);
+    assert_eq!(
+        problems[1].subject(),
+        Subject::GPUResource(&ObjectKey::new("ml", "r"))
+    );
+    assert!(
+        problems[1]
+            .to_string()
+            .contains("spec.count: must be 1 to 16, got 0"),
+        "{}",
+        problems[1]
+    );
+    assert!(default_snapshot(&index).pending.is_empty());
+}
+
+#[test]
+fn an_invalid_resource_keeps_its_ledger() {
+    let mut index = index();
+    add_gpu_node(&mut index, "n", 1);
+    index.apply_pod(&pod("ml", "p").resource("r").bound("n").build());
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .count(0)
+            .holds("p", "n", &["GPU-n-0"], H100_MIB)
+            .build(),
+    );
+    let snapshot = default_snapshot(&index);
+    assert_eq!(
+        snapshot.nodes[0].gpus[0].exclusive_owner.as_deref(),
+        Some("ml/p")
+    );
+}
+
+fn unsatisfiable_reason(index: &Index) -> String {
+    match index.problems().as_slice() {
+        [Problem::Unsatisfiable { reason, .. }] => reason.clone(),
+        other => panic!("expected one unsatisfiable request, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_request_no_node_could_ever_hold_is_reported_not_sent() {
+    let mut index = index();
+    add_gpu_node(&mut index, "a", 8);
+    add_gpu_node(&mut index, "b", 4);
+    index.apply_gpuresource(&gpuresource("ml", "big").count(9).build());
+    index.apply_pod(&pod("ml", "p").resource("big").build());
+    let reason = unsatisfiable_reason(&index);
+    assert_eq!(
+        reason,
+        "wants 9 GPUs on one node; the 2 node(s) it may run on have at most 8"
+    );
+    assert!(default_snapshot(&index).pending.is_empty());
+
+    // Eight fit, even though every GPU is taken right now.
+    index.apply_gpuresource(&gpuresource("ml", "big").count(8).build());
+    assert!(index.problems().is_empty());
+}
+
+#[test]
+fn model_and_memory_count_toward_what_could_fit() {
+    let mut index = index();
+    index.apply_node(&node("a").build());
+    index.apply_gpunode(
+        &gpunode("a")
+            .with_gpus(8)
+            .model("NVIDIA A100-SXM4-40GB", 40960)
+            .build(),
+    );
+    index.apply_gpuresource(&gpuresource("ml", "r").model("NVIDIA H100*").build());
+    index.apply_pod(&pod("ml", "p").resource("r").build());
+    assert!(unsatisfiable_reason(&index).contains("matching \"NVIDIA H100*\""));
+    index.apply_gpuresource(&gpuresource("ml", "r").memory(81920).build());
+    assert!(unsatisfiable_reason(&index).contains("with at least 81920 MiB"));
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .model("NVIDIA A100*")
+            .memory(40960)
+            .build(),
+    );
+    assert!(index.problems().is_empty());
+}
+
+#[test]
+fn no_inventory_or_no_allowed_node_is_unsatisfiable() {
+    let mut index = index();
+    index.apply_gpuresource(&gpuresource("ml", "r").build());
+    index.apply_pod(
+        &pod("ml", "p")
+            .resource("r")
+            .node_selector("zone", "x")
+            .build(),
+    );
+    assert!(unsatisfiable_reason(&index).contains("no node has published a GPU inventory"));
+    add_gpu_node(&mut index, "a", 8);
+    assert!(unsatisfiable_reason(&index).contains("nodeSelector"));
+}
+
+#[test]
+fn a_not_ready_node_still_counts_as_able_to_hold_a_request() {
+    let mut index = index();
+    index.apply_node(&node("a").not_ready().build());
+    index.apply_gpunode(&gpunode("a").with_gpus(8).build());
+    index.apply_gpuresource(&gpuresource("ml", "r").build());
+    index.apply_pod(&pod("ml", "p").resource("r").build());
+    assert!(index.problems().is_empty());
+    let snapshot = default_snapshot(&index);
+    assert_eq!(eligible_names(&snapshot, "ml/p"), Vec::<String>::new());
+}
+
+#[test]
+fn objects_without_names_and_other_schedulers_pods_are_skipped() {
+    let mut index = index();
+    index.apply_node(&k8s_openapi::api::core::v1::Node::default());
+    index.apply_pod(&k8s_openapi::api::core::v1::Pod::default());
+    index.apply_gpunode(&GPUNode::new("", GPUNodeSpec {}));
+    let mut unnamed = gpuresource("ml", "r").build();
+    unnamed.metadata.namespace = None;
+    index.apply_gpuresource(&unnamed);
+    index.apply_pod(&pod("ml", "other").scheduler("default-scheduler").build());
+    assert!(index.problems().is_empty());
+    assert!(index.snapshots(1).is_empty());
+}
+
+#[test]
+fn gpus_with_repeated_or_empty_uuids_are_skipped() {
+    let mut index = index();
+    index.apply_node(&node("a").build());
+    let mut gpunode = gpunode("a").with_gpus(3).build();
+    let gpus = &mut gpunode.status.as_mut().unwrap().gpus;
+    gpus[1].uuid = gpus[0].uuid.clone();
+    gpus[2].uuid.clear();
+    index.apply_gpunode(&gpunode);
+    index.apply_gpuresource(&gpuresource("ml", "r").build());
+    index.apply_pod(&pod("ml", "p").resource("r").build());
+    let snapshot = default_snapshot(&index);
+    assert_eq!(snapshot.nodes[0].gpus.len(), 1);
+}

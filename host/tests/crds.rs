@@ -1,0 +1,153 @@
+//! The CRDs checked in under `deploy/crds/` are what the Rust types generate,
+//! and they are structural schemas the API server accepts.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use wasmgpu::api;
+
+fn crd_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds")
+}
+
+#[test]
+fn checked_in_crds_match_the_types() {
+    if let Err(drift) = api::check_dir(&crd_dir()) {
+        panic!("{drift}");
+    }
+}
+
+#[test]
+fn drift_is_reported_with_the_fix() {
+    let dir = std::env::temp_dir().join(format!("wasmgpu-crds-{}", std::process::id()));
+    api::write_dir(&dir).expect("write");
+    api::check_dir(&dir).expect("fresh files match");
+    std::fs::write(dir.join("gpunodes.wasmgpu.io.yaml"), "stale").unwrap();
+    let drift = api::check_dir(&dir).expect_err("drift");
+    assert_eq!(drift.files, ["gpunodes.wasmgpu.io.yaml"]);
+    assert!(drift.to_string().contains("wasmgpu crd --write"), "{drift}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// The `openAPIV3Schema` of a CRD, as JSON.
+fn schema(kind: &str) -> Value {
+    let crd = api::crds()
+        .into_iter()
+        .find(|crd| crd.spec.names.kind == kind)
+        .unwrap_or_else(|| panic!("no CRD for {kind}"));
+    let version = &crd.spec.versions[0];
+    serde_json::to_value(&version.schema.as_ref().unwrap().open_api_v3_schema).unwrap()
+}
+
+/// Structural schema rules (a subset): every node has a `type` unless it
+/// preserves unknown fields or is int-or-string; no `$ref`, no `oneOf`/
+/// `anyOf`/`allOf` carrying types, no `additionalProperties` beside `properties`.
+fn check_structural(path: &str, node: &Value, problems: &mut Vec<String>) {
+    let Some(object) = node.as_object() else {
+        return;
+    };
+    let exempt = object.contains_key("x-kubernetes-preserve-unknown-fields")
+        || object.contains_key("x-kubernetes-int-or-string");
+    if !exempt && !object.contains_key("type") {
+        problems.push(format!("{path}: no type"));
+    }
+    for forbidden in ["$ref", "oneOf", "anyOf", "allOf", "not"] {
+        if object.contains_key(forbidden) {
+            problems.push(format!("{path}: {forbidden}"));
+        }
+    }
+    if object.contains_key("properties") && object.contains_key("additionalProperties") {
+        problems.push(format!("{path}: properties and additionalProperties"));
+    }
+    if let Some(properties) = object.get("properties").and_then(Value::as_object) {
+        for (name, child) in properties {
+            check_structural(&format!("{path}.{name}"), child, problems);
+        }
+    }
+    if let Some(items) = object.get("items") {
+        check_structural(&format!("{path}[]"), items, problems);
+    }
+    if let Some(additional) = object.get("additionalProperties").filter(|v| v.is_object()) {
+        check_structural(&format!("{path}{{}}"), additional, problems);
+    }
+}
+
+#[test]
+fn schemas_are_structural() {
+    for kind in ["GPUResource", "GPUNode"] {
+        let mut problems = Vec::new();
+        check_structural(kind, &schema(kind), &mut problems);
+        assert!(problems.is_empty(), "{kind}: {problems:#?}");
+    }
+}
+
+#[test]
+fn gpuresource_schema_enforces_what_it_can() {
+    let schema = schema("GPUResource");
+    let spec = &schema["properties"]["spec"];
+    let count = &spec["properties"]["count"];
+    assert_eq!(
+        (count["minimum"].as_f64(), count["maximum"].as_f64()),
+        (Some(1.0), Some(16.0))
+    );
+    assert_eq!(
+        spec["properties"]["memoryMiB"]["minimum"].as_f64(),
+        Some(0.0)
+    );
+    assert_eq!(spec["properties"]["model"]["minLength"], 1);
+    assert_eq!(
+        spec["properties"]["sharing"]["enum"],
+        serde_json::json!(["Exclusive", "Shared"])
+    );
+    assert_eq!(spec["properties"]["sharing"]["default"], "Exclusive");
+    let rules = spec["x-kubernetes-validations"]
+        .as_array()
+        .expect("CEL rules on spec");
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["rule"].as_str().unwrap().contains("memoryMiB > 0"))
+    );
+    let conditions = &schema["properties"]["status"]["properties"]["conditions"];
+    assert_eq!(conditions["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        conditions["x-kubernetes-list-map-keys"],
+        serde_json::json!(["type"])
+    );
+}
+
+#[test]
+fn crds_have_names_scopes_and_columns() {
+    let crds = api::crds();
+    let gpur = &crds[0];
+    assert_eq!(
+        gpur.metadata.name.as_deref(),
+        Some("gpuresources.wasmgpu.io")
+    );
+    assert_eq!(gpur.spec.scope, "Namespaced");
+    assert_eq!(
+        gpur.spec.names.short_names.as_deref(),
+        Some(&["gpur".to_string()][..])
+    );
+    let gpun = &crds[1];
+    assert_eq!(gpun.metadata.name.as_deref(), Some("gpunodes.wasmgpu.io"));
+    assert_eq!(gpun.spec.scope, "Cluster");
+    for crd in &crds {
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, "v1alpha1");
+        assert!(
+            version
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some()
+        );
+        let columns: Vec<_> = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert!(columns.contains(&"Age"), "{columns:?}");
+    }
+}
