@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 
 /// A node's GPU inventory. The object is cluster-scoped and named after the
 /// node; everything lives in `status`, written by the node's agent.
+// The printer columns repeat `type_` values, which clippy takes for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "wasmgpu.io",

@@ -13,6 +13,8 @@ pub const MAX_COUNT: u32 = 16;
 /// Pods ask for it with `spec.schedulerName: wasmgpu` and the annotation
 /// `wasmgpu.io/gpuresource: <name>` (same namespace). Each such pod gets its
 /// own allocation of this shape, recorded in `status.allocations`.
+// The printer columns repeat `type_` values, which clippy takes for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "wasmgpu.io",
