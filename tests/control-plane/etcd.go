@@ -11,12 +11,38 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
+
+// etcdServer is the embedded etcd and the level of its logger.
+type etcdServer struct {
+	*embed.Etcd
+	logLevel zap.AtomicLevel
+}
+
+// stop closes etcd. Its listeners report their closing as errors, which are
+// silenced: they are expected.
+func (e *etcdServer) stop() {
+	e.logLevel.SetLevel(zap.FatalLevel)
+	e.Close()
+}
 
 // startEtcd starts a single-member etcd keeping its data under dir, without
 // fsync (the data is thrown away at the end), serving plain HTTP on a free
 // loopback port. It returns the client URL.
-func startEtcd(dir string) (*embed.Etcd, string, error) {
+func startEtcd(dir string) (*etcdServer, string, error) {
+	logLevel := zap.NewAtomicLevelAt(zap.WarnLevel)
+	logConfig := zap.NewProductionConfig()
+	logConfig.Level = logLevel
+	logConfig.Sampling = nil
+	logConfig.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	logConfig.OutputPaths = []string{"stderr"}
+	logConfig.ErrorOutputPaths = []string{"stderr"}
+	logger, err := logConfig.Build()
+	if err != nil {
+		return nil, "", fmt.Errorf("etcd's logger: %w", err)
+	}
 	var lastErr error
 	// A port found free can be taken by someone else before etcd binds it:
 	// try again with new ports then.
@@ -33,8 +59,7 @@ func startEtcd(dir string) (*embed.Etcd, string, error) {
 		cfg.Dir = filepath.Join(dir, "etcd")
 		cfg.UnsafeNoFsync = true
 		cfg.Logger = "zap"
-		cfg.LogLevel = "warn"
-		cfg.LogOutputs = []string{"stderr"}
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger)
 		cfg.ListenClientUrls = []url.URL{client}
 		cfg.AdvertiseClientUrls = []url.URL{client}
 		cfg.ListenPeerUrls = []url.URL{peer}
@@ -53,7 +78,7 @@ func startEtcd(dir string) (*embed.Etcd, string, error) {
 		}
 		select {
 		case <-e.Server.ReadyNotify():
-			return e, client.String(), nil
+			return &etcdServer{Etcd: e, logLevel: logLevel}, client.String(), nil
 		case err := <-e.Err():
 			e.Close()
 			return nil, "", fmt.Errorf("etcd failed while starting: %w", err)

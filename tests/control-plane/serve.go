@@ -129,7 +129,7 @@ func run(cfg runConfig, stop <-chan string) error {
 	if err != nil {
 		return err
 	}
-	defer etcd.Close()
+	defer etcd.stop()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
