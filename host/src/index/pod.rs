@@ -27,6 +27,9 @@ pub(crate) struct PodFacts {
     /// node affinity.
     pub required_terms: Option<Vec<NodeSelectorTerm>>,
     pub tolerations: Vec<Toleration>,
+    /// `nodeSelector`, required terms and tolerations in one string: pods
+    /// with the same key may run on the same nodes.
+    pub constraints_key: String,
 }
 
 impl PodFacts {
@@ -53,6 +56,11 @@ impl PodFacts {
                     .as_ref()
             })
             .map(|selector| selector.node_selector_terms.clone());
+        let node_selector = spec.node_selector.clone().unwrap_or_default();
+        let tolerations = spec.tolerations.clone().unwrap_or_default();
+        let constraints_key =
+            serde_json::to_string(&(&node_selector, &required_terms, &tolerations))
+                .unwrap_or_default();
         Some(Self {
             uid: meta.uid.clone().unwrap_or_default(),
             resource: meta
@@ -65,9 +73,10 @@ impl PodFacts {
             deleting: meta.deletion_timestamp.is_some(),
             created_ms,
             priority: spec.priority.unwrap_or(0),
-            node_selector: spec.node_selector.clone().unwrap_or_default(),
+            node_selector,
             required_terms,
-            tolerations: spec.tolerations.clone().unwrap_or_default(),
+            tolerations,
+            constraints_key,
         })
     }
 

@@ -79,6 +79,8 @@ impl Index {
     /// Sorts the pods: who waits (and for which policy), who has a problem.
     fn survey(&self, ledgers: &Ledgers) -> Survey<'_> {
         let mut survey = Survey::default();
+        // Pods with the same constraints and GPUResource fit the same nodes.
+        let mut fit_to_reason: HashMap<(&str, ObjectKey), Option<String>> = HashMap::new();
         for (resource, state) in &self.key_to_resource {
             if let Some(error) = &state.spec_error {
                 survey.problems.push(Problem::InvalidResource {
@@ -108,7 +110,11 @@ impl Index {
             if state.spec_error.is_some() {
                 continue;
             }
-            if let Some(reason) = self.unsatisfiable(key, pod, &state.spec) {
+            let reason = fit_to_reason
+                .entry((pod.constraints_key.as_str(), resource.clone()))
+                .or_insert_with(|| self.unsatisfiable(key, pod, &state.spec))
+                .clone();
+            if let Some(reason) = reason {
                 survey.problems.push(Problem::Unsatisfiable {
                     pod: key.clone(),
                     resource,
@@ -213,21 +219,28 @@ impl Index {
         waiting.sort_by(|a, b| {
             (a.request.created_ms, &a.request.pod).cmp(&(b.request.created_ms, &b.request.pod))
         });
-        // Pods with the same constraints share one set, numbered in the
-        // order of first use.
+        // Sets are numbered in the order of first use; pods with the same
+        // constraints are checked once, and equal sets are shared.
         let mut eligible_sets: Vec<Vec<u32>> = Vec::new();
         let mut set_to_position: HashMap<Vec<u32>, u32> = HashMap::new();
+        let mut constraints_to_position: HashMap<&str, u32> = HashMap::new();
         for w in &mut waiting {
+            if let Some(&position) = constraints_to_position.get(w.pod.constraints_key.as_str()) {
+                w.request.eligible_set = position;
+                continue;
+            }
             let set: Vec<u32> = candidates
                 .iter()
                 .enumerate()
                 .filter(|(_, c)| eligibility::check(w.pod, c.name, c.facts).is_ok())
                 .map(|(i, _)| i as u32)
                 .collect();
-            w.request.eligible_set = *set_to_position.entry(set).or_insert_with_key(|set| {
+            let position = *set_to_position.entry(set).or_insert_with_key(|set| {
                 eligible_sets.push(set.clone());
                 eligible_sets.len() as u32 - 1
             });
+            constraints_to_position.insert(&w.pod.constraints_key, position);
+            w.request.eligible_set = position;
         }
         Snapshot {
             round,
