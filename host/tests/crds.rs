@@ -151,3 +151,31 @@ fn crds_have_names_scopes_and_columns() {
         assert!(columns.contains(&"Age"), "{columns:?}");
     }
 }
+
+#[test]
+fn wasmgpu_crd_prints_both_crds_and_writes_a_directory() {
+    let binary = env!("CARGO_BIN_EXE_wasmgpu");
+    let output = std::process::Command::new(binary)
+        .arg("crd")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    let names: Vec<String> = serde_norway::Deserializer::from_str(&text)
+        .map(|doc| {
+            let crd = <serde_json::Value as serde::Deserialize>::deserialize(doc).unwrap();
+            crd["metadata"]["name"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(names, ["gpuresources.wasmgpu.io", "gpunodes.wasmgpu.io"]);
+
+    let dir = std::env::temp_dir().join(format!("wasmgpu-crd-cli-{}", std::process::id()));
+    let status = std::process::Command::new(binary)
+        .args(["crd", "--write"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    api::check_dir(&dir).expect("what --write wrote matches");
+    std::fs::remove_dir_all(dir).ok();
+}
