@@ -1,8 +1,9 @@
 //! # The index: cluster state in memory, snapshots out
 //!
 //! Watches feed the index through small synchronous calls (`apply_*`,
-//! `delete_*`, and `reset_*` after a relist); it does no I/O and holds no
-//! API client. Out come the [`Snapshot`](crate::engine::types::Snapshot)s the policies decide on, the
+//! `delete_*`, and `reset_*` after a relist; or generically through
+//! [`IndexResource`]); it does no I/O and holds no API client. Out come the
+//! [`Snapshot`](crate::engine::types::Snapshot)s the policies decide on, the
 //! [`Problem`]s users must fix, and the ledger entries to [`Release`].
 //!
 //! ```text
@@ -36,6 +37,7 @@ mod node;
 mod pod;
 mod problem;
 mod snapshot;
+mod watch;
 
 #[cfg(test)]
 mod tests;
@@ -48,6 +50,7 @@ pub use eligibility::Ineligible;
 pub use key::ObjectKey;
 pub use ledger::{Release, ReleaseReason};
 pub use problem::{Problem, Subject};
+pub use watch::IndexResource;
 
 use crate::api::{Allocation, GPUNode, GPUResource, GPUResourceSpec, InvalidSpec};
 use inventory::Inventory;

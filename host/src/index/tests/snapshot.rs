@@ -200,3 +200,50 @@ fn nvlink_peers_are_positions_in_the_node() {
     last.sort();
     assert_eq!(last, [0, 1]);
 }
+
+/// What a generic watch loop does with the events of one kind.
+fn feed<K>(index: &mut Index, listed: &[K], deleted: &K)
+where
+    Index: crate::index::IndexResource<K>,
+{
+    use crate::index::IndexResource;
+    index.reset(listed);
+    index.delete(deleted);
+}
+
+#[test]
+fn every_kind_can_be_fed_through_one_generic_interface() {
+    let mut index = Index::new(DEFAULT_POLICY);
+    feed(
+        &mut index,
+        &[node("a").build(), node("b").build()],
+        &node("b").build(),
+    );
+    feed(
+        &mut index,
+        &[
+            gpunode("a").with_gpus(1).build(),
+            gpunode("b").with_gpus(1).build(),
+        ],
+        &gpunode("b").build(),
+    );
+    feed(
+        &mut index,
+        &[
+            gpuresource("ml", "r").build(),
+            gpuresource("ml", "gone").build(),
+        ],
+        &gpuresource("ml", "gone").build(),
+    );
+    let pods = [
+        pod("ml", "p").resource("r").build(),
+        pod("ml", "q").resource("r").build(),
+    ];
+    feed(&mut index, &pods, &pods[1]);
+    let snapshot = default_snapshot(&index);
+    let nodes: Vec<_> = snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(nodes, ["a"]);
+    let pending: Vec<_> = snapshot.pending.iter().map(|r| r.pod.as_str()).collect();
+    assert_eq!(pending, ["ml/p"]);
+    assert!(index.problems().is_empty());
+}
