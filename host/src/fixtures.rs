@@ -3,9 +3,7 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub(crate) use wasmgpu_policy_sdk::testing::{
-    node, request, snapshot as sdk_snapshot, with_full_nvlink,
-};
+pub(crate) use wasmgpu_policy_sdk::testing::{node, request, snapshot as sdk_snapshot};
 
 /// Converts between the SDK's and the host's copy of a contract type (they
 /// are generated from the same WIT, so their serde forms are identical).

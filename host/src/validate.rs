@@ -364,21 +364,23 @@ mod tests {
     #[test]
     fn refuses_unknown_pods_nodes_and_gpus() {
         let snap = two_nodes();
-        let verdict = validate(
-            &snap,
-            &[
-                assign("ns/ghost", "a", &["GPU-a-0"]),
-                assign("ns/x1", "nowhere", &["GPU-a-0"]),
-                assign("ns/x1", "a", &["GPU-nope"]),
-                assign("ns/x1", "a", &["GPU-b-0"]),
-                assign("ns/x2", "a", &["GPU-a-0"]),
-                assign("ns/x2", "a", &["GPU-a-1", "GPU-a-1"]),
-                assign("ns/s1", "b", &["GPU-b-1"]),
-            ],
-        );
-        assert!(verdict.accepted.is_empty());
+        // One decision per round: a pod's second decision is refused as such.
+        let decisions = [
+            assign("ns/ghost", "a", &["GPU-a-0"]),
+            assign("ns/x1", "nowhere", &["GPU-a-0"]),
+            assign("ns/x1", "a", &["GPU-nope"]),
+            assign("ns/x1", "a", &["GPU-b-0"]),
+            assign("ns/x2", "a", &["GPU-a-0"]),
+            assign("ns/x2", "a", &["GPU-a-1", "GPU-a-1"]),
+            assign("ns/s1", "b", &["GPU-b-1"]),
+        ];
+        let verdicts: Vec<Verdict> = decisions
+            .iter()
+            .map(|d| validate(&snap, std::slice::from_ref(d)))
+            .collect();
+        assert!(verdicts.iter().all(|v| v.accepted.is_empty()));
         assert_eq!(
-            reasons(&verdict),
+            verdicts.iter().flat_map(reasons).collect::<Vec<_>>(),
             [
                 Invalid::UnknownPod,
                 Invalid::UnknownNode {
@@ -459,18 +461,18 @@ mod tests {
         let verdict = validate(&snap, &[assign("ns/x2", "b", &["GPU-b-0", "GPU-b-1"])]);
         assert_eq!(
             verdict.refused[0].reason,
-            Invalid::UnhealthyGpu {
-                gpu: "GPU-b-1".into()
-            }
-        );
-        snap.nodes[1].gpus[1].healthy = true;
-        let verdict = validate(&snap, &[assign("ns/x2", "b", &["GPU-b-0", "GPU-b-1"])]);
-        assert_eq!(
-            verdict.refused[0].reason,
             Invalid::NotEnoughMemory {
                 gpu: "GPU-b-0".into(),
                 has_mib: 40960,
                 want_mib: 50000
+            }
+        );
+        snap.pending[1].memory_mib = 0;
+        let verdict = validate(&snap, &[assign("ns/x2", "b", &["GPU-b-0", "GPU-b-1"])]);
+        assert_eq!(
+            verdict.refused[0].reason,
+            Invalid::UnhealthyGpu {
+                gpu: "GPU-b-1".into()
             }
         );
     }
