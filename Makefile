@@ -59,7 +59,9 @@ bench-snapshot: build
 	@test -f $(BENCH_SNAPSHOT) || $(WASMGPU) policy generate-snapshot --nodes 1000 --pods 1000 -o $(BENCH_SNAPSHOT)
 
 bench: policies bench-snapshot ## Benchmarks at 1,000 nodes × 8 GPUs and 1,000 pods (see docs/BENCHMARKS.md)
-	@$(CARGO) bench --quiet -p wasmgpu --bench round
+	@# `cargo test --release --bench` runs the bench binary with the release build
+	@# the tests already made, instead of a separate `bench` profile build.
+	@$(CARGO) test --quiet --release -p wasmgpu --bench round
 	@$(WASMGPU) policy bench $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm --snapshot $(BENCH_SNAPSHOT) --rounds 50
 
 # --- control plane (tests/control-plane) -----------------------------------

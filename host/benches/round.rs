@@ -1,6 +1,6 @@
 //! One scheduling round at scale: 1,000 nodes × 8 GPUs, 1,000 pending pods.
 //!
-//! `make bench` (or `cargo bench -p wasmgpu --bench round` after `make policies`)
+//! `make bench` (or `cargo test --release -p wasmgpu --bench round` after `make policies`)
 //! prints the median and p99 of each phase over repeated rounds:
 //! binpack natively, binpack in Wasm (instantiate, call, validate, full round),
 //! marshalling alone (a policy that returns nothing), and the Wasm/native ratio.
@@ -74,11 +74,9 @@ fn main() {
         placed = verdict.accepted.len();
         assert!(verdict.refused.is_empty());
     }
-    let marshal = time(rounds, || noop.allocate(&noop_snapshot).unwrap().stats.call);
     let marshal_call: Vec<Duration> = (0..rounds)
         .map(|_| noop.allocate(&noop_snapshot).unwrap().stats.call)
         .collect();
-    let _ = marshal;
 
     let gpus: usize = snapshot.nodes.iter().map(|n| n.gpus.len()).sum();
     println!(

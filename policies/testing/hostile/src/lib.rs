@@ -10,7 +10,7 @@
 //! | `recursion`      | recurses without end                                      |
 //! | `huge-output`    | returns 200,000 decisions                                 |
 //! | `ghost-gpu`      | assigns the first pod GPUs that do not exist              |
-//! | `taken-gpu`      | assigns the first pod a GPU another pod holds             |
+//! | `taken-gpu`      | assigns a one-GPU pod a GPU another pod holds             |
 //! | `same-gpu-twice` | gives the first GPU to the first two pods                 |
 //! | `clock-random`   | reports the clocks and random numbers it sees             |
 //! | `sleep`          | sleeps for a second                                       |
@@ -83,9 +83,10 @@ impl Policy for Hostile {
                     .iter()
                     .flat_map(|n| n.gpus.iter().map(move |g| (n, g)))
                     .find(|(_, g)| g.exclusive_owner.is_some());
-                match taken {
-                    Some((n, g)) => vec![assign(&first_pod(), &n.name, vec![g.uuid.clone()])],
-                    None => Vec::new(),
+                let single = snapshot.pending.iter().find(|r| r.count == 1);
+                match (taken, single) {
+                    (Some((n, g)), Some(r)) => vec![assign(&r.pod, &n.name, vec![g.uuid.clone()])],
+                    _ => Vec::new(),
                 }
             }
             "same-gpu-twice" => {
