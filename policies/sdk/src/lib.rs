@@ -54,11 +54,13 @@ extern crate self as wasmgpu_policy_sdk;
 mod cluster;
 mod config;
 mod glob;
+mod placement;
 pub mod testing;
 
 pub use cluster::{Cluster, Fit, Shortfall, Want};
 pub use config::parse_config;
 pub use glob::glob_match;
+pub use placement::{PlacementParams, place_each};
 
 /// The `wasmgpu:policy` world, generated from `wit/policy.wit`.
 ///

@@ -12,40 +12,12 @@
 //! ```
 #![forbid(unsafe_code)]
 
-use serde::Deserialize;
-use wasmgpu_policy_sdk::{
-    Cluster, Decision, Fit, Info, Policy, Snapshot, fail, info, parse_config,
-};
+use wasmgpu_policy_sdk::{Decision, Fit, Info, Policy, Snapshot, info, place_each};
 
-/// The policy's parameters.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct Params {
-    /// Keep multi-GPU exclusive requests on GPUs joined by NVLink when possible.
-    pub prefer_nvlink: bool,
-}
-
-impl Default for Params {
-    fn default() -> Self {
-        Params {
-            prefer_nvlink: true,
-        }
-    }
-}
-
-/// Decides one round (the algorithm, callable natively).
+/// Decides one round (the algorithm, callable natively): every request goes to
+/// the least-loaded eligible node that fits.
 pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
-    let params: Params = parse_config(&snapshot.config).unwrap_or_else(|e| fail(&e));
-    let mut cluster = Cluster::new(snapshot);
-    let mut decisions = Vec::with_capacity(snapshot.pending.len());
-    for request in cluster.pending_in_order() {
-        let want = cluster.want(request);
-        let placed = cluster
-            .choose_node(&want, Fit::Loosest)
-            .and_then(|node| cluster.place(node, &want, Fit::Loosest, params.prefer_nvlink));
-        decisions.push(placed.unwrap_or_else(|| cluster.unplaced(&want)));
-    }
-    decisions
+    place_each(snapshot, Fit::Loosest)
 }
 
 /// The spread policy.

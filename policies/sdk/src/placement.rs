@@ -1,0 +1,41 @@
+//! The placement loop most policies share: serve requests in order, choose a
+//! node by headroom, pick GPUs, and explain the pods left over.
+
+use serde::Deserialize;
+
+use crate::{Cluster, Decision, Fit, Snapshot, fail, parse_config};
+
+/// Parameters understood by [`place_each`] (`config.json`, all optional).
+#[derive(Debug, Deserialize, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct PlacementParams {
+    /// Keep multi-GPU exclusive requests on GPUs joined by NVLink when possible.
+    pub prefer_nvlink: bool,
+}
+
+impl Default for PlacementParams {
+    fn default() -> Self {
+        PlacementParams {
+            prefer_nvlink: true,
+        }
+    }
+}
+
+/// Serves the snapshot's requests by priority then age; each goes to the
+/// eligible node [`Cluster::choose_node`] picks for `fit`, on the GPUs
+/// [`Cluster::pick_gpus`] picks for the same `fit`. Requests that fit nowhere
+/// get `wait` or `reject` with the reason. An invalid `config.json` fails the
+/// round (see [`fail`]).
+pub fn place_each(snapshot: &Snapshot, fit: Fit) -> Vec<Decision> {
+    let params: PlacementParams = parse_config(&snapshot.config).unwrap_or_else(|e| fail(&e));
+    let mut cluster = Cluster::new(snapshot);
+    let mut decisions = Vec::with_capacity(snapshot.pending.len());
+    for request in cluster.pending_in_order() {
+        let want = cluster.want(request);
+        let placed = cluster
+            .choose_node(&want, fit)
+            .and_then(|node| cluster.place(node, &want, fit, params.prefer_nvlink));
+        decisions.push(placed.unwrap_or_else(|| cluster.unplaced(&want)));
+    }
+    decisions
+}
