@@ -1,5 +1,5 @@
 //! Host bindings of the `wasmgpu:policy` world, generated from `wit/`.
-#![allow(missing_docs)]
+#![allow(missing_docs, clippy::all)]
 
 wasmtime::component::bindgen!({
     path: "../wit",

@@ -65,7 +65,7 @@ pub use placement::{PlacementParams, place_each};
 /// The `wasmgpu:policy` world, generated from `wit/policy.wit`.
 ///
 /// Policies normally use the re-exports at the crate root instead.
-#[allow(missing_docs, unsafe_code)]
+#[allow(missing_docs, unsafe_code, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
         world: "policy",
