@@ -64,12 +64,11 @@ impl Want<'_> {
             .map(|m| format!(" matching \"{m}\""))
             .unwrap_or_default();
         match r.sharing {
-            Sharing::Exclusive => {
-                format!(
-                    "{} GPU(s){model} with at least {} MiB each",
-                    r.count, r.memory_mib
-                )
-            }
+            Sharing::Exclusive if r.memory_mib == 0 => format!("{} GPU(s){model}", r.count),
+            Sharing::Exclusive => format!(
+                "{} GPU(s){model} with at least {} MiB each",
+                r.count, r.memory_mib
+            ),
             Sharing::Shared => format!(
                 "{} GPU(s){model} with {} MiB to share",
                 r.count, r.memory_mib
