@@ -237,7 +237,7 @@ fn check(
             node: a.node.clone(),
         })?;
     let eligible = snapshot.eligible_sets.get(request.eligible_set as usize);
-    if !eligible.is_some_and(|set| set.binary_search(&(node as u32)).is_ok()) {
+    if eligible.is_none_or(|set| set.binary_search(&(node as u32)).is_err()) {
         return Err(Invalid::NotEligible {
             node: a.node.clone(),
         });
