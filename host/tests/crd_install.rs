@@ -1,9 +1,7 @@
 //! The CRDs in `deploy/crds/` install on a real API server, which then
 //! refuses objects that break the schema, with its own message.
 
-use std::time::Duration;
-
-use anyhow::{Context, Result, ensure};
+use anyhow::Result;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -11,29 +9,14 @@ use tokio::sync::OnceCell;
 use wasmgpu::api::{GPUNode, GPUNodeSpec, GPUNodeStatus, GPUResource, GpuInfo, Sharing};
 use wasmgpu_test_harness::TestContext;
 
-const WAIT: Duration = Duration::from_secs(60);
-
 /// Runs kubectl with the admin kubeconfig from the repository root.
 async fn kubectl(ctx: &TestContext, args: &[&str]) -> Result<String> {
-    let mut command = ctx.cluster().kubectl()?;
-    command
-        .args(args)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let output = tokio::time::timeout(
-        WAIT,
-        tokio::process::Command::from(command)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .with_context(|| format!("kubectl {args:?} did not finish within {WAIT:?}"))??;
-    ensure!(
-        output.status.success(),
-        "kubectl {args:?}: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(String::from_utf8(output.stdout)?)
+    ctx.cluster()
+        .run_kubectl(
+            std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")),
+            args,
+        )
+        .await
 }
 
 /// Installs the checked-in CRDs once per test process, as an operator would.

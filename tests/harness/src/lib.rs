@@ -161,6 +161,28 @@ impl Cluster {
         command.env("KUBECONFIG", &self.kubeconfig_path);
         Ok(command)
     }
+
+    /// Runs `kubectl ARGS` with the admin identity in `dir`, bounded by
+    /// [`DEFAULT_WAIT`]; its standard output, or an error with its stderr.
+    pub async fn run_kubectl(&self, dir: &Path, args: &[&str]) -> Result<String> {
+        let mut command = self.kubectl()?;
+        command.args(args).current_dir(dir);
+        let output = tokio::time::timeout(
+            DEFAULT_WAIT,
+            tokio::process::Command::from(command)
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .with_context(|| format!("kubectl {args:?} did not finish within {DEFAULT_WAIT:?}"))??;
+        anyhow::ensure!(
+            output.status.success(),
+            "kubectl {args:?}: {}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Ok(String::from_utf8(output.stdout)?)
+    }
 }
 
 /// A client for a kubeconfig.

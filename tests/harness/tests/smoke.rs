@@ -422,23 +422,9 @@ async fn a_service_account_gets_only_what_its_role_grants() -> Result<()> {
 
 /// Runs kubectl with the admin kubeconfig, bounded in time.
 async fn kubectl(ctx: &TestContext, args: &[&str]) -> Result<String> {
-    let mut command = ctx.cluster().kubectl()?;
-    command.args(args);
-    let output = tokio::time::timeout(
-        DEFAULT_WAIT,
-        tokio::process::Command::from(command)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .with_context(|| format!("kubectl {args:?} did not finish within {DEFAULT_WAIT:?}"))??;
-    ensure!(
-        output.status.success(),
-        "kubectl {args:?}: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(String::from_utf8(output.stdout)?)
+    ctx.cluster()
+        .run_kubectl(std::path::Path::new(env!("CARGO_MANIFEST_DIR")), args)
+        .await
 }
 
 #[tokio::test]
