@@ -545,12 +545,6 @@ impl<'s> Cluster<'s> {
         }
     }
 
-    /// Whether every GPU of the node is free.
-    pub fn is_idle(&self, node: u32) -> bool {
-        let state = &self.nodes[node as usize];
-        state.free_whole as usize == state.gpus.len()
-    }
-
     /// UUIDs of the GPUs at `positions` on `node`.
     pub fn uuids(&self, node: u32, positions: &[usize]) -> Vec<String> {
         let gpus = &self.snapshot.nodes[node as usize].gpus;
