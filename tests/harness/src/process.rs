@@ -65,7 +65,7 @@ impl ControlPlane {
             ),
             None => None,
         };
-        log.collect(stderr, log_file);
+        let log_drained = log.collect(stderr, log_file);
 
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
@@ -85,6 +85,8 @@ impl ControlPlane {
             Ok(Stdout::Ready(line)) => line,
             Ok(Stdout::Exited) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                 let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+                // The log reader may still hold the last lines the server wrote.
+                let _ = log_drained.recv_timeout(Duration::from_secs(5));
                 bail!(
                     "the control plane ({}) exited before it was ready ({status}); its log ends with:\n{}",
                     binary.display(),
@@ -165,8 +167,14 @@ pub(crate) struct LogTail(Arc<Mutex<VecDeque<String>>>);
 
 impl LogTail {
     /// Reads `stderr` to its end on a thread of its own, so the child never
-    /// blocks on a full pipe; every line also goes to `file` when given.
-    fn collect(&self, stderr: impl std::io::Read + Send + 'static, mut file: Option<File>) {
+    /// blocks on a full pipe; every line also goes to `file` when given. The
+    /// returned channel is signalled (or closed) once stderr is read to its end.
+    fn collect(
+        &self,
+        stderr: impl std::io::Read + Send + 'static,
+        mut file: Option<File>,
+    ) -> mpsc::Receiver<()> {
+        let (drained_tx, drained) = mpsc::channel();
         let lines = self.0.clone();
         let spawned = std::thread::Builder::new()
             .name("control-plane-log".into())
@@ -182,10 +190,12 @@ impl LogTail {
                     }
                     lines.push_back(line);
                 }
+                let _ = drained_tx.send(());
             });
         if let Err(error) = spawned {
             self.push(format!("(the log could not be collected: {error})"));
         }
+        drained
     }
 
     fn push(&self, line: String) {
