@@ -61,31 +61,24 @@ fn check_describes_a_policy_and_explains_what_is_not_one() {
             .any(|i| i == "log")
     );
 
-    let out = wasmgpu(&["policy", "check", &repo("Cargo.toml")]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out).contains("not a WebAssembly binary"),
-        "{}",
-        text(&out)
-    );
-
+    assert_check_refuses(&repo("Cargo.toml"), "not a WebAssembly binary");
     let core = temp_file("core.wasm", &wat::parse_str("(module)").unwrap());
-    let out = wasmgpu(&["policy", "check", core.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out).contains("core WebAssembly module, not a component"),
-        "{}",
-        text(&out)
+    assert_check_refuses(
+        core.to_str().unwrap(),
+        "core WebAssembly module, not a component",
     );
-
     let wrong = temp_file("wrong.wasm", &wat::parse_str("(component)").unwrap());
-    let out = wasmgpu(&["policy", "check", wrong.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out).contains("not a wasmgpu:policy@0.1.0 component"),
-        "{}",
-        text(&out)
+    assert_check_refuses(
+        wrong.to_str().unwrap(),
+        "not a wasmgpu:policy@0.1.0 component",
     );
+}
+
+/// `wasmgpu policy check FILE` exits 1 and says `reason`.
+fn assert_check_refuses(file: &str, reason: &str) {
+    let out = wasmgpu(&["policy", "check", file]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains(reason), "{}", text(&out));
 }
 
 #[test]
