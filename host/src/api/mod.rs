@@ -38,3 +38,8 @@ pub const SCHEDULER_NAME: &str = "wasmgpu";
 pub const GPURESOURCE_ANNOTATION: &str = "wasmgpu.io/gpuresource";
 /// Pod annotation the controller writes: the chosen GPU UUIDs, comma-separated.
 pub const DEVICES_ANNOTATION: &str = "wasmgpu.io/devices";
+/// Pod annotation the controller writes: the node the GPUs are on.
+pub const NODE_ANNOTATION: &str = "wasmgpu.io/node";
+/// Finalizer the controller puts on GPUResources: their ledger is released
+/// (and the holders told) before they go.
+pub const RELEASE_FINALIZER: &str = "wasmgpu.io/release";

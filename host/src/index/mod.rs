@@ -42,7 +42,7 @@ mod watch;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
@@ -71,6 +71,10 @@ pub struct Index {
     /// The pods have been listed once: a ledger entry whose pod is not
     /// known is stale, not merely unseen yet.
     pods_listed: bool,
+    /// GPUResources the controller wrote, with the `resourceVersion` the
+    /// write returned: older versions still in the watch are ignored until
+    /// that one arrives, so the index never forgets a ledger entry it wrote.
+    key_to_written_version: HashMap<ObjectKey, String>,
 }
 
 /// What the index keeps of a GPUResource.
@@ -81,6 +85,35 @@ struct ResourceState {
     spec_error: Option<InvalidSpec>,
     /// The ledger (`status.allocations`).
     allocations: Vec<Allocation>,
+    /// `metadata.generation`.
+    generation: Option<i64>,
+    /// `metadata.resourceVersion`.
+    resource_version: Option<String>,
+    /// `metadata.deletionTimestamp` is set.
+    deleting: bool,
+    /// `metadata.finalizers` holds [`crate::api::RELEASE_FINALIZER`].
+    finalizer: bool,
+}
+
+/// What the controller needs to know of a GPUResource to report on it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResourceView {
+    /// The GPUResource.
+    pub key: ObjectKey,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// `metadata.resourceVersion` of the copy the index holds.
+    pub resource_version: Option<String>,
+    /// The policy that places its pods.
+    pub policy: String,
+    /// Why the spec is unusable, if it is.
+    pub spec_error: Option<InvalidSpec>,
+    /// Being deleted.
+    pub deleting: bool,
+    /// Carries the release finalizer.
+    pub finalizer: bool,
+    /// The ledger.
+    pub allocations: Vec<Allocation>,
 }
 
 /// How many pods of a GPUResource hold GPUs, and how many reference it.
@@ -104,6 +137,7 @@ impl Index {
             key_to_resource: BTreeMap::new(),
             key_to_pod: BTreeMap::new(),
             pods_listed: false,
+            key_to_written_version: HashMap::new(),
         }
     }
 
@@ -157,16 +191,44 @@ impl Index {
             .for_each(|gpunode| self.apply_gpunode(gpunode));
     }
 
-    /// Records a GPUResource: its spec (checked) and its ledger.
+    /// Records a GPUResource as a watch delivers it: its spec (checked) and
+    /// its ledger. A version older than one the controller wrote (see
+    /// [`Index::record_write`]) is ignored.
     pub fn apply_gpuresource(&mut self, resource: &GPUResource) {
-        let meta = &resource.metadata;
-        let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
+        let Some(key) = resource_key(resource) else {
             tracing::info!("Ignoring GPUResource without a namespace or name");
             return;
         };
+        if let Some(written) = self.key_to_written_version.get(&key) {
+            if resource.metadata.resource_version.as_ref() != Some(written) {
+                tracing::debug!(resource = %key, "Ignoring a version older than the one written");
+                return;
+            }
+            self.key_to_written_version.remove(&key);
+        }
+        self.store_gpuresource(key, resource);
+    }
+
+    /// Records a GPUResource the controller has just written (the object
+    /// the API server returned), ahead of the watch.
+    pub fn record_write(&mut self, resource: &GPUResource) {
+        let Some(key) = resource_key(resource) else {
+            return;
+        };
+        match &resource.metadata.resource_version {
+            Some(version) => self
+                .key_to_written_version
+                .insert(key.clone(), version.clone()),
+            None => self.key_to_written_version.remove(&key),
+        };
+        self.store_gpuresource(key, resource);
+    }
+
+    fn store_gpuresource(&mut self, key: ObjectKey, resource: &GPUResource) {
+        let meta = &resource.metadata;
         let spec_error = resource.spec.check().err();
         if let Some(error) = &spec_error {
-            tracing::info!(%ns, %name, %error, "Ignoring GPUResource spec");
+            tracing::info!(resource = %key, %error, "Ignoring GPUResource spec");
         }
         let state = ResourceState {
             spec: resource.spec.clone(),
@@ -176,19 +238,51 @@ impl Index {
                 .as_ref()
                 .map(|status| status.allocations.clone())
                 .unwrap_or_default(),
+            generation: meta.generation,
+            resource_version: meta.resource_version.clone(),
+            deleting: meta.deletion_timestamp.is_some(),
+            finalizer: meta
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == crate::api::RELEASE_FINALIZER),
         };
-        self.key_to_resource.insert(ObjectKey::new(ns, name), state);
+        self.key_to_resource.insert(key, state);
+    }
+
+    /// Every GPUResource, as the controller reports on it.
+    pub fn resources(&self) -> Vec<ResourceView> {
+        self.key_to_resource
+            .iter()
+            .map(|(key, state)| ResourceView {
+                key: key.clone(),
+                generation: state.generation,
+                resource_version: state.resource_version.clone(),
+                policy: self.policy_of(&state.spec).to_string(),
+                spec_error: state.spec_error.clone(),
+                deleting: state.deleting,
+                finalizer: state.finalizer,
+                allocations: state.allocations.clone(),
+            })
+            .collect()
+    }
+
+    /// The policy that places pods of a GPUResource with `spec`.
+    fn policy_of<'a>(&'a self, spec: &'a GPUResourceSpec) -> &'a str {
+        spec.policy.as_deref().unwrap_or(&self.default_policy)
     }
 
     /// Forgets a GPUResource, and with it its ledger.
     pub fn delete_gpuresource(&mut self, namespace: &str, name: &str) {
-        self.key_to_resource
-            .remove(&ObjectKey::new(namespace, name));
+        let key = ObjectKey::new(namespace, name);
+        self.key_to_written_version.remove(&key);
+        self.key_to_resource.remove(&key);
     }
 
     /// Replaces every GPUResource (after a relist).
     pub fn reset_gpuresources(&mut self, resources: &[GPUResource]) {
         self.key_to_resource.clear();
+        self.key_to_written_version.clear();
         resources.iter().for_each(|r| self.apply_gpuresource(r));
     }
 
@@ -264,4 +358,13 @@ impl Index {
             referencing,
         }
     }
+}
+
+/// `namespace/name` of a GPUResource, when it has both.
+fn resource_key(resource: &GPUResource) -> Option<ObjectKey> {
+    let meta = &resource.metadata;
+    Some(ObjectKey::new(
+        meta.namespace.as_deref()?,
+        meta.name.as_deref()?,
+    ))
 }

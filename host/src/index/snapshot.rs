@@ -107,7 +107,9 @@ impl Index {
                 });
                 continue;
             };
-            if state.spec_error.is_some() {
+            // An invalid spec is reported on the GPUResource; one being
+            // deleted takes no new pods.
+            if state.spec_error.is_some() || state.deleting {
                 continue;
             }
             let reason = fit_to_reason
@@ -124,7 +126,7 @@ impl Index {
             }
             let spec = &state.spec;
             survey.waiting.push(Waiting {
-                policy: spec.policy.as_deref().unwrap_or(&self.default_policy),
+                policy: self.policy_of(spec),
                 pod,
                 request: Request {
                     pod: key.to_string(),

@@ -246,3 +246,67 @@ fn pod_counts_for_status() {
         }
     );
 }
+
+#[test]
+fn a_written_ledger_survives_older_versions_from_the_watch() {
+    let mut index = cluster();
+    let before = gpuresource("ml", "r").version("5").build();
+    index.apply_gpuresource(&before);
+    let written = gpuresource("ml", "r")
+        .holds("p1", "n", &["GPU-n-0"], H100_MIB)
+        .version("7")
+        .build();
+    index.record_write(&written);
+    let held = |index: &Index| {
+        gpu(&default_snapshot(index), "GPU-n-0")
+            .exclusive_owner
+            .clone()
+    };
+    assert_eq!(held(&index).as_deref(), Some("ml/p1"));
+    // The watch still delivers versions from before the write: ignored.
+    index.apply_gpuresource(&gpuresource("ml", "r").version("6").build());
+    assert_eq!(held(&index).as_deref(), Some("ml/p1"));
+    // The write's own version arrives; from then on the watch is followed.
+    index.apply_gpuresource(&written);
+    index.apply_gpuresource(&gpuresource("ml", "r").version("8").build());
+    assert_eq!(held(&index), None);
+}
+
+#[test]
+fn a_relist_ends_the_wait_for_a_written_version() {
+    let mut index = cluster();
+    index.record_write(
+        &gpuresource("ml", "r")
+            .holds("p1", "n", &["GPU-n-0"], H100_MIB)
+            .version("7")
+            .build(),
+    );
+    index.reset_gpuresources(&[gpuresource("ml", "r").version("9").build()]);
+    assert_eq!(
+        gpu(&default_snapshot(&index), "GPU-n-0").exclusive_owner,
+        None
+    );
+}
+
+#[test]
+fn a_gpuresource_being_deleted_takes_no_new_pods_but_keeps_its_ledger() {
+    let mut index = cluster();
+    index.apply_pod(&pod("ml", "p2").resource("r").build());
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .holds("p1", "n", &["GPU-n-0"], H100_MIB)
+            .deleting()
+            .build(),
+    );
+    let snapshot = default_snapshot(&index);
+    assert!(snapshot.pending.is_empty());
+    assert_eq!(
+        gpu(&snapshot, "GPU-n-0").exclusive_owner.as_deref(),
+        Some("ml/p1")
+    );
+    let views = index.resources();
+    assert_eq!(views.len(), 1);
+    assert!(views[0].deleting);
+    assert_eq!(views[0].allocations.len(), 1);
+    assert_eq!(views[0].policy, DEFAULT_POLICY);
+}

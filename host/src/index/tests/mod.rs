@@ -372,6 +372,16 @@ impl TestResource {
         self
     }
 
+    pub fn version(mut self, resource_version: &str) -> Self {
+        self.0.metadata.resource_version = Some(resource_version.into());
+        self
+    }
+
+    pub fn deleting(mut self) -> Self {
+        self.0.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        self
+    }
+
     pub fn build(self) -> GPUResource {
         self.0
     }
