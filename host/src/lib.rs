@@ -6,11 +6,13 @@
 //! * [`index`] keeps cluster state in memory and builds policy snapshots (no I/O).
 //! * [`engine`] loads and runs policy components (no Kubernetes in it).
 //! * [`validate`] checks a policy's decisions against the snapshot it saw.
+//! * [`controller`] wires watches, index, policies and API writes together.
 //! * [`cli`] is the `wasmgpu` command line.
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod cli;
+pub mod controller;
 pub mod engine;
 pub mod index;
 pub mod validate;

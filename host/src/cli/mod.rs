@@ -1,5 +1,6 @@
 //! The `wasmgpu` command line.
 
+mod controller;
 mod crd;
 mod policy;
 mod table;
@@ -23,6 +24,8 @@ enum Command {
     /// Check, run, compare and benchmark policies offline.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Run the allocating controller.
+    Controller(controller::ControllerCommand),
     /// Print the CRD YAML generated from the API types.
     Crd(crd::CrdCommand),
 }
@@ -32,6 +35,7 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
         match self.command {
             Command::Policy(command) => command.run(),
+            Command::Controller(command) => command.run(),
             Command::Crd(command) => command.run(),
         }
     }

@@ -118,15 +118,19 @@ pub(crate) enum Output {
 }
 
 impl LimitArgs {
-    fn engine(&self) -> anyhow::Result<Engine> {
-        let limits = Limits {
+    /// The limits these flags describe.
+    pub(crate) fn limits(&self) -> anyhow::Result<Limits> {
+        Ok(Limits {
             fuel: self.fuel,
             deadline: Duration::from_millis(self.deadline_ms),
             memory_bytes: usize::try_from(self.memory_mib << 20)
                 .context("--memory-mib is too large")?,
             ..Limits::default()
-        };
-        Ok(Engine::new(limits)?)
+        })
+    }
+
+    fn engine(&self) -> anyhow::Result<Engine> {
+        Ok(Engine::new(self.limits()?)?)
     }
 }
 

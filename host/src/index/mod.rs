@@ -85,14 +85,16 @@ struct ResourceState {
     spec_error: Option<InvalidSpec>,
     /// The ledger (`status.allocations`).
     allocations: Vec<Allocation>,
+    /// `metadata.uid`.
+    uid: Option<String>,
     /// `metadata.generation`.
     generation: Option<i64>,
     /// `metadata.resourceVersion`.
     resource_version: Option<String>,
     /// `metadata.deletionTimestamp` is set.
     deleting: bool,
-    /// `metadata.finalizers` holds [`crate::api::RELEASE_FINALIZER`].
-    finalizer: bool,
+    /// `metadata.finalizers`.
+    finalizers: Vec<String>,
 }
 
 /// What the controller needs to know of a GPUResource to report on it.
@@ -100,6 +102,8 @@ struct ResourceState {
 pub struct ResourceView {
     /// The GPUResource.
     pub key: ObjectKey,
+    /// `metadata.uid`.
+    pub uid: Option<String>,
     /// `metadata.generation`.
     pub generation: Option<i64>,
     /// `metadata.resourceVersion` of the copy the index holds.
@@ -110,8 +114,8 @@ pub struct ResourceView {
     pub spec_error: Option<InvalidSpec>,
     /// Being deleted.
     pub deleting: bool,
-    /// Carries the release finalizer.
-    pub finalizer: bool,
+    /// `metadata.finalizers`.
+    pub finalizers: Vec<String>,
     /// The ledger.
     pub allocations: Vec<Allocation>,
 }
@@ -238,14 +242,11 @@ impl Index {
                 .as_ref()
                 .map(|status| status.allocations.clone())
                 .unwrap_or_default(),
+            uid: meta.uid.clone(),
             generation: meta.generation,
             resource_version: meta.resource_version.clone(),
             deleting: meta.deletion_timestamp.is_some(),
-            finalizer: meta
-                .finalizers
-                .iter()
-                .flatten()
-                .any(|f| f == crate::api::RELEASE_FINALIZER),
+            finalizers: meta.finalizers.clone().unwrap_or_default(),
         };
         self.key_to_resource.insert(key, state);
     }
@@ -254,17 +255,29 @@ impl Index {
     pub fn resources(&self) -> Vec<ResourceView> {
         self.key_to_resource
             .iter()
-            .map(|(key, state)| ResourceView {
-                key: key.clone(),
-                generation: state.generation,
-                resource_version: state.resource_version.clone(),
-                policy: self.policy_of(&state.spec).to_string(),
-                spec_error: state.spec_error.clone(),
-                deleting: state.deleting,
-                finalizer: state.finalizer,
-                allocations: state.allocations.clone(),
-            })
+            .map(|(key, state)| self.view(key, state))
             .collect()
+    }
+
+    /// One GPUResource, as the controller reports on it.
+    pub fn resource(&self, key: &ObjectKey) -> Option<ResourceView> {
+        self.key_to_resource
+            .get(key)
+            .map(|state| self.view(key, state))
+    }
+
+    fn view(&self, key: &ObjectKey, state: &ResourceState) -> ResourceView {
+        ResourceView {
+            key: key.clone(),
+            uid: state.uid.clone(),
+            generation: state.generation,
+            resource_version: state.resource_version.clone(),
+            policy: self.policy_of(&state.spec).to_string(),
+            spec_error: state.spec_error.clone(),
+            deleting: state.deleting,
+            finalizers: state.finalizers.clone(),
+            allocations: state.allocations.clone(),
+        }
     }
 
     /// The policy that places pods of a GPUResource with `spec`.
@@ -333,6 +346,17 @@ impl Index {
             })
             .map(|live| (live.pod, live.allocation))
             .collect()
+    }
+
+    /// The UID of a pod the index knows.
+    pub fn pod_uid(&self, pod: &ObjectKey) -> Option<&str> {
+        self.key_to_pod.get(pod).map(|facts| facts.uid.as_str())
+    }
+
+    /// Whether a pod still needs a node: known, not bound, not finished,
+    /// not being deleted.
+    pub fn pod_unplaced(&self, pod: &ObjectKey) -> bool {
+        self.key_to_pod.get(pod).is_some_and(PodFacts::unplaced)
     }
 
     /// Pods holding GPUs of a GPUResource and pods referencing it, for its

@@ -70,6 +70,19 @@ impl Index {
         self.build(round, &ledgers, waiting)
     }
 
+    /// The policies that have pods waiting for them.
+    pub fn policies_with_pending(&self) -> Vec<String> {
+        let mut policies: Vec<String> = self
+            .survey(&self.ledgers())
+            .waiting
+            .iter()
+            .map(|w| w.policy.to_string())
+            .collect();
+        policies.sort();
+        policies.dedup();
+        policies
+    }
+
     /// Errors users can act on: pods naming no or a missing GPUResource,
     /// invalid GPUResources, requests no node could ever hold.
     pub fn problems(&self) -> Vec<Problem> {

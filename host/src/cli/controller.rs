@@ -1,0 +1,149 @@
+//! `wasmgpu controller`: place pods on GPUs, decided by Wasm policies.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::policy::LimitArgs;
+use crate::controller::{self, PolicySource};
+
+/// Run the allocating controller against the cluster in KUBECONFIG (or the
+/// in-cluster service account).
+///
+/// It watches GPUResources, GPUNodes, Nodes and pods with
+/// `schedulerName: wasmgpu`; every round it hands the pending pods of each
+/// policy to that policy in one call, checks every decision, and applies
+/// the valid ones: the GPUResource's status ledger first, then the pod's
+/// `wasmgpu.io/devices` annotation, then the binding. A restarted
+/// controller finishes what a crash left half-done, and never hands a GPU
+/// to two pods.
+#[derive(Debug, Args)]
+pub struct ControllerCommand {
+    /// A policy to load: NAME=PATH to a `.wasm` component. Repeat for
+    /// several; GPUResources pick one by `spec.policy`.
+    #[arg(long = "policy", value_name = "NAME=PATH", required = true, value_parser = parse_named_path)]
+    policies: Vec<(String, PathBuf)>,
+
+    /// Parameters for a policy: NAME=PATH to a JSON file, handed to the
+    /// policy as `snapshot.config`.
+    #[arg(long = "policy-config", value_name = "NAME=PATH", value_parser = parse_named_path)]
+    policy_configs: Vec<(String, PathBuf)>,
+
+    /// The policy of GPUResources that name none.
+    #[arg(long, value_name = "NAME", default_value = "binpack")]
+    default_policy: String,
+
+    /// How long pending pods are gathered after a change before a round
+    /// decides them together (e.g. `50ms`, `1s`).
+    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = humantime::parse_duration)]
+    gather_window: Duration,
+
+    /// A round runs at least this often, even when nothing changed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    resync: Duration,
+
+    /// Log format.
+    #[arg(long, value_enum, default_value_t)]
+    log_format: LogFormat,
+
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+/// How logs are written (to stderr); `RUST_LOG` sets the level (default `info`).
+#[derive(Clone, Copy, Debug, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl ControllerCommand {
+    /// Runs until SIGINT or SIGTERM.
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        init_tracing(self.log_format);
+        let mut sources: Vec<PolicySource> = self
+            .policies
+            .iter()
+            .map(|(name, wasm)| PolicySource {
+                name: name.clone(),
+                wasm: wasm.clone(),
+                config: None,
+            })
+            .collect();
+        for (name, path) in &self.policy_configs {
+            let source = sources
+                .iter_mut()
+                .find(|s| &s.name == name)
+                .with_context(|| format!("--policy-config {name}=…: no --policy {name}=… to configure"))?;
+            source.config = Some(path.clone());
+        }
+        let config = controller::Config {
+            policies: sources,
+            default_policy: self.default_policy,
+            gather_window: self.gather_window,
+            resync: self.resync,
+            limits: self.limits.limits()?,
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+        runtime.block_on(async {
+            let client = kube::Client::try_default()
+                .await
+                .context("cannot reach the Kubernetes API (set KUBECONFIG, or run in a pod)")?;
+            controller::run(client, config, shutdown_signal()).await
+        })?;
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// `NAME=PATH`.
+fn parse_named_path(value: &str) -> Result<(String, PathBuf), String> {
+    match value.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+            Ok((name.to_string(), PathBuf::from(path)))
+        }
+        _ => Err(format!("expected NAME=PATH, got {value:?}")),
+    }
+}
+
+/// Logs to stderr at `RUST_LOG` (default `info`).
+pub(crate) fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(error) => {
+                    tracing::warn!(%error, "Cannot listen for SIGTERM");
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}

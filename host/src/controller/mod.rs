@@ -1,0 +1,134 @@
+//! # The controller
+//!
+//! Wires the watches, the index, the policies and the applier together:
+//!
+//! ```text
+//!  watch Node ─────────┐
+//!  watch GPUNode ──────┤  apply / delete / reset    ┌─────────┐
+//!  watch GPUResource ──┼───────────────────────────▶│  Index  │◀── record_write (own writes,
+//!  watch Pod ──────────┘  (schedulerName=wasmgpu)   └────┬────┘     ahead of the watch)
+//!                                                         │ snapshot per policy
+//!  Rounds: after a change (+ gather window) or resync ────┤
+//!    finalizers → releases → finish unbound holders       ▼
+//!    per policy: allocate (Wasm, blocking pool) → validate → Applier
+//!                                                  ledger → annotation → binding
+//!    Reporter: GPUResource status (phase, pods, conditions), Events
+//! ```
+//!
+//! Rounds run one at a time and are the only writers, so decisions of one
+//! round are applied before the next is built.
+
+mod apply;
+mod events;
+mod policies;
+mod report;
+mod round;
+mod watch;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::events::Reporter as EventReporter;
+use kube::runtime::watcher;
+use kube::{Api, Client};
+
+pub use apply::FIELD_MANAGER;
+pub use policies::{ActivePolicy, LoadError, PolicySet, PolicySource};
+
+use crate::api::{GPUNode, GPUResource, SCHEDULER_NAME};
+use crate::engine::{Engine, Limits};
+use crate::index::Index;
+use apply::Applier;
+use events::EventSink;
+use report::Reporter;
+use round::Rounds;
+use watch::{Shared, feed};
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Policies to load, by name.
+    pub policies: Vec<PolicySource>,
+    /// The policy of GPUResources that name none.
+    pub default_policy: String,
+    /// How long pending pods are gathered after a change before a round.
+    pub gather_window: Duration,
+    /// A round runs at least this often.
+    pub resync: Duration,
+    /// Limits of each policy call.
+    pub limits: Limits,
+    /// Names this replica in Events.
+    pub instance: Option<String>,
+}
+
+/// Runs the controller until `shutdown` completes or a watch ends.
+pub async fn run(
+    client: Client,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let engine = Engine::new(config.limits.clone())?;
+    let policies = PolicySet::from_files(&engine, &config.policies)?;
+    if policies.get(&config.default_policy).is_none() {
+        tracing::warn!(
+            default_policy = %config.default_policy,
+            "The default policy is not loaded: pods of GPUResources that name no policy wait"
+        );
+    }
+    let shared = Shared::new(Index::new(config.default_policy.clone()));
+    let (events, events_task) = EventSink::start(
+        client.clone(),
+        EventReporter {
+            controller: FIELD_MANAGER.into(),
+            instance: config.instance.clone(),
+        },
+    );
+    let pods = watcher::Config::default().fields(&format!("spec.schedulerName={SCHEDULER_NAME}"));
+    let watches = [
+        tokio::spawn(feed(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default(),
+            shared.clone(),
+            "Node",
+        )),
+        tokio::spawn(feed(
+            Api::<GPUNode>::all(client.clone()),
+            watcher::Config::default(),
+            shared.clone(),
+            "GPUNode",
+        )),
+        tokio::spawn(feed(
+            Api::<GPUResource>::all(client.clone()),
+            watcher::Config::default(),
+            shared.clone(),
+            "GPUResource",
+        )),
+        tokio::spawn(feed(
+            Api::<Pod>::all(client.clone()),
+            pods,
+            shared.clone(),
+            "Pod",
+        )),
+    ];
+    let rounds = Rounds {
+        applier: Applier::new(client.clone(), shared.clone(), events.clone()),
+        reporter: Reporter::new(client.clone(), shared.clone(), events.clone()),
+        shared: shared.clone(),
+        events,
+        policies,
+        gather_window: config.gather_window,
+        resync: config.resync,
+    };
+    let rounds = tokio::spawn(rounds.run());
+    let any_watch_ended = futures::future::select_all(watches);
+    tokio::select! {
+        () = shutdown => tracing::info!("Shutting down"),
+        _ = any_watch_ended => anyhow::bail!("a watch ended unexpectedly"),
+        result = rounds => {
+            result?;
+            anyhow::bail!("the round loop ended unexpectedly");
+        }
+    }
+    events_task.abort();
+    Ok(())
+}

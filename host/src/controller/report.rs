@@ -1,0 +1,278 @@
+//! What users see of each round: the GPUResource status (phase, pods,
+//! conditions) and Events for problems they can fix.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, Patch};
+use serde_json::json;
+
+use super::apply::{Applier, merge_params};
+use super::events::{EventSink, gpuresource_ref, pod_ref};
+use super::watch::Shared;
+use crate::api::{GPUResource, Phase, conditions};
+use crate::index::{ObjectKey, PodCounts, Problem, ResourceView, Subject};
+
+/// What a round learnt about policies, per GPUResource.
+#[derive(Debug, Default)]
+pub struct RoundOutcome {
+    /// GPUResources whose policy decided this round without error.
+    pub decided: HashSet<ObjectKey>,
+    /// GPUResources whose policy is missing, failed, or made a decision the
+    /// host refused: `(reason, message)`.
+    pub policy_errors: HashMap<ObjectKey, (&'static str, String)>,
+}
+
+/// A GPUResource status as the controller last wrote it.
+#[derive(Clone, Debug, PartialEq)]
+struct Summary {
+    phase: Phase,
+    pods: String,
+    observed_generation: Option<i64>,
+    /// `(type, status, reason, message)`.
+    conditions: Vec<(&'static str, bool, String, String)>,
+}
+
+/// Writes GPUResource status and problem Events when they change.
+pub struct Reporter {
+    client: Client,
+    shared: Arc<Shared>,
+    events: EventSink,
+    key_to_summary: HashMap<ObjectKey, (Summary, Vec<Condition>)>,
+    key_to_policy_error: HashMap<ObjectKey, (&'static str, String)>,
+    /// Problems reported last round: a problem gets an Event when it
+    /// appears, not every round.
+    reported: HashSet<String>,
+}
+
+// === impl Reporter ===
+
+impl Reporter {
+    /// A reporter writing through `client`.
+    pub fn new(client: Client, shared: Arc<Shared>, events: EventSink) -> Self {
+        Self {
+            client,
+            shared,
+            events,
+            key_to_summary: HashMap::new(),
+            key_to_policy_error: HashMap::new(),
+            reported: HashSet::new(),
+        }
+    }
+
+    /// Reports one round: Events for new problems and policy errors, and
+    /// the status of every GPUResource whose summary changed.
+    pub async fn report(&mut self, applier: &Applier, outcome: RoundOutcome) {
+        for key in &outcome.decided {
+            self.key_to_policy_error.remove(key);
+        }
+        let (views, problems, counts) = {
+            let index = self.shared.index();
+            let views = index.resources();
+            let counts: Vec<PodCounts> = views.iter().map(|v| index.pod_counts(&v.key)).collect();
+            (views, index.problems(), counts)
+        };
+        for (key, error) in outcome.policy_errors {
+            if self.key_to_policy_error.get(&key) != Some(&error) {
+                let uid = views.iter().find(|v| v.key == key).and_then(|v| v.uid.clone());
+                self.events
+                    .warning(gpuresource_ref(&key, uid.as_deref()), error.0, "Allocate", error.1.clone());
+            }
+            self.key_to_policy_error.insert(key, error);
+        }
+        self.report_problems(&views, &problems);
+        let keys: HashSet<&ObjectKey> = views.iter().map(|v| &v.key).collect();
+        self.key_to_summary.retain(|key, _| keys.contains(key));
+        self.key_to_policy_error.retain(|key, _| keys.contains(key));
+        for (view, counts) in views.iter().zip(counts) {
+            if view.deleting {
+                continue;
+            }
+            let summary = self.summarize(view, counts, &problems);
+            if self.key_to_summary.get(&view.key).map(|(s, _)| s) == Some(&summary) {
+                continue;
+            }
+            let previous = self
+                .key_to_summary
+                .get(&view.key)
+                .map(|(_, c)| c.as_slice())
+                .unwrap_or_default();
+            let conditions = to_conditions(&summary, previous);
+            if self.write(applier, view, &summary, &conditions).await {
+                self.key_to_summary
+                    .insert(view.key.clone(), (summary, conditions));
+            }
+        }
+    }
+
+    fn report_problems(&mut self, views: &[ResourceView], problems: &[Problem]) {
+        let mut reported = HashSet::new();
+        for problem in problems {
+            let message = problem.to_string();
+            if !self.reported.contains(&message) {
+                let reference = match problem.subject() {
+                    Subject::Pod(pod) => {
+                        let uid = self.shared.index().pod_uid(pod).map(str::to_string);
+                        pod_ref(pod, uid.as_deref())
+                    }
+                    Subject::GPUResource(key) => {
+                        let uid = views.iter().find(|v| &v.key == key).and_then(|v| v.uid.clone());
+                        gpuresource_ref(key, uid.as_deref())
+                    }
+                };
+                tracing::info!(%message, "Problem");
+                self.events
+                    .warning(reference, problem.reason(), "Allocate", message.clone());
+            }
+            reported.insert(message);
+        }
+        self.reported = reported;
+    }
+
+    fn summarize(&self, view: &ResourceView, counts: PodCounts, problems: &[Problem]) -> Summary {
+        let pods = format!("{}/{}", counts.holding, counts.referencing);
+        let unsatisfiable = problems.iter().find_map(|p| match p {
+            Problem::Unsatisfiable {
+                resource, reason, ..
+            } if resource == &view.key => Some(reason.clone()),
+            _ => None,
+        });
+        let mut conditions = Vec::new();
+        let phase = if let Some(error) = &view.spec_error {
+            conditions.push((
+                conditions::READY,
+                false,
+                "Invalid".into(),
+                error.to_string(),
+            ));
+            conditions.push((
+                conditions::INVALID,
+                true,
+                format!("Invalid{}", capitalize(error.field)),
+                error.to_string(),
+            ));
+            Phase::Failed
+        } else if let Some(reason) = unsatisfiable {
+            conditions.push((
+                conditions::READY,
+                false,
+                "Unsatisfiable".into(),
+                reason.clone(),
+            ));
+            conditions.push((
+                conditions::UNSATISFIABLE,
+                true,
+                "NoNodeFits".into(),
+                reason,
+            ));
+            Phase::Failed
+        } else if counts.referencing == 0 {
+            conditions.push((
+                conditions::READY,
+                false,
+                "NoPods".into(),
+                "no pod uses this GPUResource yet".into(),
+            ));
+            Phase::Pending
+        } else if counts.holding >= counts.referencing {
+            conditions.push((
+                conditions::READY,
+                true,
+                "Allocated".into(),
+                format!("all {} pod(s) hold their GPUs", counts.holding),
+            ));
+            Phase::Allocated
+        } else {
+            conditions.push((
+                conditions::READY,
+                false,
+                "Waiting".into(),
+                format!(
+                    "{} of {} pod(s) hold GPUs; the others wait for GPUs to free up",
+                    counts.holding, counts.referencing
+                ),
+            ));
+            Phase::Pending
+        };
+        if let Some((reason, message)) = self.key_to_policy_error.get(&view.key) {
+            conditions.push((
+                conditions::POLICY_ERROR,
+                true,
+                (*reason).to_string(),
+                message.clone(),
+            ));
+        }
+        Summary {
+            phase,
+            pods,
+            observed_generation: view.generation,
+            conditions,
+        }
+    }
+
+    async fn write(
+        &self,
+        applier: &Applier,
+        view: &ResourceView,
+        summary: &Summary,
+        conditions: &[Condition],
+    ) -> bool {
+        let patch = json!({
+            "status": {
+                "phase": summary.phase,
+                "pods": summary.pods,
+                "observedGeneration": summary.observed_generation,
+                "conditions": conditions,
+            },
+        });
+        let api: Api<GPUResource> = Api::namespaced(self.client.clone(), &view.key.namespace);
+        let result = api
+            .patch_status(&view.key.name, &merge_params(), &Patch::Merge(&patch))
+            .await;
+        match applier.recorded(&view.key, result).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(resource = %view.key, %error, "Cannot write status; retrying next round");
+                false
+            }
+        }
+    }
+}
+
+/// The summary's conditions, keeping the transition time of those whose
+/// status did not change.
+fn to_conditions(summary: &Summary, previous: &[Condition]) -> Vec<Condition> {
+    let now = Time(Timestamp::now());
+    summary
+        .conditions
+        .iter()
+        .map(|(type_, status, reason, message)| {
+            let status = if *status { "True" } else { "False" };
+            let last_transition_time = previous
+                .iter()
+                .find(|c| c.type_ == *type_ && c.status == status)
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            Condition {
+                type_: (*type_).into(),
+                status: status.into(),
+                reason: reason.clone(),
+                message: message.clone(),
+                observed_generation: summary.observed_generation,
+                last_transition_time,
+            }
+        })
+        .collect()
+}
+
+/// `memoryMiB` → `MemoryMiB`.
+fn capitalize(field: &str) -> String {
+    let mut chars = field.chars();
+    chars
+        .next()
+        .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
+        .unwrap_or_default()
+}
