@@ -7,9 +7,11 @@
 //! * [`engine`] loads and runs policy components (no Kubernetes in it).
 //! * [`validate`] checks a policy's decisions against the snapshot it saw.
 //! * [`controller`] wires watches, index, policies and API writes together.
+//! * [`agent`] publishes a node's GPUs as its `GPUNode` (NVML or an inventory file).
 //! * [`cli`] is the `wasmgpu` command line.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod controller;

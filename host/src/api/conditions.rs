@@ -13,3 +13,5 @@ pub const INVALID: &str = "Invalid";
 pub const POLICY_ERROR: &str = "PolicyError";
 /// GPUResource: a request can never be met by any node.
 pub const UNSATISFIABLE: &str = "Unsatisfiable";
+/// GPUNode: every GPU of the node is healthy (`reason` says why not).
+pub const GPUS_HEALTHY: &str = "GPUsHealthy";

@@ -1,6 +1,7 @@
 //! The `wasmgpu` command line.
 
 mod controller;
+mod agent;
 mod crd;
 mod policy;
 mod table;
@@ -28,6 +29,8 @@ enum Command {
     Controller(controller::ControllerCommand),
     /// Print the CRD YAML generated from the API types.
     Crd(crd::CrdCommand),
+    // Its help is the doc of `AgentCommand`.
+    Agent(agent::AgentCommand),
 }
 
 impl Cli {
@@ -37,6 +40,7 @@ impl Cli {
             Command::Policy(command) => command.run(),
             Command::Controller(command) => command.run(),
             Command::Crd(command) => command.run(),
+            Command::Agent(command) => command.run(),
         }
     }
 }

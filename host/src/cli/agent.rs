@@ -1,0 +1,241 @@
+//! `wasmgpu agent`: publish this node's GPUs as its `GPUNode`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use tracing_subscriber::EnvFilter;
+
+use super::policy::Output;
+use super::table::Table;
+use crate::agent::file::FileSource;
+use crate::agent::nvml::NvmlSource;
+use crate::agent::{Agent, GpuSource, HealthRules, Publisher, Reading};
+use crate::api::{GPUNodeStatus, GpuInfo};
+
+/// Publish this node's GPUs (read through NVML) as the status of the
+/// cluster-scoped GPUNode named after the node.
+///
+/// The agent reads the GPUs every --interval and on every critical XID or
+/// double-bit ECC event, and writes the GPUNode (server-side apply, field
+/// manager `wasmgpu-agent`) only when something changed. It finds the API
+/// server as kubectl does: KUBECONFIG, ~/.kube/config, or the in-cluster
+/// service account.
+///
+/// Without NVIDIA's library (libnvidia-ml.so.1) it refuses to start, unless
+/// given --inventory FILE: a simulated node, for development and tests.
+#[derive(Debug, Args)]
+pub struct AgentCommand {
+    /// Name of this node, and of its GPUNode (in a DaemonSet: from the
+    /// downward API's spec.nodeName).
+    #[arg(
+        long,
+        env = "NODE_NAME",
+        value_name = "NAME",
+        required_unless_present = "once"
+    )]
+    node_name: Option<String>,
+    /// Read the GPUs from FILE (YAML or JSON, see docs/AGENT.md) instead of
+    /// NVML; the file is read again when it changes.
+    #[arg(long, value_name = "FILE")]
+    inventory: Option<PathBuf>,
+    /// How often to read the GPUs and publish a change: a number with a unit
+    /// (ms, s, m, h).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    interval: Duration,
+    /// XIDs that do not make a GPU unhealthy, comma-separated, or `none` to
+    /// count every XID. The default is the list of XIDs NVIDIA's device plugin
+    /// attributes to applications.
+    #[arg(long, value_name = "XIDS", default_value = DEFAULT_IGNORED_XIDS, value_parser = parse_xids)]
+    ignore_xids: IgnoredXids,
+    /// Print the node's GPUs once and exit, without contacting the API server.
+    #[arg(long)]
+    once: bool,
+    /// Format of --once: a table, or JSON with the raw reading and the status
+    /// that would be published.
+    #[arg(long, value_enum, default_value_t, requires = "once")]
+    output: Output,
+}
+
+/// The parsed `--ignore-xids`.
+#[derive(Clone, Debug)]
+struct IgnoredXids(Vec<u64>);
+
+/// [`APPLICATION_XIDS`], as the flag's default (a test checks they agree).
+const DEFAULT_IGNORED_XIDS: &str = "13,31,43,45,68,109";
+
+fn parse_xids(text: &str) -> Result<IgnoredXids, String> {
+    if text.trim().eq_ignore_ascii_case("none") || text.trim().is_empty() {
+        return Ok(IgnoredXids(Vec::new()));
+    }
+    text.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{x:?} is not an XID (a whole number)"))
+        })
+        .collect::<Result<_, _>>()
+        .map(IgnoredXids)
+}
+
+/// `500ms`, `10s`, `2m`, `1h`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{text:?} has no unit (ms, s, m or h)"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} does not start with a whole number"))?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(number),
+        "s" => Duration::from_secs(number),
+        "m" => Duration::from_secs(number * 60),
+        "h" => Duration::from_secs(number * 3600),
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m or h)")),
+    };
+    if duration.is_zero() {
+        return Err("the interval must be more than zero".into());
+    }
+    Ok(duration)
+}
+
+impl AgentCommand {
+    /// Runs the agent (or prints one snapshot with `--once`).
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+            )
+            .with_writer(std::io::stderr)
+            .try_init()
+            .ok();
+        let source: Box<dyn GpuSource> = match &self.inventory {
+            // Poll the file's modification time more often than the interval,
+            // so that an edit is published within a second.
+            Some(path) => Box::new(FileSource::new(
+                path,
+                self.interval.min(Duration::from_secs(1)),
+            )),
+            None => Box::new(NvmlSource::init()?),
+        };
+        let mut agent = Agent::new(source, HealthRules::ignoring(self.ignore_xids.0.clone()));
+        if self.once {
+            let (reading, status) = agent.snapshot()?;
+            match self.output {
+                Output::Table => print!("{}", table(&status)),
+                Output::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&Once { reading, status })?
+                ),
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        let node = self
+            .node_name
+            .context("--node-name (or NODE_NAME) is required")?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let client = kube::Client::try_default()
+                .await
+                .context("connecting to the API server")?;
+            let publisher = Publisher::start(client, &node).await?;
+            agent.run(publisher, self.interval).await?;
+            anyhow::Ok(())
+        })?;
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// The JSON of `--once`.
+#[derive(serde::Serialize)]
+struct Once {
+    /// The raw facts, as the source reported them.
+    reading: Reading,
+    /// The status the agent would publish.
+    status: GPUNodeStatus,
+}
+
+fn table(status: &GPUNodeStatus) -> String {
+    let mut out = format!(
+        "Driver {}   CUDA {}   GPUs {} ({} healthy)\n",
+        status.driver_version.as_deref().unwrap_or("-"),
+        status.cuda_version.as_deref().unwrap_or("-"),
+        status.gpus_total,
+        status.gpus_healthy
+    );
+    let index_of = |uuid: &str| {
+        status
+            .gpus
+            .iter()
+            .find(|g| g.uuid == uuid)
+            .map(|g| g.index.to_string())
+            .unwrap_or_else(|| uuid.to_owned())
+    };
+    let mut table = Table::new(&[
+        "GPU", "MODEL", "MEMORY", "UTIL", "TEMP", "PCI", "NUMA", "NVLINK", "MIG", "HEALTH", "UUID",
+    ]);
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    for gpu in &status.gpus {
+        let GpuInfo { index, model, .. } = gpu;
+        table.row(vec![
+            index.to_string(),
+            model.clone(),
+            format!("{} / {} MiB", gpu.memory_used_mib, gpu.memory_total_mib),
+            opt(gpu.utilization_percent.map(|u| format!("{u}%"))),
+            opt(gpu.temperature_c.map(|t| format!("{t}C"))),
+            gpu.pci_bus_id.clone(),
+            opt(gpu.numa_node.map(|n| n.to_string())),
+            if gpu.nvlink_peers.is_empty() {
+                "-".into()
+            } else {
+                gpu.nvlink_peers
+                    .iter()
+                    .map(|p| index_of(p))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+            opt(gpu.mig_mode.map(|m| format!("{m:?}"))),
+            match &gpu.unhealthy_reason {
+                None => "ok".into(),
+                Some(reason) => format!("UNHEALTHY: {reason}"),
+            },
+            gpu.uuid.clone(),
+        ]);
+    }
+    out.push_str(&table.render());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::APPLICATION_XIDS;
+
+    #[test]
+    fn durations_need_a_unit() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("10").unwrap_err().contains("no unit"));
+        assert!(parse_duration("10d").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn xids_parse_as_a_list_or_none() {
+        assert_eq!(parse_xids("13, 31,43").unwrap().0, [13, 31, 43]);
+        assert!(parse_xids("none").unwrap().0.is_empty());
+        assert!(parse_xids("13,x").unwrap_err().contains("\"x\""));
+        assert_eq!(
+            parse_xids(DEFAULT_IGNORED_XIDS).unwrap().0,
+            APPLICATION_XIDS
+        );
+    }
+}
