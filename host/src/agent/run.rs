@@ -82,6 +82,7 @@ impl Agent {
             ignored_xids = ?self.rules.ignored_xids().collect::<Vec<_>>(),
             "Agent started"
         );
+        let mut first = true;
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}
@@ -103,9 +104,14 @@ impl Agent {
             }
             match self.snapshot() {
                 Ok((_, status)) => {
-                    if let Err(error) = publisher.publish(status).await {
-                        tracing::warn!(%error, "Publishing failed; retrying on the next interval");
+                    match publisher.publish(status).await {
+                        Ok(false) if first => tracing::info!("GPUNode status already current"),
+                        Ok(_) => {}
+                        Err(error) => {
+                            tracing::warn!(%error, "Publishing failed; retrying on the next interval");
+                        }
                     }
+                    first = false;
                 }
                 Err(error) => tracing::warn!(%error, "No GPUs to publish yet"),
             }
