@@ -16,14 +16,14 @@ pub const FIELD_MANAGER: &str = "wasmgpu-agent";
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
     /// The API server refused or could not be reached.
-    #[error("{action} GPUNode {node}: {source}")]
+    #[error("{action} GPUNode {node}: {error}")]
     Api {
         /// What was being done.
         action: &'static str,
         /// The node.
         node: String,
-        /// kube's error.
-        source: kube::Error,
+        /// kube's error (in the message, so not also a `source`).
+        error: kube::Error,
     },
 }
 
@@ -42,10 +42,10 @@ impl Publisher {
         let api: Api<GPUNode> = Api::all(client);
         let error = |action| {
             let node = node.to_owned();
-            move |source| PublishError::Api {
+            move |error| PublishError::Api {
                 action,
                 node,
-                source,
+                error,
             }
         };
         let existing = api.get_opt(node).await.map_err(error("reading"))?;
@@ -92,10 +92,10 @@ impl Publisher {
         self.api
             .patch_status(&self.node, &params(), &Patch::Apply(body))
             .await
-            .map_err(|source| PublishError::Api {
+            .map_err(|error| PublishError::Api {
                 action: "updating the status of",
                 node: self.node.clone(),
-                source,
+                error,
             })?;
         tracing::info!(
             node = %self.node,
