@@ -80,7 +80,9 @@ impl ControllerCommand {
             let source = sources
                 .iter_mut()
                 .find(|s| &s.name == name)
-                .with_context(|| format!("--policy-config {name}=…: no --policy {name}=… to configure"))?;
+                .with_context(|| {
+                    format!("--policy-config {name}=…: no --policy {name}=… to configure")
+                })?;
             source.config = Some(path.clone());
         }
         let config = controller::Config {

@@ -1,7 +1,7 @@
 //! The `wasmgpu` command line.
 
-mod controller;
 mod agent;
+mod controller;
 mod crd;
 mod policy;
 mod table;

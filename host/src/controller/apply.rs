@@ -188,15 +188,16 @@ impl Applier {
             recently_bound.retain(|pod, _| index.pod_unplaced(pod));
             holders
                 .into_iter()
-                .filter(|(pod, allocation)| {
-                    recently_bound.get(pod) != Some(&allocation.pod_uid)
-                })
+                .filter(|(pod, allocation)| recently_bound.get(pod) != Some(&allocation.pod_uid))
                 .collect()
         };
         if holders.is_empty() {
             return 0;
         }
-        tracing::info!(pods = holders.len(), "Finishing allocations recorded but not bound");
+        tracing::info!(
+            pods = holders.len(),
+            "Finishing allocations recorded but not bound"
+        );
         self.place_all(holders).await
     }
 
@@ -229,7 +230,9 @@ impl Applier {
                         tracing::info!(%resource, pod = %release.pod, reason = %release.reason, "Released GPUs");
                     }
                 }
-                Err(error) => tracing::warn!(%resource, %error, "Cannot release GPUs; retrying next round"),
+                Err(error) => {
+                    tracing::warn!(%resource, %error, "Cannot release GPUs; retrying next round")
+                }
             }
         }
     }
@@ -298,11 +301,7 @@ impl Applier {
         });
         let api = self.gpuresources(&view.key);
         let result = api
-            .patch_status(
-                &view.key.name,
-                &merge_params(),
-                &Patch::Merge(&patch),
-            )
+            .patch_status(&view.key.name, &merge_params(), &Patch::Merge(&patch))
             .await;
         self.recorded(&view.key, result).await
     }
@@ -320,11 +319,7 @@ impl Applier {
         });
         let api = self.gpuresources(&view.key);
         let result = api
-            .patch(
-                &view.key.name,
-                &merge_params(),
-                &Patch::Merge(&patch),
-            )
+            .patch(&view.key.name, &merge_params(), &Patch::Merge(&patch))
             .await;
         self.recorded(&view.key, result).await
     }
@@ -393,11 +388,7 @@ impl Applier {
             },
         });
         match pods
-            .patch(
-                &pod.name,
-                &merge_params(),
-                &Patch::Merge(&patch),
-            )
+            .patch(&pod.name, &merge_params(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => {}

@@ -77,9 +77,16 @@ impl Reporter {
         };
         for (key, error) in outcome.policy_errors {
             if self.key_to_policy_error.get(&key) != Some(&error) {
-                let uid = views.iter().find(|v| v.key == key).and_then(|v| v.uid.clone());
-                self.events
-                    .warning(gpuresource_ref(&key, uid.as_deref()), error.0, "Allocate", error.1.clone());
+                let uid = views
+                    .iter()
+                    .find(|v| v.key == key)
+                    .and_then(|v| v.uid.clone());
+                self.events.warning(
+                    gpuresource_ref(&key, uid.as_deref()),
+                    error.0,
+                    "Allocate",
+                    error.1.clone(),
+                );
             }
             self.key_to_policy_error.insert(key, error);
         }
@@ -119,7 +126,10 @@ impl Reporter {
                         pod_ref(pod, uid.as_deref())
                     }
                     Subject::GPUResource(key) => {
-                        let uid = views.iter().find(|v| &v.key == key).and_then(|v| v.uid.clone());
+                        let uid = views
+                            .iter()
+                            .find(|v| &v.key == key)
+                            .and_then(|v| v.uid.clone());
                         gpuresource_ref(key, uid.as_deref())
                     }
                 };
@@ -162,12 +172,7 @@ impl Reporter {
                 "Unsatisfiable".into(),
                 reason.clone(),
             ));
-            conditions.push((
-                conditions::UNSATISFIABLE,
-                true,
-                "NoNodeFits".into(),
-                reason,
-            ));
+            conditions.push((conditions::UNSATISFIABLE, true, "NoNodeFits".into(), reason));
             Phase::Failed
         } else if counts.referencing == 0 {
             conditions.push((

@@ -171,8 +171,12 @@ impl Rounds {
                     .insert(resource, ("DecisionRefused", message.clone()));
             }
             let uid = self.shared.index().pod_uid(&pod).map(str::to_string);
-            self.events
-                .warning(pod_ref(&pod, uid.as_deref()), "DecisionRefused", "Allocate", message);
+            self.events.warning(
+                pod_ref(&pod, uid.as_deref()),
+                "DecisionRefused",
+                "Allocate",
+                message,
+            );
         }
         for rejected in &verdict.rejected {
             let Some(pod) = parse_key(&rejected.pod) else {
