@@ -129,13 +129,27 @@ impl FakeNode {
             .create(&PostParams::default(), &node)
             .await
             .with_context(|| format!("creating Node {}", self.name))?;
-        nodes
+        let stored = nodes
             .patch_status(
                 &self.name,
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "status": node.status })),
             )
             .await
-            .with_context(|| format!("writing the status of Node {}", self.name))
+            .with_context(|| format!("writing the status of Node {}", self.name))?;
+        if !self.ready {
+            return Ok(stored);
+        }
+        // The API server taints new nodes `node.kubernetes.io/not-ready`
+        // until the node lifecycle controller sees them Ready; no such
+        // controller runs here, so play its part.
+        nodes
+            .patch(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "taints": node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default() } })),
+            )
+            .await
+            .with_context(|| format!("writing the taints of Node {}", self.name))
     }
 }
