@@ -1,7 +1,8 @@
 //! 200 pods over 8 nodes × 8 GPUs, created at once; the test completes
 //! bound pods as a kubelet would so the rest can fit, and checks on every
 //! watch event — not only at the end — that no GPU is ever over-committed,
-//! by the ledgers and by the pods' annotations. Once with the controller
+//! by the ledgers (entries of pods still running) and by the pods'
+//! annotations. Once with the controller
 //! running throughout, once killed (SIGKILL) in the middle and restarted.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -42,6 +43,10 @@ struct Observed {
     pod_to_bound_at: HashMap<String, Instant>,
     /// Pods the kubelet has finished.
     finished: HashSet<String>,
+    /// Pods the kubelet is finishing or has finished: from the moment it
+    /// starts writing `Succeeded`, the controller may hand their GPUs on,
+    /// and their ledger entries stop counting.
+    finishing: HashSet<String>,
     /// Live pods (bound, not finished) → their devices and sharing.
     running: BTreeMap<String, (Vec<String>, Sharing, u64)>,
     /// Pod UID → devices its ledger entry named first.
@@ -147,6 +152,9 @@ impl Observed {
         self.resource_to_ledger.insert(resource.name_any(), entries);
         let mut gpu_to_use: HashMap<(String, String), (usize, usize, u64)> = HashMap::new();
         for entry in self.resource_to_ledger.values().flatten() {
+            if self.finishing.contains(&entry.pod) {
+                continue;
+            }
             for device in &entry.devices {
                 let use_ = gpu_to_use
                     .entry((entry.node.clone(), device.uuid.clone()))
@@ -235,6 +243,7 @@ pub async fn run(kill_midway: bool) -> Result<Figures> {
                             set_pod_phase(&api, &name, PodPhase::Running).await?;
                             // The workload's run time.
                             tokio::time::sleep(hold).await;
+                            observed.lock().unwrap().finishing.insert(name.clone());
                             set_pod_phase(&api, &name, PodPhase::Succeeded).await
                         }
                         .await;
