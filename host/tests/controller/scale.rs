@@ -319,24 +319,26 @@ pub async fn run(kill_midway: bool) -> Result<Figures> {
     let pods: Api<Pod> = ctx.api();
     let all = pods.list(&ListParams::default()).await?.items;
     assert_eq!(all.len(), PODS);
-    let o = observed.lock().unwrap();
-    for pod in &all {
-        let name = pod.name_any();
-        let (uid, node, devices) = o.pod_to_binding.get(&name).expect("bound");
-        let (ledger_node, ledger_devices) = o
-            .uid_to_ledger
-            .get(uid)
-            .unwrap_or_else(|| panic!("{name} was bound without a ledger entry"));
-        assert_eq!((node, devices), (ledger_node, ledger_devices), "{name}");
-    }
-    assert!(o.violations.is_empty(), "{:?}", o.violations);
-    let last_bound = o.pod_to_bound_at.values().max().copied().expect("pods");
-    let mut latencies: Vec<Duration> = o
-        .pod_to_bound_at
-        .iter()
-        .map(|(name, at)| at.saturating_duration_since(pod_to_created[name]))
-        .collect();
-    drop(o);
+    let (last_bound, mut latencies) = {
+        let o = observed.lock().unwrap();
+        for pod in &all {
+            let name = pod.name_any();
+            let (uid, node, devices) = o.pod_to_binding.get(&name).expect("bound");
+            let (ledger_node, ledger_devices) = o
+                .uid_to_ledger
+                .get(uid)
+                .unwrap_or_else(|| panic!("{name} was bound without a ledger entry"));
+            assert_eq!((node, devices), (ledger_node, ledger_devices), "{name}");
+        }
+        assert!(o.violations.is_empty(), "{:?}", o.violations);
+        let last_bound = o.pod_to_bound_at.values().max().copied().expect("pods");
+        let latencies: Vec<Duration> = o
+            .pod_to_bound_at
+            .iter()
+            .map(|(name, at)| at.saturating_duration_since(pod_to_created[name]))
+            .collect();
+        (last_bound, latencies)
+    };
     latencies.sort();
     let figures = Figures {
         pods_per_second: PODS as f64 / last_bound.duration_since(started).as_secs_f64(),
