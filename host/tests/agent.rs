@@ -1,14 +1,14 @@
 //! `wasmgpu agent` as it runs on a node: spawned processes with inventory
-//! files, publishing GPUNodes to a real API server under the RBAC that
-//! docs/AGENT.md lists.
+//! files, publishing GPUNodes to a real API server under exactly the RBAC
+//! of `deploy/rbac/agent.yaml`.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
@@ -47,33 +47,10 @@ async fn install_crds(ctx: &TestContext) -> Result<()> {
     Ok(())
 }
 
-/// A ServiceAccount with exactly the agent's permissions, as a kubeconfig file.
+/// A ServiceAccount with exactly the permissions of
+/// `deploy/rbac/agent.yaml`, as a kubeconfig file.
 async fn agent_identity(ctx: &TestContext, dir: &Path) -> Result<PathBuf> {
-    let account = ctx.service_account("wasmgpu-agent").await?;
-    let name = format!("{}-agent", ctx.namespace);
-    let role: ClusterRole = serde_json::from_value(json!({
-        "metadata": { "name": name },
-        "rules": [
-            { "apiGroups": ["wasmgpu.io"], "resources": ["gpunodes"],
-              "verbs": ["get", "create", "patch"] },
-            { "apiGroups": ["wasmgpu.io"], "resources": ["gpunodes/status"],
-              "verbs": ["patch"] },
-        ],
-    }))?;
-    Api::<ClusterRole>::all(ctx.client.clone())
-        .create(&PostParams::default(), &role)
-        .await?;
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": { "name": name },
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
-        "subjects": [{ "kind": "ServiceAccount", "name": account.name, "namespace": account.namespace }],
-    }))?;
-    Api::<ClusterRoleBinding>::all(ctx.client.clone())
-        .create(&PostParams::default(), &binding)
-        .await?;
-    let path = dir.join("agent.kubeconfig");
-    account.write_kubeconfig(&path)?;
-    Ok(path)
+    common::rbac::identity(ctx, "agent.yaml", "wasmgpu-agent", dir).await
 }
 
 /// A running `wasmgpu agent`; killed when dropped.

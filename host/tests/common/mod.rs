@@ -1,6 +1,8 @@
 //! Shared helpers for the host's integration tests.
 #![allow(dead_code)]
 
+pub mod rbac;
+
 use std::path::PathBuf;
 
 use serde::Serialize;

@@ -177,9 +177,17 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// Starts the controller with binpack (the default) and spread, on the
-    /// admin kubeconfig.
+    /// Starts the controller with binpack (the default) and spread, as the
+    /// ServiceAccount `wasmgpu-controller` with exactly the permissions of
+    /// `deploy/rbac/controller.yaml`.
     pub async fn start(ctx: &TestContext) -> Result<Self> {
+        let kubeconfig = crate::common::rbac::identity(
+            ctx,
+            "controller.yaml",
+            "wasmgpu-controller",
+            Path::new(env!("CARGO_TARGET_TMPDIR")),
+        )
+        .await?;
         let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
             "controller-{}-{}.log",
             ctx.namespace,
@@ -200,7 +208,7 @@ impl Controller {
                 policies.join("wasmgpu_spread.wasm").display()
             ))
             .args(["--default-policy", "binpack", "--resync", "2s"])
-            .env("KUBECONFIG", ctx.cluster().kubeconfig_path())
+            .env("KUBECONFIG", &kubeconfig)
             .env(
                 "RUST_LOG",
                 std::env::var("WASMGPU_TEST_RUST_LOG")

@@ -1,0 +1,82 @@
+//! Identities with exactly the permissions `deploy/rbac/` grants, for tests
+//! that run the controller or the agent as they are deployed.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use serde::Deserialize;
+use wasmgpu_test_harness::TestContext;
+
+/// The ClusterRole in `deploy/rbac/<file>`.
+pub fn cluster_role(file: &str) -> Result<ClusterRole> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/rbac")
+        .join(file);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    for document in serde_norway::Deserializer::from_str(&text) {
+        let value = serde_json::Value::deserialize(document)?;
+        if value["kind"] == "ClusterRole" {
+            return Ok(serde_json::from_value(value)?);
+        }
+    }
+    anyhow::bail!("no ClusterRole in {}", path.display())
+}
+
+/// A ServiceAccount `account` in the test's namespace bound to a copy of
+/// the ClusterRole in `deploy/rbac/<file>` (named after the namespace, so
+/// tests do not share it); its kubeconfig is written into `dir`. Calling it
+/// again for the same account reuses the role and binding.
+pub async fn identity(ctx: &TestContext, file: &str, account: &str, dir: &Path) -> Result<PathBuf> {
+    let identity = ctx.service_account(account).await?;
+    let mut role = cluster_role(file)?;
+    let name = format!("{}-{account}", ctx.namespace);
+    role.metadata = ObjectMeta {
+        name: Some(name.clone()),
+        ..Default::default()
+    };
+    ignore_exists(
+        Api::<ClusterRole>::all(ctx.client.clone())
+            .create(&PostParams::default(), &role)
+            .await,
+    )
+    .with_context(|| format!("creating ClusterRole {name}"))?;
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: name.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: account.into(),
+            namespace: Some(ctx.namespace.clone()),
+            ..Default::default()
+        }]),
+    };
+    ignore_exists(
+        Api::<ClusterRoleBinding>::all(ctx.client.clone())
+            .create(&PostParams::default(), &binding)
+            .await,
+    )
+    .with_context(|| format!("creating ClusterRoleBinding {name}"))?;
+    let path = dir.join(format!("{account}.kubeconfig"));
+    identity.write_kubeconfig(&path)?;
+    Ok(path)
+}
+
+/// Creating what already exists (a second call) is fine.
+fn ignore_exists<T>(result: kube::Result<T>) -> kube::Result<()> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
+        Err(error) => Err(error),
+    }
+}
