@@ -45,6 +45,40 @@ pub struct ControllerCommand {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     resync: Duration,
 
+    /// Where to serve `/metrics` (Prometheus), `/healthz` and `/readyz`
+    /// (ready once every watched kind was listed). `off` serves nothing.
+    #[arg(long, value_name = "ADDRESS", default_value = "0.0.0.0:8080", value_parser = parse_address)]
+    http_address: HttpAddress,
+
+    /// Compete for a `coordination.k8s.io` Lease and apply decisions only
+    /// while holding it (for several replicas). Every replica keeps its
+    /// index warm, so a standby takes over within the lease duration.
+    #[arg(long)]
+    leader_elect: bool,
+
+    /// Name of the Lease.
+    #[arg(long, value_name = "NAME", default_value = "wasmgpu-controller")]
+    lease_name: String,
+
+    /// Namespace of the Lease (the controller's own).
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        env = "POD_NAMESPACE",
+        default_value = "wasmgpu-system"
+    )]
+    lease_namespace: String,
+
+    /// How long the Lease lasts without renewal: the longest a dead
+    /// leader's work waits for a standby.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
+    lease_duration: Duration,
+
+    /// This replica's identity in the Lease and in Events (default: the
+    /// host name and process id).
+    #[arg(long, value_name = "NAME", env = "POD_NAME")]
+    identity: Option<String>,
+
     /// Log format.
     #[arg(long, value_enum, default_value_t)]
     log_format: LogFormat,
@@ -67,6 +101,7 @@ impl ControllerCommand {
     /// Runs until SIGINT or SIGTERM.
     pub fn run(self) -> anyhow::Result<ExitCode> {
         init_tracing(self.log_format);
+        let identity = self.identity.clone().unwrap_or_else(default_identity);
         let mut sources: Vec<PolicySource> = self
             .policies
             .iter()
@@ -91,7 +126,15 @@ impl ControllerCommand {
             gather_window: self.gather_window,
             resync: self.resync,
             limits: self.limits.limits()?,
-            instance: std::env::var("POD_NAME").ok(),
+            instance: Some(identity.clone()),
+            http_address: self.http_address.0,
+            lease: self.leader_elect.then(|| controller::LeaseConfig {
+                name: self.lease_name.clone(),
+                namespace: self.lease_namespace.clone(),
+                identity: identity.clone(),
+                duration: self.lease_duration,
+                grace: (self.lease_duration / 3).max(Duration::from_secs(1)),
+            }),
         };
         let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
         runtime.block_on(async {
@@ -102,6 +145,29 @@ impl ControllerCommand {
         })?;
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// An address to serve on, or none.
+#[derive(Clone, Copy, Debug)]
+struct HttpAddress(Option<std::net::SocketAddr>);
+
+/// `host:port`, or `off`.
+fn parse_address(value: &str) -> Result<HttpAddress, String> {
+    if value == "off" {
+        return Ok(HttpAddress(None));
+    }
+    value
+        .parse()
+        .map(|address| HttpAddress(Some(address)))
+        .map_err(|e| format!("expected HOST:PORT or off, got {value:?}: {e}"))
+}
+
+/// The host name and process id.
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "wasmgpu".into());
+    format!("{host}-{}", std::process::id())
 }
 
 /// `NAME=PATH`.

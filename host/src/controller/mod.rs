@@ -20,6 +20,9 @@
 
 mod apply;
 mod events;
+mod http;
+mod leader;
+mod metrics;
 mod policies;
 mod report;
 mod round;
@@ -33,6 +36,8 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 
 pub use apply::FIELD_MANAGER;
+pub use leader::{Leadership, LeaseConfig};
+pub use metrics::Metrics;
 pub use policies::{ActivePolicy, LoadError, PolicySet, PolicySource};
 
 use crate::api::{GPUNode, GPUResource, SCHEDULER_NAME};
@@ -59,6 +64,10 @@ pub struct Config {
     pub limits: Limits,
     /// Names this replica in Events.
     pub instance: Option<String>,
+    /// Where to serve `/metrics`, `/healthz` and `/readyz`; `None`: nowhere.
+    pub http_address: Option<std::net::SocketAddr>,
+    /// Leader election; `None`: this replica always leads.
+    pub lease: Option<LeaseConfig>,
 }
 
 /// Runs the controller until `shutdown` completes or a watch ends.
@@ -76,6 +85,22 @@ pub async fn run(
         );
     }
     let shared = Shared::new(Index::new(config.default_policy.clone()));
+    let metrics = Metrics::new();
+    let leadership = match &config.lease {
+        Some(lease) => Leadership::elect(client.clone(), lease).await?,
+        None => Leadership::always(),
+    };
+    let (ready_sender, ready) = tokio::sync::watch::channel(false);
+    let http = config
+        .http_address
+        .map(|address| tokio::spawn(http::serve(address, metrics.clone(), ready.clone())));
+    {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            shared.wait_listed(round::WATCHED_KINDS).await;
+            let _ = ready_sender.send(true);
+        });
+    }
     let (events, events_task) = EventSink::start(
         client.clone(),
         EventReporter {
@@ -118,17 +143,33 @@ pub async fn run(
         policies,
         gather_window: config.gather_window,
         resync: config.resync,
+        metrics,
+        leader: leadership.subscribe(),
     };
-    let rounds = tokio::spawn(rounds.run());
+    let mut rounds = tokio::spawn(rounds.run());
     let any_watch_ended = futures::future::select_all(watches);
+    let http_failed = async {
+        match http {
+            Some(task) => match task.await {
+                Ok(Err(error)) => error.to_string(),
+                Ok(Ok(())) => "it stopped".to_string(),
+                Err(error) => error.to_string(),
+            },
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
+        error = http_failed => anyhow::bail!("cannot serve metrics and health: {error}"),
         () = shutdown => tracing::info!("Shutting down"),
         _ = any_watch_ended => anyhow::bail!("a watch ended unexpectedly"),
-        result = rounds => {
+        result = &mut rounds => {
             result?;
             anyhow::bail!("the round loop ended unexpectedly");
         }
     }
+    rounds.abort();
+    let _ = rounds.await;
     events_task.abort();
+    leadership.step_down().await;
     Ok(())
 }

@@ -6,12 +6,14 @@ use std::time::{Duration, Instant};
 
 use super::apply::Applier;
 use super::events::{EventSink, pod_ref};
+use super::metrics::Metrics;
 use super::policies::{ActivePolicy, PolicySet};
 use super::report::{Reporter, RoundOutcome};
 use super::watch::Shared;
 use crate::engine::types::Snapshot;
 use crate::index::ObjectKey;
 use crate::validate::validate;
+use tokio::sync::watch;
 
 /// The kinds the controller watches; rounds start once each is listed.
 pub const WATCHED_KINDS: usize = 4;
@@ -27,26 +29,50 @@ pub struct Rounds {
     pub(super) gather_window: Duration,
     /// A round runs at least this often, changes or not.
     pub(super) resync: Duration,
+    pub(super) metrics: Metrics,
+    /// Whether this replica leads: rounds run only while it does.
+    pub(super) leader: watch::Receiver<bool>,
 }
 
 // === impl Rounds ===
 
 impl Rounds {
-    /// Waits for the first full list of every kind, then runs a round after
-    /// each change (gathered for the window) and at least every `resync`.
+    /// Waits for the first full list of every kind, then, while this
+    /// replica leads, runs a round after each change (gathered for the
+    /// window) and at least every `resync`. A round in flight when the
+    /// lead is lost stops at once: like a crash, the write order leaves
+    /// nothing the next leader cannot finish.
     pub async fn run(mut self) {
         self.shared.wait_listed(WATCHED_KINDS).await;
         tracing::info!(
             policies = ?self.policies.names().collect::<Vec<_>>(),
-            "Index ready; starting rounds"
+            "Index ready"
         );
         let mut round = 0u64;
         loop {
+            if !*self.leader.borrow_and_update() {
+                self.metrics.leader(false);
+                tracing::info!("Not the leader: waiting, with the index kept warm");
+                if self.leader.wait_for(|leading| *leading).await.is_err() {
+                    tracing::error!("Leader election stopped");
+                    return;
+                }
+                tracing::info!("Leading: starting rounds");
+            }
+            self.metrics.leader(true);
             round += 1;
-            self.round(round).await;
+            let mut leader = self.leader.clone();
+            tokio::select! {
+                () = self.round(round) => {}
+                _ = leader.wait_for(|leading| !*leading) => {
+                    tracing::warn!(round, "Lost the lead during a round; stopped it");
+                    continue;
+                }
+            }
             tokio::select! {
                 () = self.shared.changed.notified() => {}
                 () = tokio::time::sleep(self.resync) => {}
+                _ = leader.wait_for(|leading| !*leading) => continue,
             }
             tokio::time::sleep(self.gather_window).await;
         }
@@ -94,6 +120,9 @@ impl Rounds {
             bound += self.decide(&policy, snapshot, &mut outcome).await;
         }
         self.reporter.report(&self.applier, outcome).await;
+        self.metrics.round();
+        self.metrics.pods_bound(bound);
+        self.metrics.gpus(&self.shared.index().gpu_states());
         if bound > 0 {
             tracing::info!(round, bound, elapsed = ?started.elapsed(), "Round");
         } else {
@@ -127,6 +156,7 @@ impl Rounds {
         let round = match result {
             Ok(round) => round,
             Err(error) => {
+                self.metrics.policy_failure(&policy.name, error.kind());
                 tracing::warn!(policy = %policy.name, kind = error.kind(), %error, "Policy failed; its pods wait");
                 let message = format!(
                     "policy {} ({}) failed: {error}; its pods wait",
@@ -141,7 +171,16 @@ impl Rounds {
                 return 0;
             }
         };
+        self.metrics.policy_call(&policy.name, round.stats.call);
         let verdict = validate(&snapshot, &round.decisions);
+        for (outcome, count) in [
+            ("accepted", verdict.accepted.len()),
+            ("waiting", verdict.waiting.len()),
+            ("rejected", verdict.rejected.len()),
+            ("refused", verdict.refused.len()),
+        ] {
+            self.metrics.decisions(&policy.name, outcome, count);
+        }
         tracing::debug!(
             policy = %policy.name,
             pending = snapshot.pending.len(),

@@ -155,3 +155,42 @@ impl Ledgers {
         });
     }
 }
+
+/// One GPU and whether it is taken, for metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuState {
+    /// The node.
+    pub node: String,
+    /// The GPU's model.
+    pub model: String,
+    /// `allocated` (a live ledger entry holds it, exclusively or a share),
+    /// `free`, or `unhealthy`.
+    pub state: &'static str,
+}
+
+impl Index {
+    /// Every GPU of every inventory, with its state.
+    pub fn gpu_states(&self) -> Vec<GpuState> {
+        let ledgers = self.ledgers();
+        self.node_to_inventory
+            .iter()
+            .flat_map(|(node, inventory)| {
+                let ledgers = &ledgers;
+                inventory.gpus.iter().map(move |gpu| GpuState {
+                    node: node.clone(),
+                    model: gpu.model.clone(),
+                    state: if !gpu.healthy {
+                        "unhealthy"
+                    } else if ledgers
+                        .gpu_to_use
+                        .contains_key(&(node.clone(), gpu.uuid.clone()))
+                    {
+                        "allocated"
+                    } else {
+                        "free"
+                    },
+                })
+            })
+            .collect()
+    }
+}

@@ -48,7 +48,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 
 pub use eligibility::Ineligible;
 pub use key::ObjectKey;
-pub use ledger::{Release, ReleaseReason};
+pub use ledger::{GpuState, Release, ReleaseReason};
 pub use problem::{Problem, Subject};
 pub use watch::IndexResource;
 

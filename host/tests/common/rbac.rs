@@ -4,14 +4,16 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
+};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use serde::Deserialize;
 use wasmgpu_test_harness::TestContext;
 
-/// The ClusterRole in `deploy/rbac/<file>`.
-pub fn cluster_role(file: &str) -> Result<ClusterRole> {
+/// The object of `kind` in `deploy/rbac/<file>`, if there is one.
+fn find<K: serde::de::DeserializeOwned>(file: &str, kind: &str) -> Result<Option<K>> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../deploy/rbac")
         .join(file);
@@ -19,16 +21,22 @@ pub fn cluster_role(file: &str) -> Result<ClusterRole> {
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     for document in serde_norway::Deserializer::from_str(&text) {
         let value = serde_json::Value::deserialize(document)?;
-        if value["kind"] == "ClusterRole" {
-            return Ok(serde_json::from_value(value)?);
+        if value["kind"] == kind {
+            return Ok(Some(serde_json::from_value(value)?));
         }
     }
-    anyhow::bail!("no ClusterRole in {}", path.display())
+    Ok(None)
+}
+
+/// The ClusterRole in `deploy/rbac/<file>`.
+pub fn cluster_role(file: &str) -> Result<ClusterRole> {
+    find(file, "ClusterRole")?.with_context(|| format!("no ClusterRole in deploy/rbac/{file}"))
 }
 
 /// A ServiceAccount `account` in the test's namespace bound to a copy of
 /// the ClusterRole in `deploy/rbac/<file>` (named after the namespace, so
-/// tests do not share it); its kubeconfig is written into `dir`. Calling it
+/// tests do not share it) and to the file's Role, if any, in the test's
+/// namespace; its kubeconfig is written into `dir`. Calling it
 /// again for the same account reuses the role and binding.
 pub async fn identity(ctx: &TestContext, file: &str, account: &str, dir: &Path) -> Result<PathBuf> {
     let identity = ctx.service_account(account).await?;
@@ -67,6 +75,44 @@ pub async fn identity(ctx: &TestContext, file: &str, account: &str, dir: &Path) 
             .await,
     )
     .with_context(|| format!("creating ClusterRoleBinding {name}"))?;
+    // The namespaced part (Lease, policy ConfigMaps), in the test's namespace.
+    if let Some(mut role) = find::<Role>(file, "Role")? {
+        role.metadata = ObjectMeta {
+            name: Some(account.into()),
+            namespace: Some(ctx.namespace.clone()),
+            ..Default::default()
+        };
+        ignore_exists(
+            Api::<Role>::namespaced(ctx.client.clone(), &ctx.namespace)
+                .create(&PostParams::default(), &role)
+                .await,
+        )
+        .with_context(|| format!("creating Role {account}"))?;
+        let binding = RoleBinding {
+            metadata: ObjectMeta {
+                name: Some(account.into()),
+                namespace: Some(ctx.namespace.clone()),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                kind: "Role".into(),
+                name: account.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: account.into(),
+                namespace: Some(ctx.namespace.clone()),
+                ..Default::default()
+            }]),
+        };
+        ignore_exists(
+            Api::<RoleBinding>::namespaced(ctx.client.clone(), &ctx.namespace)
+                .create(&PostParams::default(), &binding)
+                .await,
+        )
+        .with_context(|| format!("creating RoleBinding {account}"))?;
+    }
     let path = dir.join(format!("{account}.kubeconfig"));
     identity.write_kubeconfig(&path)?;
     Ok(path)

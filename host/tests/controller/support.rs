@@ -181,6 +181,11 @@ impl Controller {
     /// ServiceAccount `wasmgpu-controller` with exactly the permissions of
     /// `deploy/rbac/controller.yaml`.
     pub async fn start(ctx: &TestContext) -> Result<Self> {
+        Self::start_with(ctx, &[]).await
+    }
+
+    /// [`Controller::start`] with more flags.
+    pub async fn start_with(ctx: &TestContext, flags: &[String]) -> Result<Self> {
         let kubeconfig = crate::common::rbac::identity(
             ctx,
             "controller.yaml",
@@ -208,6 +213,12 @@ impl Controller {
                 policies.join("wasmgpu_spread.wasm").display()
             ))
             .args(["--default-policy", "binpack", "--resync", "2s"])
+            .args(if flags.iter().any(|f| f == "--http-address") {
+                &[][..]
+            } else {
+                &["--http-address", "off"][..]
+            })
+            .args(flags)
             .env("KUBECONFIG", &kubeconfig)
             .env(
                 "RUST_LOG",

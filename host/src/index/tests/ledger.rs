@@ -310,3 +310,16 @@ fn a_gpuresource_being_deleted_takes_no_new_pods_but_keeps_its_ledger() {
     assert_eq!(views[0].allocations.len(), 1);
     assert_eq!(views[0].policy, DEFAULT_POLICY);
 }
+
+#[test]
+fn gpu_states_count_held_free_and_unhealthy_gpus() {
+    let mut index = cluster();
+    index.apply_gpunode(&gpunode("n").with_gpus(4).unhealthy(3).build());
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .holds("p1", "n", &["GPU-n-0"], H100_MIB)
+            .build(),
+    );
+    let states: Vec<&str> = index.gpu_states().iter().map(|s| s.state).collect();
+    assert_eq!(states, ["allocated", "free", "free", "unhealthy"]);
+}

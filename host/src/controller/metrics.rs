@@ -1,0 +1,254 @@
+//! Prometheus metrics of the controller, served at `/metrics`.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `wasmgpu_rounds_total` | counter | |
+//! | `wasmgpu_decisions_total` | counter | `policy`, `outcome` (`accepted`, `waiting`, `rejected`, `refused`) |
+//! | `wasmgpu_pods_bound_total` | counter | |
+//! | `wasmgpu_policy_call_seconds` | histogram | `policy` |
+//! | `wasmgpu_policy_failures_total` | counter | `policy`, `kind` (`trap`, `out-of-fuel`, `deadline`, …) |
+//! | `wasmgpu_policy_loads_total` | counter | `policy`, `result` (`loaded`, `rejected`) |
+//! | `wasmgpu_gpus` | gauge | `node`, `model`, `state` (`allocated`, `free`, `unhealthy`) |
+//! | `wasmgpu_leader` | gauge | 1 while this replica leads |
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::index::GpuState;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    policy: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    policy: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LoadLabels {
+    policy: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabels {
+    node: String,
+    model: String,
+    state: &'static str,
+}
+
+/// The controller's metrics. Cheap to clone; all clones count together.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    rounds: Counter,
+    decisions: Family<OutcomeLabels, Counter>,
+    pods_bound: Counter,
+    policy_call: Family<PolicyLabels, Histogram>,
+    policy_failures: Family<FailureLabels, Counter>,
+    policy_loads: Family<LoadLabels, Counter>,
+    gpus: Family<GpuLabels, Gauge>,
+    leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// === impl Metrics ===
+
+impl Metrics {
+    /// Every metric, registered and at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("wasmgpu");
+        let rounds = Counter::default();
+        registry.register("rounds", "Scheduling rounds run", rounds.clone());
+        let decisions = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "decisions",
+            "Policy decisions by outcome after the host's check",
+            decisions.clone(),
+        );
+        let pods_bound = Counter::default();
+        registry.register("pods_bound", "Pods bound to a node", pods_bound.clone());
+        let policy_call = Family::<PolicyLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+        });
+        registry.register(
+            "policy_call_seconds",
+            "Time of one allocate call (instantiate, marshal, run)",
+            policy_call.clone(),
+        );
+        let policy_failures = Family::<FailureLabels, Counter>::default();
+        registry.register(
+            "policy_failures",
+            "Policy calls that failed, by kind",
+            policy_failures.clone(),
+        );
+        let policy_loads = Family::<LoadLabels, Counter>::default();
+        registry.register(
+            "policy_loads",
+            "Policy versions loaded or rejected",
+            policy_loads.clone(),
+        );
+        let gpus = Family::<GpuLabels, Gauge>::default();
+        registry.register("gpus", "GPUs by node, model and state", gpus.clone());
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica leads and applies decisions",
+            leader.clone(),
+        );
+        Self {
+            registry: Arc::new(registry),
+            rounds,
+            decisions,
+            pods_bound,
+            policy_call,
+            policy_failures,
+            policy_loads,
+            gpus,
+            leader,
+        }
+    }
+
+    /// The metrics in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+
+    /// A round ran.
+    pub fn round(&self) {
+        self.rounds.inc();
+    }
+
+    /// A policy call took `elapsed`.
+    pub fn policy_call(&self, policy: &str, elapsed: Duration) {
+        self.policy_call
+            .get_or_create(&PolicyLabels {
+                policy: policy.into(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// A policy call failed with an error of `kind`.
+    pub fn policy_failure(&self, policy: &str, kind: &'static str) {
+        self.policy_failures
+            .get_or_create(&FailureLabels {
+                policy: policy.into(),
+                kind,
+            })
+            .inc();
+    }
+
+    /// `count` decisions of `policy` ended as `outcome`.
+    pub fn decisions(&self, policy: &str, outcome: &'static str, count: usize) {
+        self.decisions
+            .get_or_create(&OutcomeLabels {
+                policy: policy.into(),
+                outcome,
+            })
+            .inc_by(count as u64);
+    }
+
+    /// `count` pods were bound.
+    pub fn pods_bound(&self, count: usize) {
+        self.pods_bound.inc_by(count as u64);
+    }
+
+    /// A version of `policy` was loaded (`loaded`) or refused (`rejected`).
+    pub fn policy_load(&self, policy: &str, result: &'static str) {
+        self.policy_loads
+            .get_or_create(&LoadLabels {
+                policy: policy.into(),
+                result,
+            })
+            .inc();
+    }
+
+    /// Replaces the GPU gauges with `states`.
+    pub fn gpus(&self, states: &[GpuState]) {
+        self.gpus.clear();
+        for state in states {
+            self.gpus
+                .get_or_create(&GpuLabels {
+                    node: state.node.clone(),
+                    model: state.model.clone(),
+                    state: state.state,
+                })
+                .inc();
+        }
+    }
+
+    /// Whether this replica leads.
+    pub fn leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_what_was_counted() {
+        let metrics = Metrics::new();
+        metrics.round();
+        metrics.decisions("binpack", "accepted", 3);
+        metrics.policy_failure("spread", "out-of-fuel");
+        metrics.policy_call("binpack", Duration::from_millis(2));
+        metrics.gpus(&[
+            GpuState {
+                node: "n1".into(),
+                model: "H100".into(),
+                state: "free",
+            },
+            GpuState {
+                node: "n1".into(),
+                model: "H100".into(),
+                state: "free",
+            },
+        ]);
+        metrics.leader(true);
+        let text = metrics.encode();
+        for line in [
+            "wasmgpu_rounds_total 1",
+            "wasmgpu_decisions_total{policy=\"binpack\",outcome=\"accepted\"} 3",
+            "wasmgpu_policy_failures_total{policy=\"spread\",kind=\"out-of-fuel\"} 1",
+            "wasmgpu_policy_call_seconds_count{policy=\"binpack\"} 1",
+            "wasmgpu_gpus{node=\"n1\",model=\"H100\",state=\"free\"} 2",
+            "wasmgpu_leader 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        // A GPU that changed state is not counted twice.
+        metrics.gpus(&[GpuState {
+            node: "n1".into(),
+            model: "H100".into(),
+            state: "allocated",
+        }]);
+        let text = metrics.encode();
+        assert!(!text.contains("state=\"free\""), "{text}");
+    }
+}

@@ -1,0 +1,206 @@
+//! Operating the controller: two replicas with leader election (the leader
+//! killed, the standby takes over), and the metrics and health endpoints.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wasmgpu::api::{GPUResource, Sharing};
+use wasmgpu_test_harness::{TestContext, wait_for};
+
+use crate::support::*;
+
+fn lease_flags(ctx: &TestContext, identity: &str) -> Vec<String> {
+    [
+        "--leader-elect",
+        "--lease-namespace",
+        &ctx.namespace,
+        "--lease-duration",
+        "3s",
+        "--identity",
+        identity,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+async fn holder(ctx: &TestContext) -> Result<Option<String>> {
+    Ok(ctx
+        .api::<Lease>()
+        .get_opt("wasmgpu-controller")
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity))
+}
+
+async fn wait_holder(ctx: &TestContext, identity: &str) -> Result<()> {
+    let deadline = Instant::now() + ACT;
+    while holder(ctx).await?.as_deref() != Some(identity) {
+        if Instant::now() > deadline {
+            bail!(
+                "{identity} does not hold the Lease: {:?}",
+                holder(ctx).await?
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+async fn bound_devices(ctx: &TestContext, names: &[String]) -> Result<Vec<String>> {
+    let mut devices = Vec::new();
+    for name in names {
+        let pod = wait_for(&ctx.api::<Pod>(), name, ACT, "bound", |p| {
+            p.and_then(|p| p.spec.as_ref())
+                .and_then(|s| s.node_name.as_ref())
+                .is_some()
+        })
+        .await?
+        .expect("exists");
+        devices.push(
+            pod.annotations()
+                .get("wasmgpu.io/devices")
+                .cloned()
+                .with_context(|| format!("{name} has no devices annotation"))?,
+        );
+    }
+    Ok(devices)
+}
+
+#[tokio::test]
+async fn a_standby_takes_over_when_the_leader_dies_and_nothing_is_bound_twice() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("ctl-failover").await?;
+    install_crds(&ctx).await?;
+    let node = format!("{}-n1", ctx.namespace);
+    gpu_node(&ctx, &node, 8).await?;
+    gpuresource(&ctx, "one", 1, Sharing::Exclusive, 0, None).await?;
+
+    let leader = Controller::start_with(&ctx, &lease_flags(&ctx, "ctl-a")).await?;
+    wait_holder(&ctx, "ctl-a").await?;
+    let mut standby = Controller::start_with(&ctx, &lease_flags(&ctx, "ctl-b")).await?;
+
+    let first: Vec<String> = (0..4).map(|i| format!("before-{i}")).collect();
+    for name in &first {
+        create_pod(&ctx, name, "one").await?;
+    }
+    let mut devices = bound_devices(&ctx, &first).await?;
+    // The standby has its index warm and waits for the lead.
+    let deadline = Instant::now() + ACT;
+    while !standby.log_tail().contains("Not the leader") {
+        standby.check_alive()?;
+        if Instant::now() > deadline {
+            bail!(
+                "the standby does not wait for the lead:\n{}",
+                standby.log_tail()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let killed_at = Instant::now();
+    leader.kill().await?;
+    let second: Vec<String> = (0..4).map(|i| format!("after-{i}")).collect();
+    for name in &second {
+        create_pod(&ctx, name, "one").await?;
+    }
+    devices.extend(bound_devices(&ctx, &second).await?);
+    eprintln!(
+        "the standby bound the next pods {:?} after the leader died",
+        killed_at.elapsed()
+    );
+    standby.check_alive()?;
+    assert_eq!(holder(&ctx).await?.as_deref(), Some("ctl-b"));
+
+    // Eight pods, eight GPUs: each pod its own, in the pods and the ledger.
+    let distinct: HashSet<&String> = devices.iter().collect();
+    assert_eq!(distinct.len(), 8, "{devices:?}");
+    let one = ctx.api::<GPUResource>().get("one").await?;
+    let ledger = one.status.expect("status").allocations;
+    assert_eq!(ledger.len(), 8);
+    let ledger_devices: HashSet<String> =
+        ledger.iter().map(|a| a.devices[0].uuid.clone()).collect();
+    assert_eq!(ledger_devices.len(), 8);
+    drop(standby);
+    remove_nodes(&ctx, &[node]).await
+}
+
+/// A plain HTTP/1.0 GET: status code and body.
+async fn get(port: u16, path: &str) -> Result<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let (head, body) = response.split_once("\r\n\r\n").context("no header end")?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("no status")?;
+    Ok((status, body.to_string()))
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+#[tokio::test]
+async fn metrics_and_health_endpoints_report_what_happened() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("ctl-metrics").await?;
+    install_crds(&ctx).await?;
+    let node = format!("{}-n1", ctx.namespace);
+    gpu_node(&ctx, &node, 4).await?;
+    gpuresource(&ctx, "one", 1, Sharing::Exclusive, 0, None).await?;
+    let port = free_port()?;
+    let controller = Controller::start_with(
+        &ctx,
+        &["--http-address".into(), format!("127.0.0.1:{port}")],
+    )
+    .await?;
+    for name in ["m-0", "m-1"] {
+        create_pod(&ctx, name, "one").await?;
+    }
+    bound_devices(&ctx, &["m-0".into(), "m-1".into()]).await?;
+
+    let allocated =
+        format!("wasmgpu_gpus{{node=\"{node}\",model=\"{H100}\",state=\"allocated\"}} 2");
+    let free = format!("wasmgpu_gpus{{node=\"{node}\",model=\"{H100}\",state=\"free\"}} 2");
+    let deadline = Instant::now() + ACT;
+    let metrics = loop {
+        let (status, body) = get(port, "/metrics").await?;
+        assert_eq!(status, 200);
+        if body.contains(&allocated) {
+            break body;
+        }
+        if Instant::now() > deadline {
+            bail!("no {allocated} in:\n{body}\n{}", controller.log_tail());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for expected in [
+        free.as_str(),
+        "wasmgpu_pods_bound_total 2",
+        "wasmgpu_decisions_total{policy=\"binpack\",outcome=\"accepted\"} 2",
+        "wasmgpu_policy_call_seconds_count{policy=\"binpack\"}",
+        "wasmgpu_leader 1",
+    ] {
+        assert!(
+            metrics.contains(expected),
+            "{expected} missing from:\n{metrics}"
+        );
+    }
+    assert!(metrics.contains("wasmgpu_rounds_total "), "{metrics}");
+    assert_eq!(get(port, "/healthz").await?.0, 200);
+    assert_eq!(get(port, "/readyz").await?.0, 200);
+    drop(controller);
+    remove_nodes(&ctx, &[node]).await
+}
