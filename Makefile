@@ -19,7 +19,7 @@ WASMGPU := $(TARGET_DIR)/release/wasmgpu
 DEMO_SNAPSHOT := policies/snapshots/demo.json
 BENCH_SNAPSHOT := $(TARGET_DIR)/snapshots/large-1000x8-1000.json
 
-.PHONY: toolchain policies build demo test lint bench bench-snapshot
+.PHONY: toolchain policies build demo demo-offline test lint bench bench-snapshot
 toolchain: ## Install the Rust pieces the build needs (wasm32-wasip2 target, rustfmt, clippy)
 	@rustup target list --installed | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
 	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
@@ -34,7 +34,10 @@ build: toolchain ## Build the wasmgpu binary (release)
 	@echo "==> building wasmgpu"
 	@$(CARGO) build --quiet --release -p wasmgpu
 
-demo: policies build ## Run binpack and spread on the demo snapshot and compare their placements
+demo: policies build control-plane ## The whole product on the local control plane: agents, controller, policies as ConfigMaps, a live swap
+	@WASMGPU=$(WASMGPU) CONTROL_PLANE=$(CONTROL_PLANE_BIN) KUBECTL=$(KUBECTL_BIN) POLICY_DIR=$(WASMGPU_POLICY_DIR) tests/demo/run.sh
+
+demo-offline: policies build ## Run binpack and spread on the demo snapshot and compare their placements (no cluster)
 	@echo "==> checking the shipped policies"
 	@$(WASMGPU) policy check $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm
 	@echo

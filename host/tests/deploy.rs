@@ -14,12 +14,21 @@ async fn the_api_server_accepts_the_whole_install() -> Result<()> {
     // A server-side dry run cannot create the namespace the other objects
     // go into: create it for real first, as the first apply would.
     cluster
-        .run_kubectl(root, &["apply", "--server-side", "-f", "deploy/namespace.yaml"])
+        .run_kubectl(
+            root,
+            &["apply", "--server-side", "-f", "deploy/namespace.yaml"],
+        )
         .await?;
     let output = cluster
         .run_kubectl(
             root,
-            &["apply", "--server-side", "--dry-run=server", "-k", "deploy/"],
+            &[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "-k",
+                "deploy/",
+            ],
         )
         .await?;
     for object in [

@@ -1,6 +1,7 @@
 //! The `wasmgpu` command line.
 
 mod agent;
+mod allocations;
 mod controller;
 mod crd;
 mod policy;
@@ -25,6 +26,9 @@ enum Command {
     /// Check, run, compare and benchmark policies offline.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Show where each pod landed (node, GPUs, deciding policy) and why the
+    /// others wait.
+    Allocations(allocations::AllocationsCommand),
     /// Run the allocating controller.
     Controller(controller::ControllerCommand),
     /// Print the CRD YAML generated from the API types.
@@ -38,6 +42,7 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
         match self.command {
             Command::Policy(command) => command.run(),
+            Command::Allocations(command) => command.run(),
             Command::Controller(command) => command.run(),
             Command::Crd(command) => command.run(),
             Command::Agent(command) => command.run(),

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# `make demo`: wasmgpu end to end on the local control plane.
+#
+# Starts kube-apiserver + etcd, installs the CRDs, namespace and RBAC from
+# deploy/, publishes the shipped policies as ConfigMaps, starts two node
+# agents on simulated inventories (8x H100 with NVLink, 4x A100) and the
+# controller as local processes under the deployed ServiceAccounts, applies
+# the samples, shows where each pod landed; swaps the default policy
+# (binpack -> spread) by updating its ConfigMap, applies more pods, shows
+# their placements; then stops everything.
+#
+# Needs: WASMGPU (the binary), CONTROL_PLANE, KUBECTL, POLICY_DIR (set by make).
+set -euo pipefail
+
+: "${WASMGPU:?set by make demo}" "${CONTROL_PLANE:?}" "${KUBECTL:?}" "${POLICY_DIR:?}"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+WORK=$ROOT/.work/demo
+NS=wasmgpu-system
+SAMPLES=wasmgpu-samples
+TIMEOUT=${DEMO_TIMEOUT:-120}
+
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+note() { printf '    %s\n' "$*"; }
+
+rm -rf "$WORK"
+mkdir -p "$WORK"
+export KUBECONFIG=$WORK/admin.kubeconfig
+pids=()
+cleanup() {
+    local code=$?
+    if ((${#pids[@]})); then
+        step "stopping the controller, the agents and the control plane"
+        # Newest first: the control plane goes last.
+        for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+            kill -TERM "${pids[i]}" 2>/dev/null || true
+            wait "${pids[i]}" 2>/dev/null || true
+        done
+    fi
+    if ((code != 0)); then
+        echo "demo failed (exit $code); logs are in $WORK" >&2
+    fi
+    exit "$code"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+kubectl() { "$KUBECTL" "$@"; }
+
+# Runs "$@" until it succeeds, for at most TIMEOUT seconds.
+until_ok() {
+    local what=$1 deadline=$((SECONDS + TIMEOUT))
+    shift
+    until "$@" >/dev/null 2>&1; do
+        if ((SECONDS > deadline)); then
+            echo "timed out after ${TIMEOUT}s waiting for: $what" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+# A kubeconfig for ServiceAccount $1 in $NS, through a token from the API.
+identity() {
+    local account=$1 file=$WORK/$1.kubeconfig server ca token
+    server=$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')
+    ca=$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+    token=$(kubectl create token "$account" -n "$NS" --duration=2h)
+    cat >"$file" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: demo, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
+users: [{name: $account, user: {token: "$token"}}]
+contexts: [{name: $account, context: {cluster: demo, user: $account}}]
+current-context: $account
+EOF
+    echo "$file"
+}
+
+# A Node as a kubelet would register it: Ready, GPU label, no not-ready taint.
+node() {
+    local name=$1
+    kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $name
+  labels: {kubernetes.io/hostname: $name, nvidia.com/gpu.present: "true"}
+EOF
+    kubectl patch node "$name" --subresource=status --type=merge -p \
+        '{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"demo node"}]}}' >/dev/null
+    kubectl patch node "$name" --type=merge -p '{"spec":{"taints":null}}' >/dev/null
+}
+
+bound_count() {
+    kubectl get pods -n "$SAMPLES" -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep -c . || true
+}
+
+wait_bound() {
+    local want=$1
+    until_ok "$want pods bound" test "$(bound_count)" -ge "$want"
+}
+
+step "starting the local control plane (kube-apiserver + etcd)"
+"$CONTROL_PLANE" serve --kubeconfig "$KUBECONFIG" >"$WORK/control-plane.log" 2>&1 &
+pids+=($!)
+until_ok "the API server to be ready" kubectl get --raw /readyz
+note "ready; KUBECONFIG=$KUBECONFIG"
+
+step "installing wasmgpu from deploy/: CRDs, namespace, least-privilege RBAC"
+kubectl apply --server-side -k "$ROOT/deploy/crds" | sed 's/^/    /'
+kubectl apply --server-side -f "$ROOT/deploy/namespace.yaml" | sed 's/^/    /'
+kubectl apply --server-side -k "$ROOT/deploy/rbac" | sed 's/^/    /'
+kubectl wait --for=condition=Established --timeout=60s crd/gpuresources.wasmgpu.io crd/gpunodes.wasmgpu.io >/dev/null
+note "(the controller Deployment and agent DaemonSet need real nodes: here they run as local processes, as the same ServiceAccounts)"
+CONTROLLER_KUBECONFIG=$(identity wasmgpu-controller)
+AGENT_KUBECONFIG=$(identity wasmgpu-agent)
+
+step "publishing the policies as ConfigMaps in $NS (default = binpack, spread)"
+"$WASMGPU" policy publish "$POLICY_DIR/wasmgpu_binpack.wasm" --name default --namespace "$NS" | sed 's/^/    /'
+"$WASMGPU" policy publish "$POLICY_DIR/wasmgpu_spread.wasm" --name spread --namespace "$NS" | sed 's/^/    /'
+
+step "registering two GPU nodes and starting their agents on simulated inventories"
+node gpu-h100
+node gpu-a100
+KUBECONFIG=$AGENT_KUBECONFIG "$WASMGPU" agent --node-name gpu-h100 \
+    --inventory "$ROOT/deploy/inventory/h100-nvlink-8.yaml" >"$WORK/agent-h100.log" 2>&1 &
+pids+=($!)
+KUBECONFIG=$AGENT_KUBECONFIG "$WASMGPU" agent --node-name gpu-a100 \
+    --inventory "$ROOT/deploy/inventory/a100-4.yaml" >"$WORK/agent-a100.log" 2>&1 &
+pids+=($!)
+until_ok "both GPUNodes published" bash -c \
+    "test \"\$('$KUBECTL' get gpunodes -o jsonpath='{.items[*].status.gpusTotal}')\" = '4 8'"
+kubectl get gpunodes | sed 's/^/    /'
+
+step "starting the controller (default policy: the ConfigMap 'default')"
+CONTROLLER_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+KUBECONFIG=$CONTROLLER_KUBECONFIG "$WASMGPU" controller \
+    --policy-namespace "$NS" --default-policy default \
+    --http-address "127.0.0.1:$CONTROLLER_PORT" >"$WORK/controller.log" 2>&1 &
+pids+=($!)
+until_ok "the controller to be ready" curl -sf "http://127.0.0.1:$CONTROLLER_PORT/readyz"
+until_ok "the policies to be loaded" bash -c \
+    "'$WASMGPU' policy list --namespace '$NS' | grep -q '^spread .*sha256' && '$WASMGPU' policy list --namespace '$NS' | grep -q '^default .*sha256'"
+"$WASMGPU" policy list --namespace "$NS" | sed 's/^/    /'
+
+step "applying the samples (deploy/samples): a 2x H100 trainer, a shared notebook, one GPU placed by spread"
+kubectl apply -k "$ROOT/deploy/samples" | sed 's/^/    /'
+wait_bound 3
+kubectl get gpur -n "$SAMPLES" | sed 's/^/    /'
+echo
+"$WASMGPU" allocations --namespace "$SAMPLES" | sed 's/^/    /'
+
+step "swapping the default policy: binpack -> spread, by updating its ConfigMap"
+"$WASMGPU" policy publish "$POLICY_DIR/wasmgpu_spread.wasm" --name default --namespace "$NS" | sed 's/^/    /'
+SPREAD_DIGEST=$(sha256sum "$POLICY_DIR/wasmgpu_spread.wasm" | cut -c1-12)
+until_ok "the controller to load the new version" bash -c \
+    "'$WASMGPU' policy list --namespace '$NS' | grep '^default ' | grep -q 'sha256:$SPREAD_DIGEST'"
+"$WASMGPU" policy list --namespace "$NS" | sed 's/^/    /'
+
+step "applying more pods: two more notebooks and a trainer, now placed by spread"
+kubectl apply -n "$SAMPLES" -f "$ROOT/tests/demo/more-pods.yaml" | sed 's/^/    /'
+wait_bound 6
+"$WASMGPU" allocations --namespace "$SAMPLES" | sed 's/^/    /'
+echo
+note "binpack packed the first shared notebook next to the trainer on the H100 node;"
+note "spread sends the new notebooks to the emptiest GPUs. Each row names the"
+note "policy version (digest) that decided it; the ledger is in 'kubectl get gpur -o yaml'."
+note "metrics: curl http://127.0.0.1:$CONTROLLER_PORT/metrics (while it runs)"
+curl -s "http://127.0.0.1:$CONTROLLER_PORT/metrics" | grep -E '^wasmgpu_(pods_bound_total|decisions_total|gpus)' | sed 's/^/    /'
