@@ -20,6 +20,7 @@ pub mod conditions;
 mod crd;
 mod gpunode;
 mod gpuresource;
+pub mod policy;
 
 pub use crd::{Drift, check_dir, crds, files, kustomization, to_yaml, write_dir};
 pub use gpunode::{GPUNode, GPUNodeSpec, GPUNodeStatus, GpuInfo, MigMode};

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::policy::LimitArgs;
-use crate::controller::{self, PolicySource};
+use crate::controller::{self, OnPolicyFailure, PolicySource};
 
 /// Run the allocating controller against the cluster in KUBECONFIG (or the
 /// in-cluster service account).
@@ -20,12 +20,33 @@ use crate::controller::{self, PolicySource};
 /// `wasmgpu.io/devices` annotation, then the binding. A restarted
 /// controller finishes what a crash left half-done, and never hands a GPU
 /// to two pods.
+///
+/// Policies come from `--policy` files and from ConfigMaps labelled
+/// `wasmgpu.io/policy=true` in `--policy-namespace` (named after the policy;
+/// `binaryData["policy.wasm"]` or `["policy.wasm.gz"]`, optional
+/// `data["config.json"]`, optional `wasmgpu.io/sha256` digest pin). A
+/// ConfigMap's version is checked, compiled and tried on a canary round
+/// before it replaces the active one; a ConfigMap overrides a file policy of
+/// the same name, and deleting it unloads its version. See docs/POLICIES.md.
 #[derive(Debug, Args)]
 pub struct ControllerCommand {
-    /// A policy to load: NAME=PATH to a `.wasm` component. Repeat for
-    /// several; GPUResources pick one by `spec.policy`.
-    #[arg(long = "policy", value_name = "NAME=PATH", required = true, value_parser = parse_named_path)]
+    /// A policy to load from a file: NAME=PATH to a `.wasm` component.
+    /// Repeat for several; GPUResources pick one by `spec.policy`. A policy
+    /// ConfigMap of the same name overrides it while it exists.
+    #[arg(long = "policy", value_name = "NAME=PATH", value_parser = parse_named_path)]
     policies: Vec<(String, PathBuf)>,
+
+    /// The namespace whose policy ConfigMaps (label `wasmgpu.io/policy=true`)
+    /// are loaded [default: $POD_NAMESPACE, else wasmgpu-system].
+    #[arg(long, value_name = "NAMESPACE")]
+    policy_namespace: Option<String>,
+
+    /// What a round does when the active policy fails at run time (trap,
+    /// fuel, deadline, invalid output): `wait` keeps its pods pending;
+    /// `last-good` retries the round with the version active before the
+    /// latest swap, when there is one (else the pods wait).
+    #[arg(long, value_enum, default_value_t)]
+    on_policy_failure: OnPolicyFailure,
 
     /// Parameters for a policy: NAME=PATH to a JSON file, handed to the
     /// policy as `snapshot.config`.
@@ -122,6 +143,11 @@ impl ControllerCommand {
         }
         let config = controller::Config {
             policies: sources,
+            policy_namespace: self
+                .policy_namespace
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .unwrap_or_else(|| "wasmgpu-system".into()),
+            on_policy_failure: self.on_policy_failure,
             default_policy: self.default_policy,
             gather_window: self.gather_window,
             resync: self.resync,

@@ -8,6 +8,7 @@
 //!  watch GPUResource ──┼───────────────────────────▶│  Index  │◀── record_write (own writes,
 //!  watch Pod ──────────┘  (schedulerName=wasmgpu)   └────┬────┘     ahead of the watch)
 //!                                                         │ snapshot per policy
+//!  watch policy ConfigMaps ─▶ check, compile, canary ─▶ Policies (swapped per name)
 //!  Rounds: after a change (+ gather window) or resync ────┤
 //!    finalizers → releases → finish unbound holders       ▼
 //!    per policy: allocate (Wasm, blocking pool) → validate → Applier
@@ -16,9 +17,11 @@
 //! ```
 //!
 //! Rounds run one at a time and are the only writers, so decisions of one
-//! round are applied before the next is built.
+//! round are applied before the next is built. Each policy call looks its
+//! policy up when it starts: a ConfigMap swap takes effect at the next call.
 
 mod apply;
+mod configmaps;
 mod events;
 mod http;
 mod leader;
@@ -28,22 +31,27 @@ mod report;
 mod round;
 mod watch;
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::runtime::events::Reporter as EventReporter;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
 pub use apply::FIELD_MANAGER;
+pub use configmaps::{MAX_POLICY_BYTES, Payload, RejectError, canary_snapshot};
 pub use leader::{Leadership, LeaseConfig};
 pub use metrics::Metrics;
-pub use policies::{ActivePolicy, LoadError, PolicySet, PolicySource};
+pub use policies::{ActivePolicy, LoadError, Policies, PolicySet, PolicySource};
+pub use round::OnPolicyFailure;
 
 use crate::api::{GPUNode, GPUResource, SCHEDULER_NAME};
 use crate::engine::{Engine, Limits};
 use crate::index::Index;
 use apply::Applier;
+use configmaps::Loader;
 use events::EventSink;
 use report::Reporter;
 use round::Rounds;
@@ -52,8 +60,13 @@ use watch::{Shared, feed};
 /// How the controller runs.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Policies to load, by name.
+    /// Policies to load from files, by name (a policy ConfigMap of the
+    /// same name overrides).
     pub policies: Vec<PolicySource>,
+    /// The namespace whose policy ConfigMaps are watched.
+    pub policy_namespace: String,
+    /// What a round does when a policy fails at run time.
+    pub on_policy_failure: OnPolicyFailure,
     /// The policy of GPUResources that name none.
     pub default_policy: String,
     /// How long pending pods are gathered after a change before a round.
@@ -76,14 +89,8 @@ pub async fn run(
     config: Config,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let engine = Engine::new(config.limits.clone())?;
-    let policies = PolicySet::from_files(&engine, &config.policies)?;
-    if policies.get(&config.default_policy).is_none() {
-        tracing::warn!(
-            default_policy = %config.default_policy,
-            "The default policy is not loaded: pods of GPUResources that name no policy wait"
-        );
-    }
+    let engine = Arc::new(Engine::new(config.limits.clone())?);
+    let policies = Policies::new(PolicySet::from_files(&engine, &config.policies)?);
     let shared = Shared::new(Index::new(config.default_policy.clone()));
     let metrics = Metrics::new();
     let leadership = match &config.lease {
@@ -109,7 +116,7 @@ pub async fn run(
         },
     );
     let pods = watcher::Config::default().fields(&format!("spec.schedulerName={SCHEDULER_NAME}"));
-    let watches = [
+    let mut watches = vec![
         tokio::spawn(feed(
             Api::<Node>::all(client.clone()),
             watcher::Config::default(),
@@ -135,12 +142,25 @@ pub async fn run(
             "Pod",
         )),
     ];
+    let loader = Loader {
+        api: Api::<ConfigMap>::namespaced(client.clone(), &config.policy_namespace),
+        engine,
+        policies: Arc::clone(&policies),
+        shared: shared.clone(),
+        events: events.clone(),
+        name_to_tried: HashMap::new(),
+        name_to_status: HashMap::new(),
+    };
+    tracing::info!(namespace = %config.policy_namespace, "Watching policy ConfigMaps");
+    watches.push(tokio::spawn(loader.run()));
     let rounds = Rounds {
         applier: Applier::new(client.clone(), shared.clone(), events.clone()),
         reporter: Reporter::new(client.clone(), shared.clone(), events.clone()),
         shared: shared.clone(),
         events,
         policies,
+        on_failure: config.on_policy_failure,
+        default_policy: config.default_policy.clone(),
         gather_window: config.gather_window,
         resync: config.resync,
         metrics,

@@ -1,8 +1,17 @@
 //! The policies the controller decides with, by name.
+//!
+//! ```text
+//!  --policy files ──▶ files      ┐
+//!  policy ConfigMaps ▶ configmaps ┼─▶ get(name): ConfigMap version, else file version
+//!  replaced versions ▶ previous   ┘   previous(name): the version active before (last good)
+//! ```
+//!
+//! Rounds look a policy up at the start of each call and keep the `Arc` they
+//! got: a swap never changes a call in flight.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use crate::api::PolicyRef;
 use crate::engine::{Engine, LoadedPolicy};
@@ -106,6 +115,11 @@ impl PolicySet {
             .insert(policy.name.clone(), Arc::new(policy));
     }
 
+    /// Removes the policy called `name`; returns it.
+    pub fn remove(&mut self, name: &str) -> Option<Arc<ActivePolicy>> {
+        self.name_to_policy.remove(name)
+    }
+
     /// The active policy called `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<ActivePolicy>> {
         self.name_to_policy.get(name)
@@ -114,6 +128,100 @@ impl PolicySet {
     /// Names of the active policies.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.name_to_policy.keys().map(String::as_str)
+    }
+}
+
+/// The policies rounds decide with, shared with the ConfigMap loader; a
+/// ConfigMap's version of a name overrides a `--policy` file of that name.
+#[derive(Default)]
+pub struct Policies {
+    layers: RwLock<Layers>,
+}
+
+#[derive(Default)]
+struct Layers {
+    files: PolicySet,
+    configmaps: PolicySet,
+    /// The version each name had before its latest swap, for `last-good`.
+    previous: BTreeMap<String, Arc<ActivePolicy>>,
+}
+
+// === impl Policies ===
+
+impl Policies {
+    /// Starts with the policies loaded from files.
+    pub fn new(files: PolicySet) -> Arc<Self> {
+        Arc::new(Self {
+            layers: RwLock::new(Layers {
+                files,
+                ..Default::default()
+            }),
+        })
+    }
+
+    /// The active version of `name`: its ConfigMap's, else its file's.
+    pub fn get(&self, name: &str) -> Option<Arc<ActivePolicy>> {
+        let layers = self.read();
+        layers
+            .configmaps
+            .get(name)
+            .or_else(|| layers.files.get(name))
+            .cloned()
+    }
+
+    /// The version `name` had before its latest swap, if any.
+    pub fn previous(&self, name: &str) -> Option<Arc<ActivePolicy>> {
+        self.read().previous.get(name).cloned()
+    }
+
+    /// Names of the active policies.
+    pub fn names(&self) -> Vec<String> {
+        let layers = self.read();
+        let mut names: Vec<String> = layers
+            .files
+            .names()
+            .chain(layers.configmaps.names())
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Makes `policy` the active version of its name (from its ConfigMap);
+    /// the version it replaces becomes the previous one.
+    pub fn activate(&self, policy: ActivePolicy) {
+        let name = policy.name.clone();
+        let replaced = self.get(&name);
+        let mut layers = self.write();
+        layers.configmaps.insert(policy);
+        if let Some(replaced) = replaced {
+            layers.previous.insert(name, replaced);
+        }
+    }
+
+    /// Unloads the ConfigMap version of `name` (its ConfigMap is gone); a
+    /// file version of that name, if any, decides again. Returns whether a
+    /// version was unloaded.
+    pub fn unload(&self, name: &str) -> bool {
+        let mut layers = self.write();
+        layers.previous.remove(name);
+        layers.configmaps.remove(name).is_some()
+    }
+
+    /// Names loaded from ConfigMaps.
+    pub fn configmap_names(&self) -> Vec<String> {
+        self.read().configmaps.names().map(str::to_string).collect()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Layers> {
+        // Every write is one small map update: a panic cannot leave the
+        // layers half-changed.
+        self.layers.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Layers> {
+        self.layers.write().unwrap_or_else(|p| p.into_inner())
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::apply::Applier;
 use super::events::{EventSink, pod_ref};
 use super::metrics::Metrics;
-use super::policies::{ActivePolicy, PolicySet};
+use super::policies::{ActivePolicy, Policies};
 use super::report::{Reporter, RoundOutcome};
 use super::watch::Shared;
 use crate::engine::types::Snapshot;
@@ -15,8 +15,20 @@ use crate::index::ObjectKey;
 use crate::validate::validate;
 use tokio::sync::watch;
 
-/// The kinds the controller watches; rounds start once each is listed.
-pub const WATCHED_KINDS: usize = 4;
+/// The kinds the controller watches (policy ConfigMaps included); rounds
+/// start once each is listed.
+pub const WATCHED_KINDS: usize = 5;
+
+/// What a round does when the active version of a policy fails at run time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnPolicyFailure {
+    /// Discard the round's decisions; the pods stay pending (fail closed).
+    #[default]
+    Wait,
+    /// Retry the round with the version active before the latest swap,
+    /// when there is one; else wait.
+    LastGood,
+}
 
 /// Runs rounds until the task is dropped.
 pub struct Rounds {
@@ -24,7 +36,12 @@ pub struct Rounds {
     pub(super) applier: Applier,
     pub(super) reporter: Reporter,
     pub(super) events: EventSink,
-    pub(super) policies: PolicySet,
+    /// Looked up at the start of each policy call: a swap takes effect at
+    /// the next call, a call in flight keeps its version.
+    pub(super) policies: Arc<Policies>,
+    pub(super) on_failure: OnPolicyFailure,
+    /// Named in the log when it is not loaded once rounds start.
+    pub(super) default_policy: String,
     /// How long pending pods are gathered after a change before deciding.
     pub(super) gather_window: Duration,
     /// A round runs at least this often, changes or not.
@@ -45,9 +62,15 @@ impl Rounds {
     pub async fn run(mut self) {
         self.shared.wait_listed(WATCHED_KINDS).await;
         tracing::info!(
-            policies = ?self.policies.names().collect::<Vec<_>>(),
+            policies = ?self.policies.names(),
             "Index ready"
         );
+        if self.policies.get(&self.default_policy).is_none() {
+            tracing::warn!(
+                default_policy = %self.default_policy,
+                "The default policy is not loaded: pods of GPUResources that name no policy wait"
+            );
+        }
         let mut round = 0u64;
         loop {
             if !*self.leader.borrow_and_update() {
@@ -103,8 +126,8 @@ impl Rounds {
             if snapshot.pending.is_empty() {
                 continue;
             }
-            let Some(policy) = self.policies.get(&name).cloned() else {
-                let loaded: Vec<&str> = self.policies.names().collect();
+            let Some(policy) = self.policies.get(&name) else {
+                let loaded = self.policies.names();
                 let message = format!(
                     "no policy named {name:?} is loaded (loaded: {}); its pods wait",
                     loaded.join(", ")
@@ -139,38 +162,65 @@ impl Rounds {
         outcome: &mut RoundOutcome,
     ) -> usize {
         let resources = resources_of(&snapshot);
-        let call = {
-            let policy = Arc::clone(policy);
-            tokio::task::spawn_blocking(move || {
-                let result = policy.loaded.allocate(&snapshot);
-                (snapshot, result)
-            })
+        let Some((mut snapshot, result)) = call(policy, snapshot).await else {
+            return 0;
         };
-        let (snapshot, result) = match call.await {
-            Ok(done) => done,
-            Err(error) => {
-                tracing::error!(%error, "Policy call panicked");
-                return 0;
-            }
-        };
-        let round = match result {
-            Ok(round) => round,
+        let (policy, round) = match result {
+            Ok(round) => (Arc::clone(policy), round),
             Err(error) => {
                 self.metrics.policy_failure(&policy.name, error.kind());
-                tracing::warn!(policy = %policy.name, kind = error.kind(), %error, "Policy failed; its pods wait");
-                let message = format!(
-                    "policy {} ({}) failed: {error}; its pods wait",
+                tracing::warn!(policy = %policy.name, digest = %policy.loaded.digest(), kind = error.kind(), %error, "Policy failed");
+                let mut message = format!(
+                    "policy {} ({}) failed: {error}",
                     policy.name,
                     policy.loaded.digest()
                 );
-                for resource in resources {
-                    outcome
-                        .policy_errors
-                        .insert(resource, ("PolicyFailed", message.clone()));
+                let last_good = match self.on_failure {
+                    OnPolicyFailure::Wait => None,
+                    OnPolicyFailure::LastGood => self
+                        .policies
+                        .previous(&policy.name)
+                        .filter(|p| p.loaded.digest() != policy.loaded.digest()),
+                };
+                let retried = match last_good {
+                    None => None,
+                    Some(last_good) => {
+                        snapshot.config = last_good.config.clone();
+                        let Some((retried_snapshot, result)) = call(&last_good, snapshot).await
+                        else {
+                            return 0;
+                        };
+                        snapshot = retried_snapshot;
+                        match result {
+                            Ok(round) => {
+                                tracing::warn!(policy = %policy.name, digest = %last_good.loaded.digest(), "Round retried with the last good version");
+                                Some((last_good, round))
+                            }
+                            Err(again) => {
+                                message.push_str(&format!(
+                                    "; the last good version ({}) failed too: {again}",
+                                    last_good.loaded.digest()
+                                ));
+                                None
+                            }
+                        }
+                    }
+                };
+                match retried {
+                    Some(retried) => retried,
+                    None => {
+                        message.push_str("; its pods wait");
+                        for resource in resources {
+                            outcome
+                                .policy_errors
+                                .insert(resource, ("PolicyFailed", message.clone()));
+                        }
+                        return 0;
+                    }
                 }
-                return 0;
             }
         };
+        let policy = &policy;
         self.metrics.policy_call(&policy.name, round.stats.call);
         let verdict = validate(&snapshot, &round.decisions);
         for (outcome, count) in [
@@ -236,6 +286,26 @@ impl Rounds {
             .assign(policy, &snapshot, verdict.accepted)
             .await
             .bound
+    }
+}
+
+/// Calls `policy` on `snapshot` on the blocking pool; hands the snapshot
+/// back. `None` when the call panicked (the snapshot is lost with it).
+async fn call(
+    policy: &Arc<ActivePolicy>,
+    snapshot: Snapshot,
+) -> Option<(Snapshot, crate::engine::Result<crate::engine::Round>)> {
+    let policy = Arc::clone(policy);
+    let call = tokio::task::spawn_blocking(move || {
+        let result = policy.loaded.allocate(&snapshot);
+        (snapshot, result)
+    });
+    match call.await {
+        Ok(done) => Some(done),
+        Err(error) => {
+            tracing::error!(%error, "Policy call panicked");
+            None
+        }
     }
 }
 

@@ -41,6 +41,11 @@ impl Shared {
         self.index.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Counts one more kind as listed.
+    pub fn mark_listed(&self) {
+        self.listed.send_modify(|n| *n += 1);
+    }
+
     /// Waits until `kinds` watches have each listed their objects once.
     pub async fn wait_listed(&self, kinds: usize) {
         let mut listed = self.listed.subscribe();
@@ -70,7 +75,7 @@ where
                 buffer.clear();
                 if !listed {
                     listed = true;
-                    shared.listed.send_modify(|n| *n += 1);
+                    shared.mark_listed();
                 }
                 shared.changed.notify_one();
             }

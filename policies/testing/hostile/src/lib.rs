@@ -1,5 +1,6 @@
 //! A test-only policy that misbehaves on request. The snapshot's `config` names
-//! the misbehaviour; the engine's tests use it to prove each one is contained.
+//! the misbehaviour (bare, or as a JSON string: `"trap"`); the engine's tests use
+//! it to prove each one is contained.
 //!
 //! | config           | what it does                                              |
 //! |------------------|-----------------------------------------------------------|
@@ -47,7 +48,8 @@ impl Policy for Hostile {
                 .map(|n| n.name.clone())
                 .unwrap_or_default()
         };
-        match snapshot.config.trim() {
+        // A JSON string (`"trap"`, as a config.json holds it) names the same.
+        match snapshot.config.trim().trim_matches('"') {
             "noop" => Vec::new(),
             "loop" => {
                 let mut i: u64 = 0;
