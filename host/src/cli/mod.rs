@@ -5,6 +5,7 @@ mod allocations;
 mod controller;
 mod crd;
 mod policy;
+mod policy_cluster;
 mod table;
 
 use clap::{Parser, Subcommand};
@@ -23,7 +24,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Check, run, compare and benchmark policies offline.
+    /// Check, run, compare and benchmark policies offline; publish and list
+    /// them in a cluster.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
     /// Show where each pod landed (node, GPUs, deciding policy) and why the

@@ -65,6 +65,35 @@ pub(crate) enum PolicyCommand {
         #[command(flatten)]
         limits: LimitArgs,
     },
+    /// Create or update the ConfigMap that ships a policy to the cluster's
+    /// controller (server-side apply): label `wasmgpu.io/policy=true`,
+    /// `binaryData["policy.wasm"]` (`["policy.wasm.gz"]`, gzip-compressed,
+    /// when the component is over 900 KiB), the digest pinned in annotation
+    /// `wasmgpu.io/sha256`, and `data["config.json"]` from --config.
+    Publish {
+        /// The policy component (.wasm).
+        file: PathBuf,
+        /// The policy's name (the ConfigMap's; GPUResources name it in `spec.policy`).
+        #[arg(long)]
+        name: String,
+        /// The policy's parameters (JSON), handed to it as `snapshot.config`.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The controller's policy namespace [default: $POD_NAMESPACE, else wasmgpu-system].
+        #[arg(long, short)]
+        namespace: Option<String>,
+    },
+    /// Show the policy ConfigMaps in the cluster and what the controller
+    /// made of each: active digest and version, when it was loaded, and why
+    /// the last version tried was rejected (from the `wasmgpu.io/status`
+    /// annotation the controller writes).
+    List {
+        /// The controller's policy namespace [default: $POD_NAMESPACE, else wasmgpu-system].
+        #[arg(long, short)]
+        namespace: Option<String>,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
     /// Print the JSON Schema of snapshot files.
     SnapshotSchema,
     /// Write a large synthetic snapshot (for benchmarks): NODES nodes of 8 GPUs
@@ -174,6 +203,20 @@ impl PolicyCommand {
     pub(crate) fn run(self) -> anyhow::Result<ExitCode> {
         match self {
             PolicyCommand::Check { file, output } => check(&file, output),
+            PolicyCommand::Publish {
+                file,
+                name,
+                config,
+                namespace,
+            } => super::policy_cluster::publish(
+                &file,
+                &name,
+                config.as_deref(),
+                super::policy_cluster::namespace(namespace),
+            ),
+            PolicyCommand::List { namespace, output } => {
+                super::policy_cluster::list(super::policy_cluster::namespace(namespace), output)
+            }
             PolicyCommand::Run {
                 file,
                 input,

@@ -1,0 +1,206 @@
+//! `wasmgpu policy list` and `wasmgpu policy publish`: policy ConfigMaps in
+//! a cluster.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+
+use super::policy::Output;
+use super::table::Table;
+use crate::api::policy::{
+    CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY, POLICY_LABEL, POLICY_SELECTOR,
+    PolicyStatus, STATUS_ANNOTATION,
+};
+use crate::engine::Digest;
+
+/// Field manager of `wasmgpu policy publish`.
+pub(crate) const PUBLISH_MANAGER: &str = "wasmgpu-publish";
+/// Components larger than this are stored gzip-compressed: a ConfigMap
+/// holds at most 1 MiB in all.
+pub(crate) const COMPRESS_ABOVE: usize = 900 << 10;
+
+/// The namespace of the policy ConfigMaps: the flag, else $POD_NAMESPACE,
+/// else `wasmgpu-system` (the controller's default).
+pub(crate) fn namespace(flag: Option<String>) -> String {
+    flag.or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .unwrap_or_else(|| "wasmgpu-system".into())
+}
+
+fn block_on<T>(work: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Runtime::new()
+        .context("cannot start the async runtime")?
+        .block_on(work)
+}
+
+async fn client() -> anyhow::Result<Client> {
+    Client::try_default()
+        .await
+        .context("cannot reach the Kubernetes API (set KUBECONFIG)")
+}
+
+/// The ConfigMap `publish` applies.
+pub(crate) fn policy_configmap(
+    name: &str,
+    namespace: &str,
+    wasm: &[u8],
+    config: Option<String>,
+) -> anyhow::Result<ConfigMap> {
+    let digest = Digest::of(wasm);
+    let (key, bytes) = if wasm.len() > COMPRESS_ABOVE {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        encoder.write_all(wasm)?;
+        (POLICY_GZ_KEY, encoder.finish()?)
+    } else {
+        (POLICY_KEY, wasm.to_vec())
+    };
+    Ok(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(BTreeMap::from([(POLICY_LABEL.into(), "true".into())])),
+            annotations: Some(BTreeMap::from([(
+                DIGEST_ANNOTATION.into(),
+                digest.to_string(),
+            )])),
+            ..Default::default()
+        },
+        binary_data: Some(BTreeMap::from([(key.into(), ByteString(bytes))])),
+        data: config.map(|c| BTreeMap::from([(CONFIG_KEY.into(), c)])),
+        ..Default::default()
+    })
+}
+
+/// `wasmgpu policy publish`.
+pub(crate) fn publish(
+    file: &Path,
+    name: &str,
+    config: Option<&Path>,
+    namespace: String,
+) -> anyhow::Result<ExitCode> {
+    let wasm = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let config = match config {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading --config {}", path.display()))?;
+            serde_json::from_str::<serde_json::Value>(&text)
+                .with_context(|| format!("--config {} is not valid JSON", path.display()))?;
+            Some(text)
+        }
+    };
+    let configmap = policy_configmap(name, &namespace, &wasm, config)?;
+    let mut value = serde_json::to_value(&configmap)?;
+    value["apiVersion"] = "v1".into();
+    value["kind"] = "ConfigMap".into();
+    block_on(async {
+        let api: Api<ConfigMap> = Api::namespaced(client().await?, &namespace);
+        api.patch(
+            name,
+            &PatchParams::apply(PUBLISH_MANAGER).force(),
+            &Patch::Apply(&value),
+        )
+        .await
+        .with_context(|| format!("applying ConfigMap {namespace}/{name}"))?;
+        anyhow::Ok(())
+    })?;
+    let compressed = configmap
+        .binary_data
+        .as_ref()
+        .is_some_and(|b| b.contains_key(POLICY_GZ_KEY));
+    println!(
+        "published {namespace}/{name}: {} ({} bytes{})",
+        Digest::of(&wasm),
+        wasm.len(),
+        if compressed { ", gzip-compressed" } else { "" }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One row of `policy list`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Listed {
+    name: String,
+    published_digest: Option<String>,
+    #[serde(flatten)]
+    status: PolicyStatus,
+}
+
+/// `wasmgpu policy list`.
+pub(crate) fn list(namespace: String, output: Output) -> anyhow::Result<ExitCode> {
+    let configmaps = block_on(async {
+        let api: Api<ConfigMap> = Api::namespaced(client().await?, &namespace);
+        let list = api
+            .list(&ListParams::default().labels(POLICY_SELECTOR))
+            .await
+            .with_context(|| format!("listing policy ConfigMaps in {namespace}"))?;
+        anyhow::Ok(list.items)
+    })?;
+    let rows: Vec<Listed> = configmaps
+        .iter()
+        .map(|c| Listed {
+            name: c.name_any(),
+            published_digest: c.annotations().get(DIGEST_ANNOTATION).cloned(),
+            status: c
+                .annotations()
+                .get(STATUS_ANNOTATION)
+                .and_then(|s| serde_json::from_str(s).ok())
+                .unwrap_or_default(),
+        })
+        .collect();
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Output::Table => {
+            let mut table = Table::new(&["NAME", "ACTIVE", "VERSION", "LOADED", "LAST ERROR"]);
+            let none = || "-".to_string();
+            for row in rows {
+                table.row(vec![
+                    row.name,
+                    row.status.active_digest.map_or_else(none, |d| short(&d)),
+                    row.status.active_version.unwrap_or_else(none),
+                    row.status.loaded_at.unwrap_or_else(none),
+                    row.status.last_error.unwrap_or_else(none),
+                ]);
+            }
+            print!("{}", table.render());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sha256:` and the first 12 hex digits.
+fn short(digest: &str) -> String {
+    digest.chars().take("sha256:".len() + 12).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::Payload;
+
+    #[test]
+    fn published_configmaps_load_back_compressed_or_not() {
+        for size in [1000, COMPRESS_ABOVE + 1] {
+            let wasm: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            let configmap =
+                policy_configmap("p", "ns", &wasm, Some("{\"a\":1}".into())).unwrap();
+            let key = if size > COMPRESS_ABOVE {
+                POLICY_GZ_KEY
+            } else {
+                POLICY_KEY
+            };
+            assert!(configmap.binary_data.as_ref().unwrap().contains_key(key));
+            let payload = Payload::from_configmap(&configmap).unwrap();
+            assert_eq!(payload.wasm, wasm);
+            assert_eq!(payload.digest, Digest::of(&wasm));
+            assert_eq!(payload.config, "{\"a\":1}");
+        }
+    }
+}
