@@ -387,3 +387,79 @@ fn every_call_has_its_own_store() {
         .unwrap();
     assert!(round.stats.peak_memory_bytes < 64 << 20);
 }
+
+// === policy ConfigMaps: the canary round before activation ===
+
+fn policy_configmap(policy: &str, config: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    use std::collections::BTreeMap;
+    k8s_openapi::api::core::v1::ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(policy.into()),
+            ..Default::default()
+        },
+        binary_data: Some(BTreeMap::from([(
+            "policy.wasm".to_string(),
+            k8s_openapi::ByteString(policy_bytes(policy)),
+        )])),
+        data: Some(BTreeMap::from([("config.json".to_string(), config.into())])),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_canary_accepts_the_shipped_policies_and_a_policy_that_waits() {
+    let engine = engine();
+    for (policy, config) in [
+        ("binpack", ""),
+        ("spread", ""),
+        ("hostile-policy", "\"noop\""),
+    ] {
+        let payload =
+            wasmgpu::controller::Payload::from_configmap(&policy_configmap(policy, config))
+                .expect("payload");
+        let active = payload
+            .load(&engine)
+            .unwrap_or_else(|e| panic!("{policy}: {e}"));
+        assert_eq!(active.name, policy);
+        assert_eq!(active.config, config);
+    }
+}
+
+#[test]
+fn the_canary_rejects_policies_that_fail_or_decide_invalidly() {
+    use wasmgpu::controller::RejectError;
+    let engine = engine();
+    for config in [
+        "\"trap\"",
+        "\"loop\"",
+        "\"memory-bomb\"",
+        "\"ghost-gpu\"",
+        "\"same-gpu-twice\"",
+    ] {
+        let payload = wasmgpu::controller::Payload::from_configmap(&policy_configmap(
+            "hostile-policy",
+            config,
+        ))
+        .expect("payload");
+        let error = match payload.load(&engine) {
+            Ok(_) => panic!("{config}: passed the canary"),
+            Err(error) => error,
+        };
+        let expected = matches!(
+            (config, &error),
+            ("\"trap\"", RejectError::Canary(PolicyError::Trap { .. }))
+                | (
+                    "\"loop\"",
+                    RejectError::Canary(
+                        PolicyError::OutOfFuel { .. } | PolicyError::Deadline { .. }
+                    )
+                )
+                | ("\"memory-bomb\"", RejectError::Canary(_))
+                | (
+                    "\"ghost-gpu\"" | "\"same-gpu-twice\"",
+                    RejectError::CanaryRefused(_)
+                )
+        );
+        assert!(expected, "{config}: {error}");
+    }
+}

@@ -31,6 +31,12 @@ pub const STATUS_ANNOTATION: &str = "wasmgpu.io/status";
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyStatus {
+    /// Which inputs this status is about: the sha256 of the ConfigMap's
+    /// component, config.json and pin, as the controller computes it
+    /// (`wasmgpu::controller::fingerprint`); a publisher compares it to
+    /// know the controller has acted on its latest change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<String>,
     /// Digest of the version that decides now (none: nothing loaded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_digest: Option<String>,

@@ -189,8 +189,7 @@ mod tests {
     fn published_configmaps_load_back_compressed_or_not() {
         for size in [1000, COMPRESS_ABOVE + 1] {
             let wasm: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-            let configmap =
-                policy_configmap("p", "ns", &wasm, Some("{\"a\":1}".into())).unwrap();
+            let configmap = policy_configmap("p", "ns", &wasm, Some("{\"a\":1}".into())).unwrap();
             let key = if size > COMPRESS_ABOVE {
                 POLICY_GZ_KEY
             } else {

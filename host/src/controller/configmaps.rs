@@ -250,8 +250,9 @@ fn configmap_ref(configmap: &ConfigMap) -> ObjectReference {
 }
 
 /// What a ConfigMap asks for, hashed: the loader skips a ConfigMap whose
-/// inputs it already tried (e.g. after its own status write).
-fn fingerprint(configmap: &ConfigMap) -> Digest {
+/// inputs it already tried (e.g. after its own status write), and records
+/// it in the status as `observed`.
+pub fn fingerprint(configmap: &ConfigMap) -> Digest {
     let inputs = json!({
         "binaryData": configmap.binary_data,
         "config": configmap.data.as_ref().and_then(|d| d.get(CONFIG_KEY)),
@@ -319,7 +320,7 @@ impl Loader {
         if self.name_to_tried.get(&name) == Some(&fingerprint) {
             return;
         }
-        self.name_to_tried.insert(name.clone(), fingerprint);
+        self.name_to_tried.insert(name.clone(), fingerprint.clone());
         let started = Instant::now();
         let result = match Payload::from_configmap(configmap) {
             Ok(payload) => {
@@ -352,6 +353,7 @@ impl Loader {
                     format!("loaded {digest} ({version}) in {elapsed:.1?}; it decides from the next round"),
                 );
                 status = PolicyStatus {
+                    observed: None,
                     active_digest: Some(digest.clone()),
                     active_version: Some(version),
                     loaded_at: Some(now),
@@ -391,6 +393,7 @@ impl Loader {
                 status.last_error_at = Some(now);
             }
         }
+        status.observed = Some(fingerprint.to_string());
         self.write_status(&name, &status).await;
         self.name_to_status.insert(name, status);
     }
@@ -400,7 +403,10 @@ impl Loader {
         self.name_to_tried.remove(name);
         self.name_to_status.remove(name);
         if self.policies.unload(name) {
-            let fallback = self.policies.get(name).map(|p| p.loaded.digest().to_string());
+            let fallback = self
+                .policies
+                .get(name)
+                .map(|p| p.loaded.digest().to_string());
             tracing::info!(policy = %name, ?fallback, "Unloaded policy: its ConfigMap is gone");
             self.shared.changed.notify_one();
         }
@@ -449,8 +455,7 @@ mod tests {
     }
 
     fn gz(bytes: &[u8]) -> Vec<u8> {
-        let mut encoder =
-            flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         encoder.write_all(bytes).unwrap();
         encoder.finish().unwrap()
     }
@@ -458,11 +463,10 @@ mod tests {
     #[test]
     fn payload_plain_and_gzip_give_the_same_digest() {
         let wasm = b"\0asm\x0d\0\x01\0".to_vec();
-        let plain = Payload::from_configmap(&configmap(&[(POLICY_KEY, wasm.clone())], None, None))
-            .unwrap();
+        let plain =
+            Payload::from_configmap(&configmap(&[(POLICY_KEY, wasm.clone())], None, None)).unwrap();
         let packed =
-            Payload::from_configmap(&configmap(&[(POLICY_GZ_KEY, gz(&wasm))], None, None))
-                .unwrap();
+            Payload::from_configmap(&configmap(&[(POLICY_GZ_KEY, gz(&wasm))], None, None)).unwrap();
         assert_eq!(plain.wasm, wasm);
         assert_eq!(packed.wasm, wasm);
         assert_eq!(plain.digest, Digest::of(&wasm));
@@ -479,18 +483,20 @@ mod tests {
                 .unwrap();
         }
         let wrong = Digest::of(b"other").to_string();
-        let error =
-            Payload::from_configmap(&configmap(&[(POLICY_KEY, wasm)], Some(&wrong), None))
-                .unwrap_err();
-        assert!(matches!(error, RejectError::DigestMismatch { .. }), "{error}");
+        let error = Payload::from_configmap(&configmap(&[(POLICY_KEY, wasm)], Some(&wrong), None))
+            .unwrap_err();
+        assert!(
+            matches!(error, RejectError::DigestMismatch { .. }),
+            "{error}"
+        );
     }
 
     #[test]
     fn payload_refuses_bombs_missing_and_bad_config() {
         let bomb = gz(&vec![0u8; MAX_POLICY_BYTES + 1]);
         assert!(bomb.len() < 64 << 10);
-        let error = Payload::from_configmap(&configmap(&[(POLICY_GZ_KEY, bomb)], None, None))
-            .unwrap_err();
+        let error =
+            Payload::from_configmap(&configmap(&[(POLICY_GZ_KEY, bomb)], None, None)).unwrap_err();
         assert!(matches!(error, RejectError::TooLarge { .. }), "{error}");
         let error =
             Payload::from_configmap(&configmap(&[(POLICY_GZ_KEY, b"nope".to_vec())], None, None))

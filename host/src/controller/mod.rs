@@ -41,7 +41,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 
 pub use apply::FIELD_MANAGER;
-pub use configmaps::{MAX_POLICY_BYTES, Payload, RejectError, canary_snapshot};
+pub use configmaps::{MAX_POLICY_BYTES, Payload, RejectError, canary_snapshot, fingerprint};
 pub use leader::{Leadership, LeaseConfig};
 pub use metrics::Metrics;
 pub use policies::{ActivePolicy, LoadError, Policies, PolicySet, PolicySource};

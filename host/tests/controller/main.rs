@@ -4,6 +4,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod configmaps;
 mod operate;
 mod scale;
 mod support;

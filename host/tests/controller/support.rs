@@ -220,6 +220,8 @@ impl Controller {
             })
             .args(flags)
             .env("KUBECONFIG", &kubeconfig)
+            // As the Deployment does: its namespace holds the policy ConfigMaps.
+            .env("POD_NAMESPACE", &ctx.namespace)
             .env(
                 "RUST_LOG",
                 std::env::var("WASMGPU_TEST_RUST_LOG")
