@@ -346,8 +346,9 @@ impl Loader {
                 // A round decides what waited for this version.
                 self.shared.changed.notify_one();
                 tracing::info!(policy = %name, %digest, %version, ?elapsed, "Loaded policy from its ConfigMap");
-                self.events.normal(
+                self.events.distinct(
                     configmap_ref(configmap),
+                    false,
                     "PolicyLoaded",
                     "Load",
                     format!("loaded {digest} ({version}) in {elapsed:.1?}; it decides from the next round"),
@@ -369,8 +370,9 @@ impl Loader {
                     None => "no version of it is active; its pods wait".to_string(),
                 };
                 tracing::warn!(policy = %name, kind = error.kind(), %error, ?elapsed, "Rejected a policy version");
-                self.events.warning(
+                self.events.distinct(
                     configmap_ref(configmap),
+                    true,
                     "PolicyRejected",
                     "Load",
                     format!("rejected ({}): {error}; {still}", error.kind()),

@@ -1,10 +1,14 @@
 //! Kubernetes Events, published off the round's path: rounds queue them,
 //! one task writes them (`events.k8s.io/v1`, aggregated by kube's
-//! recorder).
+//! recorder, except [`EventSink::distinct`] ones).
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PostParams;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use crate::api::{GROUP, VERSION};
@@ -22,6 +26,8 @@ struct Queued {
     reason: &'static str,
     action: &'static str,
     note: String,
+    /// Its own Event, never folded into a series with an earlier one.
+    distinct: bool,
 }
 
 /// Where rounds send Events. Cheap to clone.
@@ -60,7 +66,7 @@ impl EventSink {
     /// A sink and the task that publishes what it receives as `reporter`.
     pub fn start(client: Client, reporter: Reporter) -> (Self, tokio::task::JoinHandle<()>) {
         let (sender, receiver) = mpsc::channel(QUEUE);
-        let task = tokio::spawn(publish(Recorder::new(client, reporter), receiver));
+        let task = tokio::spawn(publish(client, reporter, receiver));
         (Self { sender }, task)
     }
 
@@ -86,6 +92,27 @@ impl EventSink {
         self.queue(reference, true, reason, action, note);
     }
 
+    /// Queues an Event that is never aggregated with earlier ones of the
+    /// same reason (the recorder keeps a series' first note: a policy's
+    /// successive loads each need their own).
+    pub fn distinct(
+        &self,
+        reference: ObjectReference,
+        warning: bool,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) {
+        self.send(Queued {
+            reference,
+            warning,
+            reason,
+            action,
+            note,
+            distinct: true,
+        });
+    }
+
     fn queue(
         &self,
         reference: ObjectReference,
@@ -94,21 +121,30 @@ impl EventSink {
         action: &'static str,
         note: String,
     ) {
-        let queued = Queued {
+        self.send(Queued {
             reference,
             warning,
             reason,
             action,
             note,
-        };
+            distinct: false,
+        });
+    }
+
+    fn send(&self, queued: Queued) {
         if let Err(error) = self.sender.try_send(queued) {
             tracing::warn!(%error, "Event queue full; dropping an Event");
         }
     }
 }
 
-async fn publish(recorder: Recorder, mut receiver: mpsc::Receiver<Queued>) {
+async fn publish(client: Client, reporter: Reporter, mut receiver: mpsc::Receiver<Queued>) {
+    let recorder = Recorder::new(client.clone(), reporter.clone());
     while let Some(queued) = receiver.recv().await {
+        if queued.distinct {
+            publish_distinct(&client, &reporter, queued).await;
+            continue;
+        }
         let event = Event {
             type_: if queued.warning {
                 EventType::Warning
@@ -129,6 +165,54 @@ async fn publish(recorder: Recorder, mut receiver: mpsc::Receiver<Queued>) {
                 "Cannot publish Event"
             );
         }
+    }
+}
+
+/// Creates `queued` as an Event of its own.
+async fn publish_distinct(client: &Client, reporter: &Reporter, queued: Queued) {
+    let namespace = queued
+        .reference
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let now = Timestamp::now();
+    let event = K8sEvent {
+        metadata: ObjectMeta {
+            name: Some(format!(
+                "{}.{:x}",
+                queued
+                    .reference
+                    .name
+                    .as_deref()
+                    .unwrap_or(&reporter.controller),
+                now.as_nanosecond()
+            )),
+            namespace: Some(namespace.clone()),
+            ..Default::default()
+        },
+        action: Some(queued.action.into()),
+        reason: Some(queued.reason.into()),
+        note: Some(truncate(queued.note, 1000)),
+        event_time: Some(MicroTime(now)),
+        regarding: Some(queued.reference.clone()),
+        reporting_controller: Some(reporter.controller.clone()),
+        reporting_instance: Some(
+            reporter
+                .instance
+                .clone()
+                .unwrap_or_else(|| reporter.controller.clone()),
+        ),
+        type_: Some(if queued.warning { "Warning" } else { "Normal" }.into()),
+        ..Default::default()
+    };
+    let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
+    if let Err(error) = api.create(&PostParams::default(), &event).await {
+        tracing::warn!(
+            %error,
+            reason = queued.reason,
+            object = ?queued.reference.name,
+            "Cannot publish Event"
+        );
     }
 }
 
