@@ -529,3 +529,68 @@ async fn swap_latency_is_measured() -> Result<()> {
     drop(controller);
     remove_nodes(&ctx, &nodes).await
 }
+
+/// `--on-policy-failure last-good`: a version that passes the canary but
+/// fails on the real load (the hostile policy's `trap-over-2`) is active;
+/// its rounds are retried with the version it replaced, whose digest the
+/// ledger then records.
+#[tokio::test]
+async fn last_good_retries_a_failed_round_with_the_previous_version() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("cm-last-good").await?;
+    install_crds(&ctx).await?;
+    let node = format!("{}-n1", ctx.namespace);
+    gpu_node(&ctx, &node, 8).await?;
+    gpuresource(&ctx, "fallible", 1, Sharing::Exclusive, 0, Some("fallible")).await?;
+    let mut controller = Controller::start_with(
+        &ctx,
+        &[
+            "--policy-namespace",
+            &ctx.namespace,
+            "--on-policy-failure",
+            "last-good",
+        ],
+    )
+    .await?;
+    let binpack = digest_of("binpack");
+    let hostile = digest_of("hostile-policy");
+    let observed = put_policy(
+        &ctx,
+        "fallible",
+        POLICY_KEY,
+        policy_bytes("binpack"),
+        None,
+        None,
+    )
+    .await?;
+    wait_observed(&ctx, "fallible", &observed).await?;
+    let observed = put_policy(
+        &ctx,
+        "fallible",
+        POLICY_KEY,
+        policy_bytes("hostile-policy"),
+        None,
+        Some("\"trap-over-2\""),
+    )
+    .await?;
+    let status = wait_observed(&ctx, "fallible", &observed).await?;
+    assert_eq!(status.active_digest.as_deref(), Some(hostile.as_str()));
+
+    for i in 0..3 {
+        create_pod(&ctx, &format!("f-{i}"), "fallible").await?;
+    }
+    for i in 0..3 {
+        wait_bound(&ctx, &format!("f-{i}")).await?;
+    }
+    let resource = wait_resource(&ctx, "fallible", "3 in the ledger", |r| {
+        ledger_digests(r).len() == 3
+    })
+    .await?;
+    assert!(
+        ledger_digests(&resource).values().all(|d| *d == binpack),
+        "{resource:?}"
+    );
+    controller.check_alive()?;
+    drop(controller);
+    remove_nodes(&ctx, &[node]).await
+}

@@ -8,6 +8,7 @@
 //! | `loop`           | spins forever                                             |
 //! | `memory-bomb`    | allocates until something stops it                        |
 //! | `trap`           | panics                                                    |
+//! | `trap-over-2`    | panics with more than 2 pods pending, else decides nothing |
 //! | `recursion`      | recurses without end                                      |
 //! | `huge-output`    | returns 200,000 decisions                                 |
 //! | `ghost-gpu`      | assigns the first pod GPUs that do not exist              |
@@ -65,6 +66,8 @@ impl Policy for Hostile {
                 }
             }
             "trap" => panic!("deliberate trap"),
+            "trap-over-2" if snapshot.pending.len() > 2 => panic!("deliberate trap: busy"),
+            "trap-over-2" => Vec::new(),
             "recursion" => vec![wait(
                 &first_pod(),
                 format!("{}", recurse(std::hint::black_box(1))),
