@@ -335,7 +335,10 @@ impl Loader {
             Err(error) => Err(error),
         };
         let elapsed = started.elapsed();
-        let now = Timestamp::now().to_string();
+        let now = Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)
+            .unwrap_or_else(|_| Timestamp::now())
+            .to_string();
         let mut status = self.name_to_status.get(&name).cloned().unwrap_or_default();
         match result {
             Ok(policy) => {
