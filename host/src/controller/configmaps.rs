@@ -373,6 +373,7 @@ impl Loader {
                     None => "no version of it is active; its pods wait".to_string(),
                 };
                 tracing::warn!(policy = %name, kind = error.kind(), %error, ?elapsed, "Rejected a policy version");
+                self.policies.reject(&name, error.to_string());
                 self.events.distinct(
                     configmap_ref(configmap),
                     true,

@@ -144,6 +144,9 @@ struct Layers {
     configmaps: PolicySet,
     /// The version each name had before its latest swap, for `last-good`.
     previous: BTreeMap<String, Arc<ActivePolicy>>,
+    /// Why the latest ConfigMap version of a name was rejected, while it is
+    /// the latest.
+    rejected: BTreeMap<String, String>,
 }
 
 // === impl Policies ===
@@ -194,6 +197,7 @@ impl Policies {
         let name = policy.name.clone();
         let replaced = self.get(&name);
         let mut layers = self.write();
+        layers.rejected.remove(&name);
         layers.configmaps.insert(policy);
         if let Some(replaced) = replaced {
             layers.previous.insert(name, replaced);
@@ -206,7 +210,18 @@ impl Policies {
     pub fn unload(&self, name: &str) -> bool {
         let mut layers = self.write();
         layers.previous.remove(name);
+        layers.rejected.remove(name);
         layers.configmaps.remove(name).is_some()
+    }
+
+    /// Records why the latest ConfigMap version of `name` was rejected.
+    pub fn reject(&self, name: &str, reason: String) {
+        self.write().rejected.insert(name.to_string(), reason);
+    }
+
+    /// Why the latest ConfigMap version of `name` was rejected, if it was.
+    pub fn rejection(&self, name: &str) -> Option<String> {
+        self.read().rejected.get(name).cloned()
     }
 
     /// Names loaded from ConfigMaps.

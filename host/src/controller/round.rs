@@ -128,8 +128,13 @@ impl Rounds {
             }
             let Some(policy) = self.policies.get(&name) else {
                 let loaded = self.policies.names();
+                let rejected = self
+                    .policies
+                    .rejection(&name)
+                    .map(|reason| format!("; its latest version was rejected: {reason}"))
+                    .unwrap_or_default();
                 let message = format!(
-                    "no policy named {name:?} is loaded (loaded: {}); its pods wait",
+                    "no policy named {name:?} is loaded (loaded: {}){rejected}; its pods wait",
                     loaded.join(", ")
                 );
                 for resource in resources_of(&snapshot) {

@@ -447,6 +447,22 @@ async fn broken_and_hostile_versions_are_rejected_and_the_active_one_stays() -> 
     .await?;
     assert_eq!(ledger_digests(&resource)["still"], binpack);
 
+    // A policy whose only version was rejected: its pods wait, and the
+    // condition says why.
+    gpuresource(&ctx, "never", 1, Sharing::Exclusive, 0, Some("never")).await?;
+    let observed = put_policy(&ctx, "never", POLICY_KEY, b"nope".to_vec(), None, None).await?;
+    let status = wait_observed(&ctx, "never", &observed).await?;
+    assert!(status.active_digest.is_none(), "{status:?}");
+    create_pod(&ctx, "hopeful", "never").await?;
+    wait_resource(&ctx, "never", "PolicyNotFound with the rejection", |r| {
+        condition(r, "PolicyError").is_some_and(|c| {
+            c.reason == "PolicyNotFound"
+                && c.message
+                    .contains("its latest version was rejected: not a WebAssembly binary")
+        })
+    })
+    .await?;
+
     // Deleting the ConfigMap unloads the policy: its pods wait, with a condition.
     ctx.api::<ConfigMap>()
         .delete("guarded", &DeleteParams::default())
