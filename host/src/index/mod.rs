@@ -204,7 +204,7 @@ impl Index {
             return;
         };
         if let Some(written) = self.key_to_written_version.get(&key) {
-            if resource.metadata.resource_version.as_ref() != Some(written) {
+            if is_older(resource.metadata.resource_version.as_deref(), written) {
                 tracing::debug!(resource = %key, "Ignoring a version older than the one written");
                 return;
             }
@@ -391,4 +391,16 @@ fn resource_key(resource: &GPUResource) -> Option<ObjectKey> {
         meta.namespace.as_deref()?,
         meta.name.as_deref()?,
     ))
+}
+
+/// Whether a delivered version comes before the `written` one. Versions are
+/// opaque to clients, but the API server's are increasing integers: compared
+/// as such, a newer version (e.g. the delete after a write that changed
+/// nothing, whose version the watch never delivers again) ends the wait.
+/// Versions that are not integers end the wait only when equal.
+fn is_older(delivered: Option<&str>, written: &str) -> bool {
+    match (delivered.map(str::parse::<u64>), written.parse::<u64>()) {
+        (Some(Ok(delivered)), Ok(written)) => delivered < written,
+        _ => delivered != Some(written),
+    }
 }

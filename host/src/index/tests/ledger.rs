@@ -273,6 +273,25 @@ fn a_written_ledger_survives_older_versions_from_the_watch() {
 }
 
 #[test]
+fn a_newer_version_ends_the_wait_for_a_written_version() {
+    // A write that changed nothing returns a version the watch delivered
+    // before and never delivers again: the next, newer version (e.g. the
+    // deletion) must still be followed.
+    let mut index = cluster();
+    index.record_write(
+        &gpuresource("ml", "r")
+            .holds("p1", "n", &["GPU-n-0"], H100_MIB)
+            .version("7")
+            .build(),
+    );
+    index.apply_gpuresource(&gpuresource("ml", "r").version("10").build());
+    assert_eq!(
+        gpu(&default_snapshot(&index), "GPU-n-0").exclusive_owner,
+        None
+    );
+}
+
+#[test]
 fn a_relist_ends_the_wait_for_a_written_version() {
     let mut index = cluster();
     index.record_write(
