@@ -26,8 +26,10 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch_stream};
 use kube::{Api, ResourceExt};
 use serde_json::json;
+use tokio::sync::watch;
 
 use super::events::EventSink;
+use super::metrics::Metrics;
 use super::policies::{ActivePolicy, Policies};
 use super::watch::Shared;
 use crate::api::policy::{
@@ -272,6 +274,10 @@ pub(super) struct Loader {
     pub(super) name_to_tried: HashMap<String, Digest>,
     /// The status last written per name.
     pub(super) name_to_status: HashMap<String, PolicyStatus>,
+    pub(super) metrics: Metrics,
+    /// Every replica loads (a new leader decides at once); only the leader
+    /// writes Events and the status annotation.
+    pub(super) leader: watch::Receiver<bool>,
 }
 
 // === impl Loader ===
@@ -335,6 +341,7 @@ impl Loader {
             Err(error) => Err(error),
         };
         let elapsed = started.elapsed();
+        let leading = *self.leader.borrow();
         let now = Timestamp::now()
             .round(k8s_openapi::jiff::Unit::Second)
             .unwrap_or_else(|_| Timestamp::now())
@@ -349,11 +356,12 @@ impl Loader {
                 // A round decides what waited for this version.
                 self.shared.changed.notify_one();
                 tracing::info!(policy = %name, %digest, %version, ?elapsed, "Loaded policy from its ConfigMap");
-                self.events.distinct(
-                    configmap_ref(configmap),
+                self.metrics.policy_load(&name, "loaded");
+                self.event(
+                    leading,
+                    configmap,
                     false,
                     "PolicyLoaded",
-                    "Load",
                     format!("loaded {digest} ({version}) in {elapsed:.1?}; it decides from the next round"),
                 );
                 status = PolicyStatus {
@@ -374,11 +382,12 @@ impl Loader {
                 };
                 tracing::warn!(policy = %name, kind = error.kind(), %error, ?elapsed, "Rejected a policy version");
                 self.policies.reject(&name, error.to_string());
-                self.events.distinct(
-                    configmap_ref(configmap),
+                self.metrics.policy_load(&name, "rejected");
+                self.event(
+                    leading,
+                    configmap,
                     true,
                     "PolicyRejected",
-                    "Load",
                     format!("rejected ({}): {error}; {still}", error.kind()),
                 );
                 if status.active_digest.is_none()
@@ -400,8 +409,25 @@ impl Loader {
             }
         }
         status.observed = Some(fingerprint.to_string());
-        self.write_status(&name, &status).await;
+        if leading {
+            self.write_status(&name, &status).await;
+        }
         self.name_to_status.insert(name, status);
+    }
+
+    /// Queues a load Event, when this replica leads.
+    fn event(
+        &self,
+        leading: bool,
+        configmap: &ConfigMap,
+        warning: bool,
+        reason: &'static str,
+        note: String,
+    ) {
+        if leading {
+            self.events
+                .distinct(configmap_ref(configmap), warning, reason, "Load", note);
+        }
     }
 
     /// Unloads the version of a deleted ConfigMap.

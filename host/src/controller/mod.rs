@@ -150,6 +150,8 @@ pub async fn run(
         events: events.clone(),
         name_to_tried: HashMap::new(),
         name_to_status: HashMap::new(),
+        metrics: metrics.clone(),
+        leader: leadership.subscribe(),
     };
     tracing::info!(namespace = %config.policy_namespace, "Watching policy ConfigMaps");
     watches.push(tokio::spawn(loader.run()));

@@ -146,8 +146,7 @@ async fn a_configmap_swap_takes_over_while_pods_arrive() -> Result<()> {
         gpu_node(&ctx, node, 8).await?;
     }
     gpuresource(&ctx, "one", 1, Sharing::Exclusive, 0, Some("swapped")).await?;
-    let mut controller =
-        Controller::start(&ctx).await?;
+    let mut controller = Controller::start(&ctx).await?;
     let (binpack, spread) = (digest_of("binpack"), digest_of("spread"));
 
     let observed = publish(
@@ -382,8 +381,7 @@ async fn broken_and_hostile_versions_are_rejected_and_the_active_one_stays() -> 
     let node = format!("{}-n1", ctx.namespace);
     gpu_node(&ctx, &node, 8).await?;
     gpuresource(&ctx, "guarded", 1, Sharing::Exclusive, 0, Some("guarded")).await?;
-    let mut controller =
-        Controller::start(&ctx).await?;
+    let mut controller = Controller::start(&ctx).await?;
     let binpack = digest_of("binpack");
     let observed = put_policy(
         &ctx,
@@ -499,8 +497,7 @@ async fn swap_latency_is_measured() -> Result<()> {
         gpu_node(&ctx, node, 8).await?;
     }
     gpuresource(&ctx, "timed", 1, Sharing::Exclusive, 0, Some("timed")).await?;
-    let mut controller =
-        Controller::start(&ctx).await?;
+    let mut controller = Controller::start(&ctx).await?;
     let (binpack, hostile) = (policy_bytes("binpack"), policy_bytes("hostile-policy"));
     let binpack_digest = Digest::of(&binpack).to_string();
     let mut latencies = Vec::new();
@@ -558,16 +555,8 @@ async fn last_good_retries_a_failed_round_with_the_previous_version() -> Result<
     let node = format!("{}-n1", ctx.namespace);
     gpu_node(&ctx, &node, 8).await?;
     gpuresource(&ctx, "fallible", 1, Sharing::Exclusive, 0, Some("fallible")).await?;
-    let mut controller = Controller::start_with(
-        &ctx,
-        &[
-            "--policy-namespace",
-            &ctx.namespace,
-            "--on-policy-failure",
-            "last-good",
-        ],
-    )
-    .await?;
+    let mut controller =
+        Controller::start_with(&ctx, &["--on-policy-failure".into(), "last-good".into()]).await?;
     let binpack = digest_of("binpack");
     let hostile = digest_of("hostile-policy");
     let observed = put_policy(
