@@ -143,9 +143,10 @@ until_ok "the policies to be loaded" bash -c \
     "'$WASMGPU' policy list --namespace '$NS' | grep -q '^spread .*sha256' && '$WASMGPU' policy list --namespace '$NS' | grep -q '^default .*sha256'"
 "$WASMGPU" policy list --namespace "$NS" | sed 's/^/    /'
 
-step "applying the samples (deploy/samples): a 2x H100 trainer, a shared notebook, one GPU placed by spread"
+step "applying the samples (deploy/samples) and a second notebook: a 2x H100 trainer, two shared notebooks, one GPU placed by spread"
 kubectl apply -k "$ROOT/deploy/samples" | sed 's/^/    /'
-wait_bound 3
+kubectl apply -n "$SAMPLES" -f "$ROOT/tests/demo/first-pods.yaml" | sed 's/^/    /'
+wait_bound 4
 kubectl get gpur -n "$SAMPLES" | sed 's/^/    /'
 echo
 "$WASMGPU" allocations --namespace "$SAMPLES" | sed 's/^/    /'
@@ -153,17 +154,21 @@ echo
 step "swapping the default policy: binpack -> spread, by updating its ConfigMap"
 "$WASMGPU" policy publish "$POLICY_DIR/wasmgpu_spread.wasm" --name default --namespace "$NS" | sed 's/^/    /'
 SPREAD_DIGEST=$(sha256sum "$POLICY_DIR/wasmgpu_spread.wasm" | cut -c1-12)
+BINPACK_DIGEST=$(sha256sum "$POLICY_DIR/wasmgpu_binpack.wasm" | cut -c1-12)
 until_ok "the controller to load the new version" bash -c \
     "'$WASMGPU' policy list --namespace '$NS' | grep '^default ' | grep -q 'sha256:$SPREAD_DIGEST'"
 "$WASMGPU" policy list --namespace "$NS" | sed 's/^/    /'
 
 step "applying more pods: two more notebooks and a trainer, now placed by spread"
 kubectl apply -n "$SAMPLES" -f "$ROOT/tests/demo/more-pods.yaml" | sed 's/^/    /'
-wait_bound 6
+wait_bound 7
 "$WASMGPU" allocations --namespace "$SAMPLES" | sed 's/^/    /'
 echo
-note "binpack packed the first shared notebook next to the trainer on the H100 node;"
-note "spread sends the new notebooks to the emptiest GPUs. Each row names the"
-note "policy version (digest) that decided it; the ledger is in 'kubectl get gpur -o yaml'."
-note "metrics: curl http://127.0.0.1:$CONTROLLER_PORT/metrics (while it runs)"
-curl -s "http://127.0.0.1:$CONTROLLER_PORT/metrics" | grep -E '^wasmgpu_(pods_bound_total|decisions_total|gpus)' | sed 's/^/    /'
+note "Before the swap, binpack (default, sha256:${BINPACK_DIGEST}) stacked both shared notebooks"
+note "on one GPU; after it, spread (default, sha256:${SPREAD_DIGEST}) gave each new notebook"
+note "the emptiest GPU. Every row names the policy version that decided it (the ledger:"
+note "kubectl get gpur -n $SAMPLES -o yaml). Waiting pods would show why in NOTE."
+echo
+note "the controller's metrics (non-zero):"
+curl -s "http://127.0.0.1:$CONTROLLER_PORT/metrics" \
+    | grep -E '^wasmgpu_(pods_bound_total|decisions_total|gpus|policy_loads_total)' | grep -v ' 0$' | sed 's/^/    /'
