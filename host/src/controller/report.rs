@@ -16,6 +16,9 @@ use super::watch::Shared;
 use crate::api::{GPUResource, Phase, conditions};
 use crate::index::{ObjectKey, PodCounts, Problem, ResourceView, Subject};
 
+/// Pods of one GPUResource told about a new policy error.
+const POD_EVENTS_PER_ERROR: usize = 20;
+
 /// What a round learnt about policies, per GPUResource.
 #[derive(Debug, Default)]
 pub struct RoundOutcome {
@@ -87,6 +90,17 @@ impl Reporter {
                     "Allocate",
                     error.1.clone(),
                 );
+                // The pods that wait because of it hear it too (a few:
+                // the GPUResource's condition tells the rest).
+                let waiting = self.shared.index().unplaced_pods_of(&key);
+                for (pod, uid) in waiting.into_iter().take(POD_EVENTS_PER_ERROR) {
+                    self.events.warning(
+                        pod_ref(&pod, Some(&uid)),
+                        error.0,
+                        "Allocate",
+                        error.1.clone(),
+                    );
+                }
             }
             self.key_to_policy_error.insert(key, error);
         }

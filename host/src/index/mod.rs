@@ -359,6 +359,19 @@ impl Index {
         self.key_to_pod.get(pod).is_some_and(PodFacts::unplaced)
     }
 
+    /// Pods of a GPUResource that still need a node, with their UIDs.
+    pub fn unplaced_pods_of(&self, resource: &ObjectKey) -> Vec<(ObjectKey, String)> {
+        self.key_to_pod
+            .iter()
+            .filter(|(key, pod)| {
+                key.namespace == resource.namespace
+                    && pod.resource.as_deref() == Some(resource.name.as_str())
+                    && pod.unplaced()
+            })
+            .map(|(key, pod)| (key.clone(), pod.uid.clone()))
+            .collect()
+    }
+
     /// Pods holding GPUs of a GPUResource and pods referencing it, for its
     /// status (`2/3`).
     pub fn pod_counts(&self, resource: &ObjectKey) -> PodCounts {

@@ -297,16 +297,20 @@ async fn problems_users_can_fix_are_reported_on_the_pod_and_the_gpuresource() ->
     loop {
         let lost = events_for(&ctx, "lost").await?;
         let giant = events_for(&ctx, "giant").await?;
+        let stray = events_for(&ctx, "stray").await?;
         if lost
             .iter()
             .any(|(r, n)| r == "GPUResourceNotFound" && n.contains("missing"))
             && giant.iter().any(|(r, _)| r == "Unsatisfiable")
+            && stray
+                .iter()
+                .any(|(r, n)| r == "PolicyNotFound" && n.contains("no-such-policy"))
         {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "no Events yet: lost {lost:?}, giant {giant:?}\n{}",
+            "no Events yet: lost {lost:?}, giant {giant:?}, stray {stray:?}\n{}",
             controller.log_tail()
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
