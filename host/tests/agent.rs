@@ -12,39 +12,11 @@ use anyhow::{Context, Result, bail};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
-use tokio::sync::OnceCell;
 use wasmgpu::api::GPUNode;
 use wasmgpu_test_harness::{DEFAULT_WAIT, TestContext, wait_for};
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
-}
-
-/// Installs the checked-in CRDs once per test process, as an operator would.
-async fn install_crds(ctx: &TestContext) -> Result<()> {
-    static INSTALLED: OnceCell<()> = OnceCell::const_new();
-    INSTALLED
-        .get_or_try_init(|| async {
-            let root = repo("");
-            let cluster = ctx.cluster();
-            cluster
-                .run_kubectl(&root, &["apply", "--server-side", "-k", "deploy/crds"])
-                .await?;
-            cluster
-                .run_kubectl(
-                    &root,
-                    &[
-                        "wait",
-                        "--for=condition=Established",
-                        "--timeout=60s",
-                        "crd/gpunodes.wasmgpu.io",
-                    ],
-                )
-                .await?;
-            anyhow::Ok(())
-        })
-        .await?;
-    Ok(())
 }
 
 /// A ServiceAccount with exactly the permissions of
@@ -135,7 +107,7 @@ async fn wait_node(
 #[tokio::test]
 async fn two_agents_publish_follow_their_files_and_do_not_rewrite_after_a_restart() -> Result<()> {
     let ctx = TestContext::new("agent-publish").await?;
-    install_crds(&ctx).await?;
+    common::install_crds(&ctx).await?;
     let dir = std::env::temp_dir().join(format!("wasmgpu-agent-test-{}", ctx.namespace));
     std::fs::create_dir_all(&dir)?;
     let kubeconfig = agent_identity(&ctx, &dir).await?;

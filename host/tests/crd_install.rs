@@ -1,11 +1,12 @@
 //! The CRDs in `deploy/crds/` install on a real API server, which then
 //! refuses objects that break the schema, with its own message.
 
+mod common;
+
 use anyhow::Result;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 use wasmgpu::api::{GPUNode, GPUNodeSpec, GPUNodeStatus, GPUResource, GpuInfo, Sharing};
 use wasmgpu_test_harness::TestContext;
 
@@ -17,29 +18,6 @@ async fn kubectl(ctx: &TestContext, args: &[&str]) -> Result<String> {
             args,
         )
         .await
-}
-
-/// Installs the checked-in CRDs once per test process, as an operator would.
-async fn install_crds(ctx: &TestContext) -> Result<()> {
-    static INSTALLED: OnceCell<()> = OnceCell::const_new();
-    INSTALLED
-        .get_or_try_init(|| async {
-            kubectl(ctx, &["apply", "--server-side", "-k", "deploy/crds"]).await?;
-            kubectl(
-                ctx,
-                &[
-                    "wait",
-                    "--for=condition=Established",
-                    "--timeout=60s",
-                    "crd/gpuresources.wasmgpu.io",
-                    "crd/gpunodes.wasmgpu.io",
-                ],
-            )
-            .await?;
-            anyhow::Ok(())
-        })
-        .await?;
-    Ok(())
 }
 
 /// Creates a GPUResource from raw JSON (so that values the Rust types cannot
@@ -65,7 +43,7 @@ async fn create(ctx: &TestContext, name: &str, spec: Value) -> Result<Result<(),
 #[tokio::test]
 async fn the_server_refuses_gpuresources_that_break_the_schema() -> Result<()> {
     let ctx = TestContext::new("crd-schema").await?;
-    install_crds(&ctx).await?;
+    common::install_crds(&ctx).await?;
 
     let refused = [
         (
@@ -140,7 +118,7 @@ async fn the_server_refuses_gpuresources_that_break_the_schema() -> Result<()> {
 #[tokio::test]
 async fn gpunode_status_is_a_subresource_with_printer_columns() -> Result<()> {
     let ctx = TestContext::new("crd-gpunode").await?;
-    install_crds(&ctx).await?;
+    common::install_crds(&ctx).await?;
     let api: Api<GPUNode> = ctx.cluster_api();
     let name = format!("{}-node", ctx.namespace);
     api.create(&PostParams::default(), &GPUNode::new(&name, GPUNodeSpec {}))
@@ -185,7 +163,7 @@ async fn gpunode_status_is_a_subresource_with_printer_columns() -> Result<()> {
 #[tokio::test]
 async fn the_samples_apply() -> Result<()> {
     let ctx = TestContext::new("crd-samples").await?;
-    install_crds(&ctx).await?;
+    common::install_crds(&ctx).await?;
     kubectl(&ctx, &["apply", "-k", "deploy/samples"]).await?;
     let api: Api<GPUResource> = Api::namespaced(ctx.client.clone(), "wasmgpu-samples");
     let mut names: Vec<String> = api

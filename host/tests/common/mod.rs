@@ -32,3 +32,32 @@ pub fn policy_bytes(name: &str) -> Vec<u8> {
 pub fn convert<T: Serialize, U: DeserializeOwned>(value: &T) -> U {
     serde_json::from_value(serde_json::to_value(value).expect("serialize")).expect("same shape")
 }
+
+/// Installs the checked-in CRDs (`deploy/crds`) once per test process, as an
+/// operator would, and waits until the API server serves them.
+pub async fn install_crds(ctx: &wasmgpu_test_harness::TestContext) -> anyhow::Result<()> {
+    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    INSTALLED
+        .get_or_try_init(|| async {
+            let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+            let cluster = ctx.cluster();
+            cluster
+                .run_kubectl(root, &["apply", "--server-side", "-k", "deploy/crds"])
+                .await?;
+            cluster
+                .run_kubectl(
+                    root,
+                    &[
+                        "wait",
+                        "--for=condition=Established",
+                        "--timeout=60s",
+                        "crd/gpuresources.wasmgpu.io",
+                        "crd/gpunodes.wasmgpu.io",
+                    ],
+                )
+                .await?;
+            anyhow::Ok(())
+        })
+        .await?;
+    Ok(())
+}

@@ -57,17 +57,8 @@ pub async fn identity(ctx: &TestContext, file: &str, account: &str, dir: &Path) 
             name: Some(name.clone()),
             ..Default::default()
         },
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "ClusterRole".into(),
-            name: name.clone(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: account.into(),
-            namespace: Some(ctx.namespace.clone()),
-            ..Default::default()
-        }]),
+        role_ref: role_ref("ClusterRole", &name),
+        subjects: Some(subjects(ctx, account)),
     };
     ignore_exists(
         Api::<ClusterRoleBinding>::all(ctx.client.clone())
@@ -94,17 +85,8 @@ pub async fn identity(ctx: &TestContext, file: &str, account: &str, dir: &Path) 
                 namespace: Some(ctx.namespace.clone()),
                 ..Default::default()
             },
-            role_ref: RoleRef {
-                api_group: Some("rbac.authorization.k8s.io".into()),
-                kind: "Role".into(),
-                name: account.into(),
-            },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".into(),
-                name: account.into(),
-                namespace: Some(ctx.namespace.clone()),
-                ..Default::default()
-            }]),
+            role_ref: role_ref("Role", account),
+            subjects: Some(subjects(ctx, account)),
         };
         ignore_exists(
             Api::<RoleBinding>::namespaced(ctx.client.clone(), &ctx.namespace)
@@ -116,6 +98,24 @@ pub async fn identity(ctx: &TestContext, file: &str, account: &str, dir: &Path) 
     let path = dir.join(format!("{account}.kubeconfig"));
     identity.write_kubeconfig(&path)?;
     Ok(path)
+}
+
+fn role_ref(kind: &str, name: &str) -> RoleRef {
+    RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: kind.into(),
+        name: name.into(),
+    }
+}
+
+/// The ServiceAccount `account` of the test's namespace.
+fn subjects(ctx: &TestContext, account: &str) -> Vec<Subject> {
+    vec![Subject {
+        kind: "ServiceAccount".into(),
+        name: account.into(),
+        namespace: Some(ctx.namespace.clone()),
+        ..Default::default()
+    }]
 }
 
 /// Creating what already exists (a second call) is fine.

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::Api;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
-use tokio::sync::{Mutex, MutexGuard, OnceCell};
+use tokio::sync::{Mutex, MutexGuard};
 use wasmgpu::api::{GPUNode, GPUResource, GPUResourceSpec, GpuInfo, Sharing};
 use wasmgpu_test_harness::{FakeNode, TestContext};
 
@@ -27,33 +27,7 @@ pub async fn exclusive() -> MutexGuard<'static, ()> {
     TURN.lock().await
 }
 
-/// Installs the checked-in CRDs once per test process.
-pub async fn install_crds(ctx: &TestContext) -> Result<()> {
-    static INSTALLED: OnceCell<()> = OnceCell::const_new();
-    INSTALLED
-        .get_or_try_init(|| async {
-            let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-            let cluster = ctx.cluster();
-            cluster
-                .run_kubectl(root, &["apply", "--server-side", "-k", "deploy/crds"])
-                .await?;
-            cluster
-                .run_kubectl(
-                    root,
-                    &[
-                        "wait",
-                        "--for=condition=Established",
-                        "--timeout=60s",
-                        "crd/gpuresources.wasmgpu.io",
-                        "crd/gpunodes.wasmgpu.io",
-                    ],
-                )
-                .await?;
-            anyhow::Ok(())
-        })
-        .await?;
-    Ok(())
-}
+pub use crate::common::install_crds;
 
 /// Creates Node `name` (Ready, in the test's group) and its GPUNode with
 /// `gpus` H100s (UUIDs `GPU-<name>-<i>`, full NVLink), as an agent would.
