@@ -2,7 +2,7 @@
 //! canary round, and only then swapped in.
 //!
 //! ```text
-//!  ConfigMap (wasmgpu.io/policy=true) ──▶ payload: size, gunzip, digest pin, config.json
+//!  ConfigMap (wasmgpu.io/policy=true) ──▶ payload.rs: size, gunzip, digest pin, config.json
 //!      ──▶ compile + describe (blocking pool; the engine caches by digest)
 //!      ──▶ canary allocate() on a small built-in snapshot, decisions validated
 //!      ──▶ Policies::activate (atomic per name)  ──▶ Event PolicyLoaded, status annotation
@@ -14,7 +14,6 @@
 //! older version never overrides a newer one.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::Read;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -30,214 +29,13 @@ use tokio::sync::watch;
 
 use super::events::EventSink;
 use super::metrics::Metrics;
-use super::policies::{ActivePolicy, Policies};
+use super::payload::{Payload, RejectError};
+use super::policies::Policies;
 use super::watch::Shared;
 use crate::api::policy::{
-    CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY, POLICY_SELECTOR, PolicyStatus,
-    STATUS_ANNOTATION,
+    CONFIG_KEY, DIGEST_ANNOTATION, POLICY_SELECTOR, PolicyStatus, STATUS_ANNOTATION,
 };
-use crate::engine::types::Snapshot;
-use crate::engine::{Digest, Engine, LoadedPolicy, PolicyError};
-use crate::validate::validate;
-
-/// The largest component accepted, after decompression.
-pub const MAX_POLICY_BYTES: usize = 8 << 20;
-
-/// A policy ConfigMap's contents, checked and decoded.
-#[derive(Clone, Debug)]
-pub struct Payload {
-    /// The policy's name (the ConfigMap's).
-    pub name: String,
-    /// The component.
-    pub wasm: Vec<u8>,
-    /// Its digest.
-    pub digest: Digest,
-    /// `config.json` (empty when absent).
-    pub config: String,
-}
-
-/// Why a policy ConfigMap's version was not activated.
-#[derive(Debug, thiserror::Error)]
-pub enum RejectError {
-    /// No component in the ConfigMap.
-    #[error("binaryData has neither {POLICY_KEY:?} nor {POLICY_GZ_KEY:?}")]
-    Missing,
-    /// Two components in the ConfigMap.
-    #[error("binaryData has both {POLICY_KEY:?} and {POLICY_GZ_KEY:?}; keep one")]
-    Ambiguous,
-    /// The component is over [`MAX_POLICY_BYTES`].
-    #[error("the component is over the limit of {limit} bytes ({size} bytes or more)")]
-    TooLarge {
-        /// Its size (at least this much, for a compressed one).
-        size: usize,
-        /// The limit.
-        limit: usize,
-    },
-    /// `policy.wasm.gz` is not gzip.
-    #[error("{POLICY_GZ_KEY} does not decompress: {0}")]
-    Gunzip(String),
-    /// The digest annotation does not match the component.
-    #[error("digest mismatch: {DIGEST_ANNOTATION} pins {pinned}, the component is {actual}")]
-    DigestMismatch {
-        /// The annotation's value.
-        pinned: String,
-        /// The component's digest.
-        actual: Digest,
-    },
-    /// `config.json` is not JSON.
-    #[error("{CONFIG_KEY} is not JSON: {0}")]
-    Config(String),
-    /// The engine refused the component (not Wasm, a core module, another
-    /// world, `describe()` failed, …).
-    #[error("{0}")]
-    Load(PolicyError),
-    /// The canary round failed (trap, fuel, deadline, memory, output).
-    #[error("the canary round failed: {0}")]
-    Canary(PolicyError),
-    /// The canary round's decisions are not valid.
-    #[error("the canary round's decisions are invalid: {0}")]
-    CanaryRefused(String),
-}
-
-// === impl RejectError ===
-
-impl RejectError {
-    /// A short, stable label for logs and metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            RejectError::Missing => "missing",
-            RejectError::Ambiguous => "ambiguous",
-            RejectError::TooLarge { .. } => "too-large",
-            RejectError::Gunzip(_) => "gunzip",
-            RejectError::DigestMismatch { .. } => "digest-mismatch",
-            RejectError::Config(_) => "config",
-            RejectError::Load(e) => e.kind(),
-            RejectError::Canary(_) => "canary",
-            RejectError::CanaryRefused(_) => "canary-refused",
-        }
-    }
-}
-
-// === impl Payload ===
-
-impl Payload {
-    /// Reads, decompresses and checks a policy ConfigMap (no compiling).
-    pub fn from_configmap(configmap: &ConfigMap) -> Result<Self, RejectError> {
-        let binary = configmap.binary_data.as_ref();
-        let raw = binary.and_then(|b| b.get(POLICY_KEY));
-        let gz = binary.and_then(|b| b.get(POLICY_GZ_KEY));
-        let wasm = match (raw, gz) {
-            (Some(_), Some(_)) => return Err(RejectError::Ambiguous),
-            (None, None) => return Err(RejectError::Missing),
-            (Some(raw), None) => {
-                if raw.0.len() > MAX_POLICY_BYTES {
-                    return Err(RejectError::TooLarge {
-                        size: raw.0.len(),
-                        limit: MAX_POLICY_BYTES,
-                    });
-                }
-                raw.0.clone()
-            }
-            (None, Some(gz)) => gunzip(&gz.0, MAX_POLICY_BYTES)?,
-        };
-        let digest = Digest::of(&wasm);
-        if let Some(pinned) = configmap.annotations().get(DIGEST_ANNOTATION) {
-            let pinned = pinned.trim();
-            let matches = pinned == digest.as_str()
-                || digest.as_str().strip_prefix("sha256:") == Some(pinned);
-            if !matches {
-                return Err(RejectError::DigestMismatch {
-                    pinned: pinned.to_string(),
-                    actual: digest,
-                });
-            }
-        }
-        let config = configmap
-            .data
-            .as_ref()
-            .and_then(|d| d.get(CONFIG_KEY))
-            .cloned()
-            .unwrap_or_default();
-        if !config.trim().is_empty() {
-            serde_json::from_str::<serde_json::Value>(&config)
-                .map_err(|e| RejectError::Config(e.to_string()))?;
-        }
-        Ok(Payload {
-            name: configmap.name_any(),
-            wasm,
-            digest,
-            config,
-        })
-    }
-
-    /// Compiles (or takes from the engine's cache) and describes the
-    /// component, then runs the canary round. Blocking: call it off the
-    /// async runtime.
-    pub fn load(self, engine: &Engine) -> Result<ActivePolicy, RejectError> {
-        let loaded = engine.load(&self.wasm).map_err(RejectError::Load)?;
-        canary(&loaded, &self.config)?;
-        Ok(ActivePolicy {
-            name: self.name,
-            loaded,
-            config: self.config,
-        })
-    }
-}
-
-/// Decompresses at most `limit` bytes.
-fn gunzip(bytes: &[u8], limit: usize) -> Result<Vec<u8>, RejectError> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(bytes)
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| RejectError::Gunzip(e.to_string()))?;
-    if out.len() > limit {
-        return Err(RejectError::TooLarge {
-            size: out.len(),
-            limit,
-        });
-    }
-    Ok(out)
-}
-
-/// The canary snapshot: two nodes of two GPUs, a one-GPU and a two-GPU pod.
-pub fn canary_snapshot(config: &str) -> Snapshot {
-    use wasmgpu_policy_sdk::Sharing;
-    use wasmgpu_policy_sdk::testing::{node, request, snapshot, with_full_nvlink};
-    const MODEL: &str = "NVIDIA H100 80GB HBM3";
-    let mut sdk = snapshot(
-        vec![
-            with_full_nvlink(node("canary-0", 2, MODEL, 81559)),
-            with_full_nvlink(node("canary-1", 2, MODEL, 81559)),
-        ],
-        vec![
-            request("wasmgpu-canary/pod-0", 1, Sharing::Exclusive, 0),
-            request("wasmgpu-canary/pod-1", 2, Sharing::Exclusive, 0),
-        ],
-    );
-    sdk.config = config.to_string();
-    // The SDK's and the host's types come from the same WIT: same serde form.
-    let value = serde_json::to_value(&sdk).expect("a snapshot serializes");
-    serde_json::from_value(value).expect("the SDK's snapshot is the host's")
-}
-
-/// Runs `policy` on the canary snapshot: the call must succeed and every
-/// decision must be valid.
-fn canary(policy: &LoadedPolicy, config: &str) -> Result<(), RejectError> {
-    let snapshot = canary_snapshot(config);
-    let round = policy.allocate(&snapshot).map_err(RejectError::Canary)?;
-    let verdict = validate(&snapshot, &round.decisions);
-    if let Some(refused) = verdict.refused.first() {
-        return Err(RejectError::CanaryRefused(format!(
-            "{} of {} refused, first: {:?}: {}",
-            verdict.refused.len(),
-            round.decisions.len(),
-            refused.decision,
-            refused.reason
-        )));
-    }
-    Ok(())
-}
+use crate::engine::{Digest, Engine, PolicyError};
 
 /// The ConfigMap an Event is about.
 fn configmap_ref(configmap: &ConfigMap) -> ObjectReference {
@@ -455,106 +253,5 @@ impl Loader {
         {
             tracing::warn!(policy = %name, %error, "Cannot write the policy status annotation");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-    use std::io::Write;
-
-    use k8s_openapi::ByteString;
-    use kube::api::ObjectMeta;
-
-    use super::*;
-
-    fn configmap(binary: &[(&str, Vec<u8>)], pin: Option<&str>, config: Option<&str>) -> ConfigMap {
-        ConfigMap {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                annotations: pin.map(|p| BTreeMap::from([(DIGEST_ANNOTATION.into(), p.into())])),
-                ..Default::default()
-            },
-            binary_data: Some(
-                binary
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), ByteString(v.clone())))
-                    .collect(),
-            ),
-            data: config.map(|c| BTreeMap::from([(CONFIG_KEY.into(), c.into())])),
-            ..Default::default()
-        }
-    }
-
-    fn gz(bytes: &[u8]) -> Vec<u8> {
-        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        encoder.write_all(bytes).unwrap();
-        encoder.finish().unwrap()
-    }
-
-    #[test]
-    fn payload_plain_and_gzip_give_the_same_digest() {
-        let wasm = b"\0asm\x0d\0\x01\0".to_vec();
-        let plain =
-            Payload::from_configmap(&configmap(&[(POLICY_KEY, wasm.clone())], None, None)).unwrap();
-        let packed =
-            Payload::from_configmap(&configmap(&[(POLICY_GZ_KEY, gz(&wasm))], None, None)).unwrap();
-        assert_eq!(plain.wasm, wasm);
-        assert_eq!(packed.wasm, wasm);
-        assert_eq!(plain.digest, Digest::of(&wasm));
-        assert_eq!(packed.digest, plain.digest);
-    }
-
-    #[test]
-    fn payload_checks_the_pin_with_or_without_prefix() {
-        let wasm = b"\0asm\x0d\0\x01\0".to_vec();
-        let digest = Digest::of(&wasm).to_string();
-        let bare = digest.strip_prefix("sha256:").unwrap();
-        for pin in [digest.as_str(), bare] {
-            Payload::from_configmap(&configmap(&[(POLICY_KEY, wasm.clone())], Some(pin), None))
-                .unwrap();
-        }
-        let wrong = Digest::of(b"other").to_string();
-        let error = Payload::from_configmap(&configmap(&[(POLICY_KEY, wasm)], Some(&wrong), None))
-            .unwrap_err();
-        assert!(
-            matches!(error, RejectError::DigestMismatch { .. }),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn payload_refuses_bombs_missing_and_bad_config() {
-        let bomb = gz(&vec![0u8; MAX_POLICY_BYTES + 1]);
-        assert!(bomb.len() < 64 << 10);
-        let error =
-            Payload::from_configmap(&configmap(&[(POLICY_GZ_KEY, bomb)], None, None)).unwrap_err();
-        assert!(matches!(error, RejectError::TooLarge { .. }), "{error}");
-        let error =
-            Payload::from_configmap(&configmap(&[(POLICY_GZ_KEY, b"nope".to_vec())], None, None))
-                .unwrap_err();
-        assert!(matches!(error, RejectError::Gunzip(_)), "{error}");
-        let error = Payload::from_configmap(&configmap(&[], None, None)).unwrap_err();
-        assert!(matches!(error, RejectError::Missing), "{error}");
-        let error = Payload::from_configmap(&configmap(
-            &[(POLICY_KEY, vec![0]), (POLICY_GZ_KEY, vec![0])],
-            None,
-            None,
-        ))
-        .unwrap_err();
-        assert!(matches!(error, RejectError::Ambiguous), "{error}");
-        let error = Payload::from_configmap(&configmap(&[(POLICY_KEY, vec![0])], None, Some("{")))
-            .unwrap_err();
-        assert!(matches!(error, RejectError::Config(_)), "{error}");
-    }
-
-    #[test]
-    fn canary_snapshot_is_well_formed_and_carries_the_config() {
-        let snapshot = canary_snapshot("{\"x\":1}");
-        assert_eq!(snapshot.nodes.len(), 2);
-        assert_eq!(snapshot.pending.len(), 2);
-        assert_eq!(snapshot.config, "{\"x\":1}");
-        // An empty decision list is valid: the canary accepts a policy that waits.
-        assert!(validate(&snapshot, &[]).refused.is_empty());
     }
 }

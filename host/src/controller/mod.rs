@@ -26,6 +26,7 @@ mod events;
 mod http;
 mod leader;
 mod metrics;
+mod payload;
 mod policies;
 mod report;
 mod round;
@@ -41,9 +42,10 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 
 pub use apply::FIELD_MANAGER;
-pub use configmaps::{MAX_POLICY_BYTES, Payload, RejectError, canary_snapshot, fingerprint};
+pub use configmaps::fingerprint;
 pub use leader::{Leadership, LeaseConfig};
 pub use metrics::Metrics;
+pub use payload::{MAX_POLICY_BYTES, Payload, RejectError, canary_snapshot};
 pub use policies::{ActivePolicy, LoadError, Policies, PolicySet, PolicySource};
 pub use round::OnPolicyFailure;
 
