@@ -19,6 +19,10 @@
 //! Rounds run one at a time and are the only writers, so decisions of one
 //! round are applied before the next is built. Each policy call looks its
 //! policy up when it starts: a ConfigMap swap takes effect at the next call.
+//!
+//! With several replicas (`leader.rs`), every replica watches, keeps its
+//! index warm and loads policies; only the holder of the Lease runs rounds.
+//! `http.rs` serves `/metrics` (`metrics.rs`), `/healthz` and `/readyz`.
 
 mod apply;
 mod configmaps;
