@@ -19,7 +19,7 @@ WASMGPU := $(TARGET_DIR)/release/wasmgpu
 DEMO_SNAPSHOT := policies/snapshots/demo.json
 BENCH_SNAPSHOT := $(TARGET_DIR)/snapshots/large-1000x8-1000.json
 
-.PHONY: toolchain policies build demo demo-offline test lint bench bench-snapshot
+.PHONY: toolchain policies deploy-policies build demo demo-offline test lint bench bench-snapshot
 toolchain: ## Install the Rust pieces the build needs (wasm32-wasip2 target, rustfmt, clippy)
 	@rustup target list --installed | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
 	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
@@ -29,6 +29,11 @@ policies: toolchain ## Build the shipped policies (and the test-only hostile one
 	@echo "==> building policies for $(WASM_TARGET)"
 	@$(CARGO) build --quiet --target $(WASM_TARGET) --profile policy $(addprefix -p ,$(POLICIES))
 	@ls -l $(WASMGPU_POLICY_DIR)/*.wasm | awk '{printf "    %-60s %7d bytes\n", $$NF, $$5}'
+
+deploy-policies: policies ## Refresh the shipped policy components in deploy/policies (ConfigMaps)
+	@cp $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm deploy/policies/binpack.wasm
+	@cp $(WASMGPU_POLICY_DIR)/wasmgpu_spread.wasm deploy/policies/spread.wasm
+	@sha256sum deploy/policies/*.wasm | sed 's/^/    /'
 
 build: toolchain ## Build the wasmgpu binary (release)
 	@echo "==> building wasmgpu"

@@ -1,5 +1,7 @@
 //! `deploy/` is accepted by a real API server, as `kubectl apply -k deploy/`
-//! would send it.
+//! would send it; the policy components it ships decide as their sources do.
+
+mod common;
 
 use std::path::Path;
 
@@ -42,6 +44,8 @@ async fn the_api_server_accepts_the_whole_install() -> Result<()> {
         "deployment.apps/wasmgpu-controller",
         "daemonset.apps/wasmgpu-agent",
         "service/wasmgpu-controller-metrics",
+        "configmap/binpack",
+        "configmap/spread",
     ] {
         assert!(
             output.contains(&format!("{object} serverside-applied (server dry run)")),
@@ -49,4 +53,33 @@ async fn the_api_server_accepts_the_whole_install() -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[test]
+fn the_shipped_policy_components_decide_as_their_sources_do() {
+    let engine = wasmgpu::engine::Engine::new(Default::default()).expect("engine");
+    let snapshot = wasmgpu_policy_sdk::testing::large(60, 120);
+    let host_snapshot: wasmgpu::engine::types::Snapshot = common::convert(&snapshot);
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/policies"));
+    for (file, native) in [
+        (
+            "binpack.wasm",
+            wasmgpu_binpack::allocate
+                as fn(&wasmgpu_policy_sdk::Snapshot) -> Vec<wasmgpu_policy_sdk::Decision>,
+        ),
+        ("spread.wasm", wasmgpu_spread::allocate),
+    ] {
+        let bytes = std::fs::read(root.join(file)).expect("deploy/policies component");
+        let shipped = engine
+            .load(&bytes)
+            .expect("a policy component")
+            .allocate(&host_snapshot)
+            .expect("decides")
+            .decisions;
+        let source: Vec<wasmgpu::engine::types::Decision> = common::convert(&native(&snapshot));
+        assert_eq!(
+            shipped, source,
+            "deploy/policies/{file} is stale: run `make deploy-policies`"
+        );
+    }
 }
