@@ -113,7 +113,10 @@ impl Applier {
                 let Some(request) = pod_to_request.get(assignment.pod.as_str()) else {
                     continue;
                 };
-                let Some((pod, resource)) = split_keys(&request.pod, &request.resource) else {
+                let (Some(pod), Some(resource)) = (
+                    ObjectKey::parse(&request.pod),
+                    ObjectKey::parse(&request.resource),
+                ) else {
                     continue;
                 };
                 let Some(uid) = index.pod_uid(&pod) else {
@@ -458,13 +461,4 @@ pub fn merge_params() -> PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     }
-}
-
-/// `namespace/name` strings of a request's pod and GPUResource as keys.
-fn split_keys(pod: &str, resource: &str) -> Option<(ObjectKey, ObjectKey)> {
-    let split = |s: &str| {
-        s.split_once('/')
-            .map(|(namespace, name)| ObjectKey::new(namespace, name))
-    };
-    Some((split(pod)?, split(resource)?))
 }

@@ -78,7 +78,7 @@ impl EventSink {
         action: &'static str,
         note: String,
     ) {
-        self.queue(reference, false, reason, action, note);
+        self.queue(reference, false, reason, action, note, false);
     }
 
     /// Queues a Warning event.
@@ -89,7 +89,7 @@ impl EventSink {
         action: &'static str,
         note: String,
     ) {
-        self.queue(reference, true, reason, action, note);
+        self.queue(reference, true, reason, action, note, false);
     }
 
     /// Queues an Event that is never aggregated with earlier ones of the
@@ -103,14 +103,7 @@ impl EventSink {
         action: &'static str,
         note: String,
     ) {
-        self.send(Queued {
-            reference,
-            warning,
-            reason,
-            action,
-            note,
-            distinct: true,
-        });
+        self.queue(reference, warning, reason, action, note, true);
     }
 
     fn queue(
@@ -120,6 +113,7 @@ impl EventSink {
         reason: &'static str,
         action: &'static str,
         note: String,
+        distinct: bool,
     ) {
         self.send(Queued {
             reference,
@@ -127,7 +121,7 @@ impl EventSink {
             reason,
             action,
             note,
-            distinct: false,
+            distinct,
         });
     }
 

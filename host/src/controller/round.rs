@@ -273,7 +273,7 @@ impl Rounds {
             );
         }
         for rejected in &verdict.rejected {
-            let Some(pod) = parse_key(&rejected.pod) else {
+            let Some(pod) = ObjectKey::parse(&rejected.pod) else {
                 continue;
             };
             let uid = self.shared.index().pod_uid(&pod).map(str::to_string);
@@ -319,7 +319,7 @@ fn resources_of(snapshot: &Snapshot) -> std::collections::HashSet<ObjectKey> {
     snapshot
         .pending
         .iter()
-        .filter_map(|r| parse_key(&r.resource))
+        .filter_map(|r| ObjectKey::parse(&r.resource))
         .collect()
 }
 
@@ -330,19 +330,14 @@ fn resource_of(snapshot: &Snapshot, pod: &ObjectKey) -> Option<ObjectKey> {
         .pending
         .iter()
         .find(|r| r.pod == pod)
-        .and_then(|r| parse_key(&r.resource))
-}
-
-fn parse_key(key: &str) -> Option<ObjectKey> {
-    key.split_once('/')
-        .map(|(namespace, name)| ObjectKey::new(namespace, name))
+        .and_then(|r| ObjectKey::parse(&r.resource))
 }
 
 fn decision_pod(decision: &crate::engine::types::Decision) -> Option<ObjectKey> {
     use crate::engine::types::Decision;
     match decision {
-        Decision::Assign(a) => parse_key(&a.pod),
-        Decision::Wait(d) | Decision::Reject(d) => parse_key(&d.pod),
+        Decision::Assign(a) => ObjectKey::parse(&a.pod),
+        Decision::Wait(d) | Decision::Reject(d) => ObjectKey::parse(&d.pod),
     }
 }
 

@@ -20,10 +20,29 @@ impl ObjectKey {
             name: name.into(),
         }
     }
+
+    /// The key written `namespace/name` (as snapshots and decisions name
+    /// pods and GPUResources); `None` without a `/`.
+    pub fn parse(key: &str) -> Option<Self> {
+        key.split_once('/')
+            .map(|(namespace, name)| Self::new(namespace, name))
+    }
 }
 
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ObjectKey;
+
+    #[test]
+    fn parse_reads_what_display_writes() {
+        let key = ObjectKey::new("ml", "trainer-0");
+        assert_eq!(ObjectKey::parse(&key.to_string()), Some(key));
+        assert_eq!(ObjectKey::parse("no-namespace"), None);
     }
 }
