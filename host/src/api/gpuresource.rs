@@ -1,4 +1,4 @@
-//! `GPUResource`: what a workload needs, and the ledger of what it holds.
+//! `GPUResource`: what a workload needs, and how its pods are doing.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -12,7 +12,8 @@ pub const MAX_COUNT: u32 = 16;
 ///
 /// Pods ask for it with `spec.schedulerName: wasmgpu` and the annotation
 /// `wasmgpu.io/gpuresource: <name>` (same namespace). Each such pod gets its
-/// own allocation of this shape, recorded in `status.allocations`.
+/// own allocation of this shape, recorded on the pod itself (annotation
+/// `wasmgpu.io/allocation`, written with the binding).
 // The printer columns repeat `type_` values, which clippy takes for duplicates.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -31,7 +32,7 @@ pub const MAX_COUNT: u32 = 16;
     printcolumn(
         name = "Pods",
         type_ = "string",
-        description = "Pods holding GPUs / pods referencing this GPUResource",
+        description = "Pods holding GPUs / pods asking for this shape",
         json_path = ".status.pods"
     ),
     printcolumn(name = "Count", type_ = "integer", json_path = ".spec.count"),
@@ -96,11 +97,24 @@ pub struct GPUResourceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
 
-    /// The ledger: one entry per pod holding GPUs of this shape.
+    /// Entries written by earlier versions, which kept a ledger here: a
+    /// controller of this version moves each onto its pod (annotation
+    /// `wasmgpu.io/allocation`) without moving the pod, then empties it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allocations: Vec<Allocation>,
 
-    /// Pods holding GPUs over pods referencing this GPUResource, e.g. `2/3`.
+    /// Pods of this GPUResource that hold GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub holding: Option<i32>,
+
+    /// Pods referencing this GPUResource that have not finished (holding
+    /// or waiting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub asking: Option<i32>,
+
+    /// `holding/asking` as text, for `kubectl get`, e.g. `2/3`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<String>,
 
@@ -126,7 +140,7 @@ pub enum Phase {
     Failed,
 }
 
-/// One ledger entry: the GPUs one pod holds.
+/// One entry of the ledger earlier versions kept: the GPUs one pod holds.
 #[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Allocation {
@@ -146,7 +160,7 @@ pub struct Allocation {
     pub policy: PolicyRef,
 }
 
-/// One GPU in a ledger entry.
+/// One GPU of an allocation.
 #[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Device {

@@ -5,23 +5,31 @@
 //!  ┌──────────────────────────────┐          ┌───────────────────────────────┐
 //!  │ spec: count, model, memoryMiB│          │ status (agent): driver, CUDA, │
 //!  │       sharing, policy        │          │   gpus[uuid, model, memory,   │
-//!  │ status (controller): phase,  │ devices  │        NUMA, NVLink, health]  │
-//!  │   allocations[pod, podUID,   │ ───────▶ │                               │
-//!  │     node, devices, policy]   │ by uuid  │ named after its Node          │
+//!  │ status (controller): phase,  │          │        NUMA, NVLink, health]  │
+//!  │   holding/asking, conditions │          │ named after its Node          │
 //!  └──────────────────────────────┘          └───────────────────────────────┘
-//!        ▲ annotation wasmgpu.io/gpuresource
-//!  Pod (schedulerName: wasmgpu)
+//!        ▲ annotation wasmgpu.io/gpuresource        ▲ devices by uuid
+//!  Pod (schedulerName: wasmgpu) ─── annotation wasmgpu.io/allocation
+//!                                   (written with the binding: node, devices, policy)
 //! ```
+//!
+//! A GPU is held by the pod whose allocation names it, from the binding until
+//! the pod is gone or finished: never by the GPUResource, which only
+//! describes the shape (see [`PodAllocation`]).
 //!
 //! The CRDs are generated from these types ([`crds`]) and checked in under
 //! `deploy/crds/` (`wasmgpu crd --write deploy/crds`).
 
+mod allocation;
 pub mod conditions;
 mod crd;
 mod gpunode;
 mod gpuresource;
 pub mod policy;
 
+pub use allocation::{
+    ALLOCATION_ANNOTATION, DEVICES_ANNOTATION, NODE_ANNOTATION, PodAllocation, UnreadableAllocation,
+};
 pub use crd::{Drift, check_dir, crds, files, kustomization, to_yaml, write_dir};
 pub use gpunode::{GPUNode, GPUNodeSpec, GPUNodeStatus, GpuInfo, MigMode};
 pub use gpuresource::{
@@ -37,10 +45,7 @@ pub const VERSION: &str = "v1alpha1";
 pub const SCHEDULER_NAME: &str = "wasmgpu";
 /// Pod annotation naming the `GPUResource` (same namespace) the pod uses.
 pub const GPURESOURCE_ANNOTATION: &str = "wasmgpu.io/gpuresource";
-/// Pod annotation the controller writes: the chosen GPU UUIDs, comma-separated.
-pub const DEVICES_ANNOTATION: &str = "wasmgpu.io/devices";
-/// Pod annotation the controller writes: the node the GPUs are on.
-pub const NODE_ANNOTATION: &str = "wasmgpu.io/node";
-/// Finalizer the controller puts on GPUResources: their ledger is released
-/// (and the holders told) before they go.
+/// Finalizer earlier versions put on GPUResources to release their ledger
+/// before they went; the controller now removes it (GPUs are held by pods,
+/// not by GPUResources).
 pub const RELEASE_FINALIZER: &str = "wasmgpu.io/release";

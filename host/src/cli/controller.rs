@@ -66,6 +66,18 @@ pub struct ControllerCommand {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     resync: Duration,
 
+    /// Bindings sent to the API server at once. Each pod is one write (the
+    /// binding carries its allocation); writes start as soon as a decision
+    /// is validated and do not hold back the next round.
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    write_concurrency: u16,
+
+    /// How long one API write (binding, status, ledger, finalizer) may take
+    /// before its outcome counts as unknown: a binding is then read back,
+    /// its GPUs held meanwhile, and sent again if it did not happen.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    write_timeout: Duration,
+
     /// Where to serve `/metrics` (Prometheus), `/healthz` and `/readyz`
     /// (ready once every watched kind was listed). `off` serves nothing.
     #[arg(long, value_name = "ADDRESS", default_value = "0.0.0.0:8080", value_parser = parse_address)]
@@ -161,6 +173,10 @@ impl ControllerCommand {
                 duration: self.lease_duration,
                 grace: (self.lease_duration / 3).max(Duration::from_secs(1)),
             }),
+            writes: controller::WriteSettings {
+                concurrency: usize::from(self.write_concurrency),
+                timeout: self.write_timeout,
+            },
         };
         let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
         runtime.block_on(async {

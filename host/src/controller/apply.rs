@@ -1,212 +1,281 @@
 //! The applier: the only code that writes allocations to the API server.
 //!
-//! Every assignment is applied in an order that survives a crash at any
-//! point:
+//! A pod's allocation is recorded on the pod by the same write that binds
+//! it: a `Binding` whose annotations the API server copies onto the pod
+//! (`wasmgpu.io/allocation`, `wasmgpu.io/devices`, `wasmgpu.io/node`). A pod
+//! is bound with its GPUs recorded, or neither; a crash at any point leaves
+//! nothing half-applied.
 //!
 //! ```text
-//!  1. GPUResource status ledger   (merge patch carrying metadata.resourceVersion:
-//!                                  a concurrent change fails with 409, nothing lost)
-//!  2. pod annotations             wasmgpu.io/devices, wasmgpu.io/node (UID-checked)
-//!  3. pods/binding                the pod runs on the node
+//!  round: validate ─▶ index.begin_binding (GPUs held from now on)
+//!                     └─▶ binding task (bounded concurrency, timeout) ─┐
+//!  next round starts at once; it sees the held GPUs                    │
+//!                                                                      ▼
+//!  answer: 201 ─▶ wait for the pod watch (the pod then holds the GPUs itself)
+//!          404, refused and read back unbound ─▶ index.end_binding (free again)
+//!          unknown (timeout, 5xx, no answer) ─▶ read back: bound ─▶ as 201;
+//!              otherwise index.retry_binding: held, sent again next round
 //! ```
 //!
-//! After (1) the GPUs are taken whatever happens next: a restarted
-//! controller finds the entry, sees the pod unbound, and finishes (2) and
-//! (3) ([`Applier::finish`]). Each write's result goes into the index at
-//! once ([`Index::record_write`](crate::index::Index::record_write)), so the
-//! next round never hands out a GPU the watch has not echoed back yet.
+//! Bindings stream: each starts as soon as its decision is validated, and
+//! the round loop does not wait for them. Ledger entries of earlier versions
+//! (`status.allocations` of GPUResources) are moved onto their pods and
+//! removed ([`Applier::move_allocations`], [`Applier::release`]).
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 
-use super::events::{EventSink, gpuresource_ref, pod_ref};
+use super::events::{EventSink, pod_ref};
+use super::metrics::Metrics;
 use super::policies::ActivePolicy;
 use super::watch::Shared;
-use crate::api::{
-    Allocation, DEVICES_ANNOTATION, Device, GPUResource, NODE_ANNOTATION, RELEASE_FINALIZER,
-    Sharing,
-};
+use crate::api::{Allocation, Device, GPUResource, PodAllocation, RELEASE_FINALIZER, Sharing};
 use crate::engine::types::{Assignment, Sharing as WitSharing, Snapshot};
-use crate::index::{ObjectKey, Release, ResourceView};
+use crate::index::{ObjectKey, PendingBinding, Release, ResourceView};
 
-/// Pods annotated and bound at once.
-const CONCURRENT_BINDINGS: usize = 16;
 /// Field manager of the controller's writes.
 pub const FIELD_MANAGER: &str = "wasmgpu-controller";
 
+/// How the applier writes.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteSettings {
+    /// Bindings in flight at once.
+    pub concurrency: usize,
+    /// How long one API write may take before its outcome counts as
+    /// unknown.
+    pub timeout: Duration,
+}
+
+impl Default for WriteSettings {
+    fn default() -> Self {
+        Self {
+            concurrency: 32,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
 /// Writes allocations, releases and finalizers.
 pub struct Applier {
+    writer: Arc<Writer>,
+    /// Bindings in flight.
+    bindings: Mutex<JoinSet<()>>,
+    permits: Arc<Semaphore>,
+}
+
+/// What binding tasks share.
+struct Writer {
     client: Client,
     shared: Arc<Shared>,
     events: EventSink,
-    /// Pods this process bound, until the watch shows them bound: they are
-    /// not bound again.
-    recently_bound: Mutex<HashMap<ObjectKey, String>>,
+    metrics: Metrics,
+    timeout: Duration,
 }
 
 /// Why a write did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     /// The API server refused or failed the request.
-    #[error(transparent)]
+    #[error("the API server refused or failed the write: {0}")]
     Api(#[from] kube::Error),
-    /// The pod is no longer the one the ledger entry is for.
-    #[error("pod {0} was deleted or recreated")]
-    PodGone(ObjectKey),
+    /// No answer within the write timeout.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
 }
 
-/// What [`Applier::assign`] did.
-#[derive(Debug, Default)]
-pub struct Applied {
-    /// Pods whose ledger entry was written (bound, or to be finished).
-    pub recorded: usize,
-    /// Pods bound.
-    pub bound: usize,
+/// What became of one binding, as far as this controller can tell.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// The pod is bound (by this write, or an earlier one of the same).
+    Bound,
+    /// Certainly not bound by us: the GPUs are free again.
+    NotBound(String),
+    /// Unknown: the GPUs stay held and the binding is sent again.
+    Unknown(String),
 }
 
 // === impl Applier ===
 
 impl Applier {
     /// An applier writing through `client`.
-    pub fn new(client: Client, shared: Arc<Shared>, events: EventSink) -> Self {
+    pub fn new(
+        client: Client,
+        shared: Arc<Shared>,
+        events: EventSink,
+        metrics: Metrics,
+        settings: WriteSettings,
+    ) -> Self {
         Self {
-            client,
-            shared,
-            events,
-            recently_bound: Mutex::new(HashMap::new()),
+            writer: Arc::new(Writer {
+                client,
+                shared,
+                events,
+                metrics,
+                timeout: settings.timeout,
+            }),
+            bindings: Mutex::new(JoinSet::new()),
+            permits: Arc::new(Semaphore::new(settings.concurrency.max(1))),
         }
     }
 
-    /// Records `accepted` (all validated against `snapshot`, decided by
-    /// `policy`) in the ledgers, then annotates and binds the pods.
-    pub async fn assign(
+    /// Starts the bindings of `accepted` (all validated against `snapshot`,
+    /// decided by `policy`); their GPUs are held in the index before this
+    /// returns. Returns how many bindings started.
+    pub fn assign(
         &self,
         policy: &ActivePolicy,
         snapshot: &Snapshot,
         accepted: Vec<Assignment>,
-    ) -> Applied {
-        let uuid_to_gpu: HashMap<&str, (u32, u64)> = snapshot
-            .nodes
-            .iter()
-            .flat_map(|n| &n.gpus)
-            .map(|g| (g.uuid.as_str(), (g.index, g.memory_mib)))
-            .collect();
-        let pod_to_request: HashMap<&str, _> = snapshot
-            .pending
-            .iter()
-            .map(|r| (r.pod.as_str(), r))
-            .collect();
-        let mut resource_to_entries: BTreeMap<ObjectKey, Vec<(ObjectKey, Allocation)>> =
-            BTreeMap::new();
-        {
-            let index = self.shared.index();
-            for assignment in accepted {
-                // Validated: the pod is pending in the snapshot, its GPUs
-                // exist. A pod whose UID is gone since is skipped.
-                let Some(request) = pod_to_request.get(assignment.pod.as_str()) else {
-                    continue;
-                };
-                let (Some(pod), Some(resource)) = (
-                    ObjectKey::parse(&request.pod),
-                    ObjectKey::parse(&request.resource),
-                ) else {
-                    continue;
-                };
-                let Some(uid) = index.pod_uid(&pod) else {
-                    continue;
-                };
-                let sharing = match request.sharing {
-                    WitSharing::Exclusive => Sharing::Exclusive,
-                    WitSharing::Shared => Sharing::Shared,
-                };
-                let devices = assignment
-                    .gpus
-                    .iter()
-                    .map(|uuid| {
-                        let (index, total_mib) =
-                            uuid_to_gpu.get(uuid.as_str()).copied().unwrap_or_default();
-                        Device {
-                            uuid: uuid.clone(),
-                            index,
-                            memory_mib: match sharing {
-                                Sharing::Exclusive => total_mib,
-                                Sharing::Shared => request.memory_mib,
-                            },
-                        }
-                    })
-                    .collect();
-                let allocation = Allocation {
-                    pod: pod.name.clone(),
-                    pod_uid: uid.to_string(),
-                    node: assignment.node.clone(),
-                    sharing,
-                    devices,
-                    policy: policy.reference(),
-                };
-                resource_to_entries
-                    .entry(resource)
-                    .or_default()
-                    .push((pod, allocation));
-            }
-        }
-        let mut applied = Applied::default();
-        let mut to_place = Vec::new();
-        for (resource, entries) in resource_to_entries {
-            let Some(view) = self.shared.index().resource(&resource) else {
-                continue;
-            };
-            let mut ledger = view.allocations.clone();
-            ledger.extend(entries.iter().map(|(_, a)| a.clone()));
-            match self.write_ledger(&view, ledger).await {
-                Ok(()) => {
-                    applied.recorded += entries.len();
-                    to_place.extend(entries);
-                }
-                Err(error) => tracing::warn!(
-                    %resource,
-                    pods = entries.len(),
-                    %error,
-                    "Cannot record allocations; the pods wait for the next round"
-                ),
-            }
-        }
-        applied.bound = self.place_all(to_place).await;
-        applied
-    }
-
-    /// Annotates and binds pods whose ledger entry exists but which are not
-    /// bound (after a crash, or a failed binding).
-    pub async fn finish(&self, holders: Vec<(ObjectKey, Allocation)>) -> usize {
-        let holders: Vec<_> = {
-            let index = self.shared.index();
-            let mut recently_bound = self.recently_bound();
-            // The watch has caught up with these: forget them.
-            recently_bound.retain(|pod, _| index.pod_unplaced(pod));
-            holders
+    ) -> usize {
+        let bindings = {
+            let index = self.writer.shared.index();
+            let uuid_to_gpu: std::collections::HashMap<&str, (u32, u64)> = snapshot
+                .nodes
+                .iter()
+                .flat_map(|n| &n.gpus)
+                .map(|g| (g.uuid.as_str(), (g.index, g.memory_mib)))
+                .collect();
+            let pod_to_request: std::collections::HashMap<&str, _> = snapshot
+                .pending
+                .iter()
+                .map(|r| (r.pod.as_str(), r))
+                .collect();
+            accepted
                 .into_iter()
-                .filter(|(pod, allocation)| recently_bound.get(pod) != Some(&allocation.pod_uid))
-                .collect()
+                .filter_map(|assignment| {
+                    // Validated: the pod is pending in the snapshot, its
+                    // GPUs exist. A pod gone since is skipped.
+                    let request = pod_to_request.get(assignment.pod.as_str())?;
+                    let pod = ObjectKey::parse(&request.pod)?;
+                    let resource = ObjectKey::parse(&request.resource)?;
+                    let uid = index.pod_uid(&pod)?.to_string();
+                    let sharing = match request.sharing {
+                        WitSharing::Exclusive => Sharing::Exclusive,
+                        WitSharing::Shared => Sharing::Shared,
+                    };
+                    let devices = assignment
+                        .gpus
+                        .iter()
+                        .map(|uuid| {
+                            let (index, total_mib) =
+                                uuid_to_gpu.get(uuid.as_str()).copied().unwrap_or_default();
+                            Device {
+                                uuid: uuid.clone(),
+                                index,
+                                memory_mib: match sharing {
+                                    Sharing::Exclusive => total_mib,
+                                    Sharing::Shared => request.memory_mib,
+                                },
+                            }
+                        })
+                        .collect();
+                    Some(PendingBinding {
+                        pod,
+                        uid,
+                        allocation: PodAllocation {
+                            resource: resource.name,
+                            node: assignment.node,
+                            sharing,
+                            devices,
+                            policy: policy.reference(),
+                        },
+                    })
+                })
+                .collect::<Vec<_>>()
         };
-        if holders.is_empty() {
-            return 0;
-        }
-        tracing::info!(
-            pods = holders.len(),
-            "Finishing allocations recorded but not bound"
-        );
-        self.place_all(holders).await
+        let started = bindings.len();
+        self.start(bindings);
+        started
     }
 
-    /// Removes stale ledger entries: their GPUs are free again.
+    /// Sends again bindings whose outcome is unknown, and binds pods an
+    /// earlier version recorded in a ledger but did not bind.
+    pub fn finish(&self, bindings: Vec<PendingBinding>) {
+        if !bindings.is_empty() {
+            tracing::info!(pods = bindings.len(), "Finishing bindings");
+        }
+        self.start(bindings);
+    }
+
+    fn start(&self, bindings: Vec<PendingBinding>) {
+        if bindings.is_empty() {
+            return;
+        }
+        let decided = Instant::now();
+        {
+            let mut index = self.writer.shared.index();
+            for binding in &bindings {
+                index.begin_binding(binding);
+            }
+        }
+        let mut tasks = self.tasks();
+        while tasks.try_join_next().is_some() {}
+        for binding in bindings {
+            let writer = Arc::clone(&self.writer);
+            let permits = Arc::clone(&self.permits);
+            tasks.spawn(async move {
+                let Ok(_permit) = permits.acquire_owned().await else {
+                    return;
+                };
+                writer.bind(binding, decided).await;
+            });
+        }
+    }
+
+    /// Stops the bindings in flight (the lead was lost). Their outcome is
+    /// unknown: the GPUs stay held until the pod watch tells.
+    pub fn stop(&self) {
+        let mut tasks = self.tasks();
+        if !tasks.is_empty() {
+            tracing::warn!(
+                bindings = tasks.len(),
+                "Stopping the bindings in flight"
+            );
+        }
+        tasks.abort_all();
+        self.writer.shared.index().retry_all_bindings();
+    }
+
+    fn tasks(&self) -> std::sync::MutexGuard<'_, JoinSet<()>> {
+        self.bindings.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records on each bound pod the allocation an earlier version kept in
+    /// its GPUResource's ledger. The pod stays where it is; the entry goes
+    /// once the pod carries it ([`Applier::release`]).
+    pub async fn move_allocations(&self, moves: Vec<PendingBinding>) {
+        for moved in moves {
+            let pods: Api<Pod> = Api::namespaced(self.writer.client.clone(), &moved.pod.namespace);
+            let patch = json!({
+                "metadata": {
+                    "uid": moved.uid,
+                    "annotations": moved.allocation.annotations(),
+                },
+            });
+            let result = self
+                .writer
+                .timed("annotation", pods.patch(&moved.pod.name, &merge_params(), &Patch::Merge(&patch)))
+                .await;
+            match result {
+                Ok(_) => tracing::info!(pod = %moved.pod, node = %moved.allocation.node, "Moved the allocation onto the pod"),
+                Err(error) => tracing::warn!(pod = %moved.pod, %error, "Cannot record the allocation on the pod; retrying next round"),
+            }
+        }
+    }
+
+    /// Removes ledger entries of earlier versions: stale ones (their GPUs
+    /// are free) and those whose pod carries the allocation now.
     pub async fn release(&self, releases: Vec<Release>) {
-        let mut resource_to_releases: BTreeMap<ObjectKey, Vec<Release>> = BTreeMap::new();
+        let mut resource_to_releases: std::collections::BTreeMap<ObjectKey, Vec<Release>> =
+            std::collections::BTreeMap::new();
         for release in releases {
             resource_to_releases
                 .entry(release.resource.clone())
@@ -214,7 +283,7 @@ impl Applier {
                 .push(release);
         }
         for (resource, releases) in resource_to_releases {
-            let Some(view) = self.shared.index().resource(&resource) else {
+            let Some(view) = self.writer.shared.index().resource(&resource) else {
                 continue;
             };
             let ledger: Vec<Allocation> = view
@@ -230,65 +299,46 @@ impl Applier {
             match self.write_ledger(&view, ledger).await {
                 Ok(()) => {
                     for release in &releases {
-                        tracing::info!(%resource, pod = %release.pod, reason = %release.reason, "Released GPUs");
+                        tracing::info!(%resource, pod = %release.pod, reason = %release.reason, "Removed a ledger entry");
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(%resource, %error, "Cannot release GPUs; retrying next round")
+                    tracing::warn!(%resource, %error, "Cannot update the ledger; retrying next round")
                 }
             }
         }
     }
 
-    /// Puts the release finalizer on GPUResources that lack it, and lets
-    /// deleted ones go once their ledger is released.
+    /// Removes the finalizer earlier versions put on GPUResources, once
+    /// their ledger is empty: GPUs are held by pods, and a GPUResource may
+    /// go whenever its owner deletes it.
     pub async fn finalize(&self, views: &[ResourceView]) {
         for view in views {
             let ours = view.finalizers.iter().any(|f| f == RELEASE_FINALIZER);
-            let result = match (view.deleting, ours) {
-                (false, false) => {
-                    let mut finalizers = view.finalizers.clone();
-                    finalizers.push(RELEASE_FINALIZER.into());
-                    self.write_finalizers(view, finalizers).await
-                }
-                (true, true) => self.release_deleted(view).await,
-                _ => Ok(()),
-            };
-            if let Err(error) = result {
-                tracing::warn!(resource = %view.key, %error, "Cannot update the finalizer; retrying next round");
+            if !ours || !view.allocations.is_empty() {
+                continue;
+            }
+            let finalizers: Vec<String> = view
+                .finalizers
+                .iter()
+                .filter(|f| *f != RELEASE_FINALIZER)
+                .cloned()
+                .collect();
+            let patch = json!({
+                "metadata": {
+                    "resourceVersion": view.resource_version,
+                    "finalizers": finalizers,
+                },
+            });
+            let api = self.gpuresources(&view.key);
+            let result = self
+                .writer
+                .timed("finalizer", api.patch(&view.key.name, &merge_params(), &Patch::Merge(&patch)))
+                .await;
+            if let Err(error) = self.recorded(&view.key, result).await {
+                tracing::warn!(resource = %view.key, %error, "Cannot remove the finalizer; retrying next round");
             }
         }
-    }
-
-    async fn release_deleted(&self, view: &ResourceView) -> Result<(), ApplyError> {
-        if !view.allocations.is_empty() {
-            self.write_ledger(view, Vec::new()).await?;
-            let reference = gpuresource_ref(&view.key, view.uid.as_deref());
-            self.events.normal(
-                reference,
-                "Released",
-                "Release",
-                format!(
-                    "GPUResource deleted: released the GPUs of {} pod(s): {}",
-                    view.allocations.len(),
-                    view.allocations
-                        .iter()
-                        .map(|a| a.pod.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            );
-        }
-        let Some(view) = self.shared.index().resource(&view.key) else {
-            return Ok(());
-        };
-        let finalizers = view
-            .finalizers
-            .iter()
-            .filter(|f| *f != RELEASE_FINALIZER)
-            .cloned()
-            .collect();
-        self.write_finalizers(&view, finalizers).await
     }
 
     /// Replaces a GPUResource's ledger, if it is still at the version the
@@ -303,155 +353,205 @@ impl Applier {
             "status": { "allocations": ledger },
         });
         let api = self.gpuresources(&view.key);
-        let result = api
-            .patch_status(&view.key.name, &merge_params(), &Patch::Merge(&patch))
+        let result = self
+            .writer
+            .timed("ledger", api.patch_status(&view.key.name, &merge_params(), &Patch::Merge(&patch)))
             .await;
         self.recorded(&view.key, result).await
     }
 
-    async fn write_finalizers(
-        &self,
-        view: &ResourceView,
-        finalizers: Vec<String>,
-    ) -> Result<(), ApplyError> {
-        let patch = json!({
-            "metadata": {
-                "resourceVersion": view.resource_version,
-                "finalizers": finalizers,
-            },
-        });
-        let api = self.gpuresources(&view.key);
-        let result = api
-            .patch(&view.key.name, &merge_params(), &Patch::Merge(&patch))
-            .await;
-        self.recorded(&view.key, result).await
-    }
-
-    /// Hands a write's outcome to the index. On failure the object is read
-    /// again, so that the index holds what the server holds whatever became
-    /// of the write (a timeout may still have applied it).
-    pub async fn recorded(
+    /// Writes a GPUResource's status (bounded by the write timeout, counted).
+    pub async fn write_status(
         &self,
         key: &ObjectKey,
-        result: Result<GPUResource, kube::Error>,
+        patch: &serde_json::Value,
+    ) -> Result<(), ApplyError> {
+        let api = self.gpuresources(key);
+        let result = self
+            .writer
+            .timed("status", api.patch_status(&key.name, &merge_params(), &Patch::Merge(patch)))
+            .await;
+        self.recorded(key, result).await
+    }
+
+    /// Hands a GPUResource write's outcome to the index. On failure the
+    /// object is read again, so that the index holds what the server holds
+    /// whatever became of the write (a timeout may still have applied it).
+    async fn recorded(
+        &self,
+        key: &ObjectKey,
+        result: Result<GPUResource, ApplyError>,
     ) -> Result<(), ApplyError> {
         match result {
             Ok(written) => {
-                self.shared.index().record_write(&written);
+                self.writer.shared.index().record_write(&written);
                 Ok(())
             }
             Err(error) => {
-                match self.gpuresources(key).get_opt(&key.name).await {
-                    Ok(Some(current)) => self.shared.index().record_write(&current),
-                    Ok(None) => {}
-                    Err(read_error) => {
-                        tracing::warn!(resource = %key, %read_error, "Cannot read back after a failed write")
+                let read = tokio::time::timeout(
+                    self.writer.timeout,
+                    self.gpuresources(key).get_opt(&key.name),
+                )
+                .await;
+                match read {
+                    Ok(Ok(Some(current))) => self.writer.shared.index().record_write(&current),
+                    Ok(Ok(None)) => {}
+                    Ok(Err(read_error)) => {
+                        tracing::warn!(resource = %key, %read_error, "Cannot read the GPUResource back after a failed write")
+                    }
+                    Err(_) => {
+                        tracing::warn!(resource = %key, "Cannot read the GPUResource back after a failed write: no answer")
                     }
                 }
-                Err(error.into())
+                Err(error)
             }
         }
     }
 
-    /// Annotates and binds `pods`, a few at a time; returns how many were
-    /// bound.
-    async fn place_all(&self, pods: Vec<(ObjectKey, Allocation)>) -> usize {
-        futures::stream::iter(pods)
-            .map(|(pod, allocation)| async move {
-                match self.place(&pod, &allocation).await {
-                    Ok(()) => true,
-                    Err(error) => {
-                        tracing::warn!(%pod, %error, "Cannot bind; retrying next round");
-                        false
-                    }
-                }
-            })
-            .buffer_unordered(CONCURRENT_BINDINGS)
-            .filter(|bound| futures::future::ready(*bound))
-            .count()
-            .await
+    fn gpuresources(&self, key: &ObjectKey) -> Api<GPUResource> {
+        Api::namespaced(self.writer.client.clone(), &key.namespace)
+    }
+}
+
+// === impl Writer ===
+
+impl Writer {
+    /// Runs one write of `kind` under the write timeout, and counts it.
+    async fn timed<T>(
+        &self,
+        kind: &'static str,
+        write: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ApplyError> {
+        let result = match tokio::time::timeout(self.timeout, write).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(ApplyError::Api(error)),
+            Err(_) => Err(ApplyError::Timeout(self.timeout)),
+        };
+        self.metrics.write(kind, result_label(&result));
+        result
     }
 
-    /// Steps 2 and 3 for one pod.
-    async fn place(&self, pod: &ObjectKey, allocation: &Allocation) -> Result<(), ApplyError> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let devices = allocation
-            .devices
-            .iter()
-            .map(|d| d.uuid.as_str())
-            .collect::<Vec<_>>()
-            .join(",");
-        let patch = json!({
-            "metadata": {
-                "uid": allocation.pod_uid,
-                "annotations": {
-                    DEVICES_ANNOTATION: devices,
-                    NODE_ANNOTATION: allocation.node,
-                },
-            },
-        });
-        match pods
-            .patch(&pod.name, &merge_params(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.is_not_found() || status.is_conflict() => {
-                return Err(ApplyError::PodGone(pod.clone()));
+    /// Binds one pod with its allocation, and tells the index what became
+    /// of it.
+    async fn bind(&self, binding: PendingBinding, decided: Instant) {
+        let outcome = match self.send_binding(&binding).await {
+            Ok(()) => Outcome::Bound,
+            Err(error) => self.read_back(&binding, &error).await,
+        };
+        self.metrics.binding(decided.elapsed());
+        let PendingBinding {
+            pod,
+            uid,
+            allocation,
+        } = &binding;
+        match outcome {
+            Outcome::Bound => {
+                let devices = allocation.device_list();
+                tracing::info!(%pod, node = %allocation.node, %devices, policy = %allocation.policy.name, "Bound");
+                self.metrics.pods_bound(1);
+                self.events.normal(
+                    pod_ref(pod, Some(uid)),
+                    "Allocated",
+                    "Bind",
+                    format!(
+                        "Assigned to {} with GPUs {} (policy {} {})",
+                        allocation.node, devices, allocation.policy.name, allocation.policy.digest
+                    ),
+                );
             }
-            Err(error) => return Err(error.into()),
+            Outcome::NotBound(why) => {
+                tracing::info!(%pod, %why, "Not bound; the pod is decided again");
+                self.shared.index().end_binding(pod, uid);
+                self.shared.changed.notify_one();
+            }
+            Outcome::Unknown(why) => {
+                tracing::warn!(%pod, %why, "Binding outcome unknown; its GPUs stay held and it is sent again");
+                self.shared.index().retry_binding(pod, uid);
+                self.shared.changed.notify_one();
+            }
         }
-        let binding = Binding {
+    }
+
+    async fn send_binding(&self, binding: &PendingBinding) -> Result<(), ApplyError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &binding.pod.namespace);
+        let body = Binding {
             metadata: ObjectMeta {
-                name: Some(pod.name.clone()),
-                namespace: Some(pod.namespace.clone()),
-                uid: Some(allocation.pod_uid.clone()),
+                name: Some(binding.pod.name.clone()),
+                namespace: Some(binding.pod.namespace.clone()),
+                uid: Some(binding.uid.clone()),
+                annotations: Some(binding.allocation.annotations()),
                 ..Default::default()
             },
             target: ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Node".into()),
-                name: Some(allocation.node.clone()),
+                name: Some(binding.allocation.node.clone()),
                 ..Default::default()
             },
         };
-        match pods
-            .create_subresource::<Binding, serde_json::Value>(
+        self.timed(
+            "binding",
+            pods.create_subresource::<Binding, serde_json::Value>(
                 "binding",
-                &pod.name,
+                &binding.pod.name,
                 &PostParams::default(),
-                &binding,
-            )
-            .await
-        {
-            Ok(_) => {}
-            // Bound already (by this controller before a crash): done.
-            Err(kube::Error::Api(status))
-                if status.is_conflict() && status.message.contains("already assigned") => {}
-            Err(error) => return Err(error.into()),
-        }
-        self.recently_bound()
-            .insert(pod.clone(), allocation.pod_uid.clone());
-        tracing::info!(%pod, node = %allocation.node, %devices, policy = %allocation.policy.name, "Bound");
-        self.events.normal(
-            pod_ref(pod, Some(&allocation.pod_uid)),
-            "Allocated",
-            "Bind",
-            format!(
-                "Assigned to {} with GPUs {} (policy {} {})",
-                allocation.node, devices, allocation.policy.name, allocation.policy.digest
+                &body,
             ),
-        );
-        Ok(())
+        )
+        .await
+        .map(|_| ())
     }
 
-    fn gpuresources(&self, key: &ObjectKey) -> Api<GPUResource> {
-        Api::namespaced(self.client.clone(), &key.namespace)
+    /// What became of a binding that got no success: read the pod back.
+    async fn read_back(&self, binding: &PendingBinding, error: &ApplyError) -> Outcome {
+        // A refusal (4xx) was decided by the server: the binding did not
+        // happen. Anything else may have been applied.
+        let refused = matches!(error, ApplyError::Api(kube::Error::Api(status)) if (400..500).contains(&status.code));
+        if let ApplyError::Api(kube::Error::Api(status)) = error
+            && status.is_not_found()
+        {
+            return Outcome::NotBound(format!("pod not found: {}", status.message));
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &binding.pod.namespace);
+        let current = match tokio::time::timeout(self.timeout, pods.get_opt(&binding.pod.name)).await
+        {
+            Ok(Ok(current)) => current,
+            Ok(Err(read_error)) => {
+                return Outcome::Unknown(format!("{error}; reading the pod back failed: {read_error}"));
+            }
+            Err(_) => {
+                return Outcome::Unknown(format!("{error}; reading the pod back got no answer"));
+            }
+        };
+        let Some(current) = current.filter(|p| p.metadata.uid.as_deref() == Some(&binding.uid))
+        else {
+            return Outcome::NotBound(format!("{error}; the pod was deleted or recreated"));
+        };
+        let bound = current
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        if bound {
+            // Bound already (an earlier try that timed out, before a
+            // crash): the pod watch shows what it holds.
+            return Outcome::Bound;
+        }
+        if refused || current.metadata.deletion_timestamp.is_some() {
+            Outcome::NotBound(error.to_string())
+        } else {
+            Outcome::Unknown(error.to_string())
+        }
     }
+}
 
-    fn recently_bound(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, String>> {
-        self.recently_bound
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+/// The `result` label of a write.
+fn result_label<T>(result: &Result<T, ApplyError>) -> String {
+    match result {
+        Ok(_) => "ok".into(),
+        Err(ApplyError::Api(kube::Error::Api(status))) => status.code.to_string(),
+        Err(ApplyError::Timeout(_)) => "timeout".into(),
+        Err(ApplyError::Api(_)) => "error".into(),
     }
 }
 

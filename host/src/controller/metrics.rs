@@ -10,6 +10,9 @@
 //! | `wasmgpu_policy_loads_total` | counter | `policy`, `result` (`loaded`, `rejected`) |
 //! | `wasmgpu_gpus` | gauge | `node`, `model`, `state` (`allocated`, `free`, `unhealthy`) |
 //! | `wasmgpu_leader` | gauge | 1 while this replica leads |
+//! | `wasmgpu_api_writes_total` | counter | `kind` (`binding`, `annotation`, `ledger`, `finalizer`, `status`), `result` (`ok`, an HTTP status code, `timeout`, `error`) |
+//! | `wasmgpu_round_phase_seconds` | histogram | `phase` (`snapshot`, `policy-call`, `validation`, `writes`) |
+//! | `wasmgpu_binding_seconds` | histogram | | from a decision's validation to its binding's answer |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +50,17 @@ struct LoadLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    kind: &'static str,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GpuLabels {
     node: String,
     model: String,
@@ -65,6 +79,9 @@ pub struct Metrics {
     policy_loads: Family<LoadLabels, Counter>,
     gpus: Family<GpuLabels, Gauge>,
     leader: Gauge,
+    writes: Family<WriteLabels, Counter>,
+    phases: Family<PhaseLabels, Histogram>,
+    binding: Histogram,
 }
 
 impl Default for Metrics {
@@ -117,8 +134,31 @@ impl Metrics {
             "1 while this replica leads and applies decisions",
             leader.clone(),
         );
+        let writes = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "api_writes",
+            "API writes by kind and result (ok, HTTP status, timeout, error)",
+            writes.clone(),
+        );
+        let phases = Family::<PhaseLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
+        });
+        registry.register(
+            "round_phase_seconds",
+            "Time of each phase of a round: snapshot build, policy call, validation, writes started",
+            phases.clone(),
+        );
+        let binding = Histogram::new(exponential_buckets(0.000_5, 2.0, 16));
+        registry.register(
+            "binding_seconds",
+            "Time from a decision's validation to its binding's answer",
+            binding.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            writes,
+            phases,
+            binding,
             rounds,
             decisions,
             pods_bound,
@@ -201,6 +241,29 @@ impl Metrics {
         }
     }
 
+    /// An API write of `kind` ended with `result` (`ok`, an HTTP status
+    /// code, `timeout`, `error`).
+    pub fn write(&self, kind: &'static str, result: impl Into<String>) {
+        self.writes
+            .get_or_create(&WriteLabels {
+                kind,
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// A phase of a round took `elapsed`.
+    pub fn phase(&self, phase: &'static str, elapsed: Duration) {
+        self.phases
+            .get_or_create(&PhaseLabels { phase })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// A binding was answered `elapsed` after its decision was validated.
+    pub fn binding(&self, elapsed: Duration) {
+        self.binding.observe(elapsed.as_secs_f64());
+    }
+
     /// Whether this replica leads.
     pub fn leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
@@ -231,6 +294,9 @@ mod tests {
             },
         ]);
         metrics.leader(true);
+        metrics.write("binding", "ok");
+        metrics.write("binding", "409");
+        metrics.phase("validation", Duration::from_micros(300));
         let text = metrics.encode();
         for line in [
             "wasmgpu_rounds_total 1",
@@ -239,6 +305,8 @@ mod tests {
             "wasmgpu_policy_call_seconds_count{policy=\"binpack\"} 1",
             "wasmgpu_gpus{node=\"n1\",model=\"H100\",state=\"free\"} 2",
             "wasmgpu_leader 1",
+            "wasmgpu_api_writes_total{kind=\"binding\",result=\"409\"} 1",
+            "wasmgpu_round_phase_seconds_count{phase=\"validation\"} 1",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }

@@ -5,19 +5,20 @@
 //! ```text
 //!  watch Node ─────────┐
 //!  watch GPUNode ──────┤  apply / delete / reset    ┌─────────┐
-//!  watch GPUResource ──┼───────────────────────────▶│  Index  │◀── record_write (own writes,
-//!  watch Pod ──────────┘  (schedulerName=wasmgpu)   └────┬────┘     ahead of the watch)
+//!  watch GPUResource ──┼───────────────────────────▶│  Index  │◀── begin/end_binding (bindings
+//!  watch Pod ──────────┘  (schedulerName=wasmgpu)   └────┬────┘     in flight hold their GPUs)
 //!                                                         │ snapshot per policy
 //!  watch policy ConfigMaps ─▶ check, compile, canary ─▶ Policies (swapped per name)
 //!  Rounds: after a change (+ gather window) or resync ────┤
-//!    finalizers → releases → finish unbound holders       ▼
+//!    old ledgers moved onto pods → bindings to finish      ▼
 //!    per policy: allocate (Wasm, blocking pool) → validate → Applier
-//!                                                  ledger → annotation → binding
+//!                     binding + allocation annotations, streamed (one write per pod)
 //!    Reporter: GPUResource status (phase, pods, conditions), Events
 //! ```
 //!
-//! Rounds run one at a time and are the only writers, so decisions of one
-//! round are applied before the next is built. Each policy call looks its
+//! Rounds run one at a time; a round's bindings stream on in the background
+//! while the next round is built, their GPUs held in the index from the
+//! moment they are validated. Each policy call looks its
 //! policy up when it starts: a ConfigMap swap takes effect at the next call.
 //!
 //! With several replicas (`leader.rs`), every replica watches, keeps its
@@ -45,7 +46,7 @@ use kube::runtime::events::Reporter as EventReporter;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
-pub use apply::FIELD_MANAGER;
+pub use apply::{FIELD_MANAGER, WriteSettings};
 pub use configmaps::fingerprint;
 pub use leader::{Leadership, LeaseConfig};
 pub use metrics::Metrics;
@@ -87,6 +88,8 @@ pub struct Config {
     pub http_address: Option<std::net::SocketAddr>,
     /// Leader election; `None`: this replica always leads.
     pub lease: Option<LeaseConfig>,
+    /// Concurrency and timeout of API writes.
+    pub writes: WriteSettings,
 }
 
 /// Runs the controller until `shutdown` completes or a watch ends.
@@ -162,8 +165,14 @@ pub async fn run(
     tracing::info!(namespace = %config.policy_namespace, "Watching policy ConfigMaps");
     watches.push(tokio::spawn(loader.run()));
     let rounds = Rounds {
-        applier: Applier::new(client.clone(), shared.clone(), events.clone()),
-        reporter: Reporter::new(client.clone(), shared.clone(), events.clone()),
+        applier: Applier::new(
+            client.clone(),
+            shared.clone(),
+            events.clone(),
+            metrics.clone(),
+            config.writes,
+        ),
+        reporter: Reporter::new(shared.clone(), events.clone()),
         shared: shared.clone(),
         events,
         policies,

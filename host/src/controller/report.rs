@@ -6,14 +6,12 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::Client;
-use kube::api::{Api, Patch};
 use serde_json::json;
 
-use super::apply::{Applier, merge_params};
+use super::apply::Applier;
 use super::events::{EventSink, gpuresource_ref, pod_ref};
 use super::watch::Shared;
-use crate::api::{GPUResource, Phase, conditions};
+use crate::api::{Phase, conditions};
 use crate::index::{ObjectKey, PodCounts, Problem, ResourceView, Subject};
 
 /// Pods of one GPUResource told about a new policy error.
@@ -33,7 +31,7 @@ pub struct RoundOutcome {
 #[derive(Clone, Debug, PartialEq)]
 struct Summary {
     phase: Phase,
-    pods: String,
+    counts: PodCounts,
     observed_generation: Option<i64>,
     /// `(type, status, reason, message)`.
     conditions: Vec<(&'static str, bool, String, String)>,
@@ -41,7 +39,6 @@ struct Summary {
 
 /// Writes GPUResource status and problem Events when they change.
 pub struct Reporter {
-    client: Client,
     shared: Arc<Shared>,
     events: EventSink,
     key_to_summary: HashMap<ObjectKey, (Summary, Vec<Condition>)>,
@@ -54,10 +51,9 @@ pub struct Reporter {
 // === impl Reporter ===
 
 impl Reporter {
-    /// A reporter writing through `client`.
-    pub fn new(client: Client, shared: Arc<Shared>, events: EventSink) -> Self {
+    /// A reporter of what `shared` holds; status goes through the applier.
+    pub fn new(shared: Arc<Shared>, events: EventSink) -> Self {
         Self {
-            client,
             shared,
             events,
             key_to_summary: HashMap::new(),
@@ -75,7 +71,11 @@ impl Reporter {
         let (views, problems, counts) = {
             let index = self.shared.index();
             let views = index.resources();
-            let counts: Vec<PodCounts> = views.iter().map(|v| index.pod_counts(&v.key)).collect();
+            let key_to_counts = index.pod_counts();
+            let counts: Vec<PodCounts> = views
+                .iter()
+                .map(|v| key_to_counts.get(&v.key).copied().unwrap_or_default())
+                .collect();
             (views, index.problems(), counts)
         };
         for (key, error) in outcome.policy_errors {
@@ -157,7 +157,6 @@ impl Reporter {
     }
 
     fn summarize(&self, view: &ResourceView, counts: PodCounts, problems: &[Problem]) -> Summary {
-        let pods = format!("{}/{}", counts.holding, counts.referencing);
         let unsatisfiable = problems.iter().find_map(|p| match p {
             Problem::Unsatisfiable {
                 resource, reason, ..
@@ -226,7 +225,7 @@ impl Reporter {
         }
         Summary {
             phase,
-            pods,
+            counts,
             observed_generation: view.generation,
             conditions,
         }
@@ -242,16 +241,14 @@ impl Reporter {
         let patch = json!({
             "status": {
                 "phase": summary.phase,
-                "pods": summary.pods,
+                "holding": summary.counts.holding,
+                "asking": summary.counts.referencing,
+                "pods": format!("{}/{}", summary.counts.holding, summary.counts.referencing),
                 "observedGeneration": summary.observed_generation,
                 "conditions": conditions,
             },
         });
-        let api: Api<GPUResource> = Api::namespaced(self.client.clone(), &view.key.namespace);
-        let result = api
-            .patch_status(&view.key.name, &merge_params(), &Patch::Merge(&patch))
-            .await;
-        match applier.recorded(&view.key, result).await {
+        match applier.write_status(&view.key, &patch).await {
             Ok(()) => true,
             Err(error) => {
                 tracing::warn!(resource = %view.key, %error, "Cannot write status; retrying next round");

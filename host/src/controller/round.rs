@@ -1,5 +1,5 @@
 //! Scheduling rounds: gather, decide (one policy call per policy), check,
-//! apply, report.
+//! start the bindings, report.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,13 +89,17 @@ impl Rounds {
                 () = self.round(round) => {}
                 _ = leader.wait_for(|leading| !*leading) => {
                     tracing::warn!(round, "Lost the lead during a round; stopped it");
+                    self.applier.stop();
                     continue;
                 }
             }
             tokio::select! {
                 () = self.shared.changed.notified() => {}
                 () = tokio::time::sleep(self.resync) => {}
-                _ = leader.wait_for(|leading| !*leading) => continue,
+                _ = leader.wait_for(|leading| !*leading) => {
+                    self.applier.stop();
+                    continue;
+                }
             }
             tokio::time::sleep(self.gather_window).await;
         }
@@ -104,25 +108,29 @@ impl Rounds {
     /// One round.
     pub async fn round(&mut self, round: u64) {
         let started = Instant::now();
-        let (releases, holders, views, policies) = {
+        let (releases, moves, unfinished, views, policies) = {
             let index = self.shared.index();
             (
                 index.releases(),
-                index.unbound_holders(),
+                index.allocations_to_move(),
+                index.bindings_to_finish(),
                 index.resources(),
                 index.policies_with_pending(),
             )
         };
         self.applier.finalize(&views).await;
+        self.applier.move_allocations(moves).await;
         self.applier.release(releases).await;
-        self.applier.finish(holders).await;
+        self.applier.finish(unfinished);
         let mut outcome = RoundOutcome::default();
         let mut bound = 0;
         // One policy at a time, each on a snapshot taken after the previous
         // one's allocations were recorded: two policies never get the same
         // free GPU.
         for name in policies {
+            let built = Instant::now();
             let mut snapshot = self.shared.index().snapshot(&name, round);
+            self.metrics.phase("snapshot", built.elapsed());
             if snapshot.pending.is_empty() {
                 continue;
             }
@@ -149,17 +157,16 @@ impl Rounds {
         }
         self.reporter.report(&self.applier, outcome).await;
         self.metrics.round();
-        self.metrics.pods_bound(bound);
         self.metrics.gpus(&self.shared.index().gpu_states());
         if bound > 0 {
-            tracing::info!(round, bound, elapsed = ?started.elapsed(), "Round");
+            tracing::info!(round, binding = bound, elapsed = ?started.elapsed(), "Round");
         } else {
             tracing::debug!(round, elapsed = ?started.elapsed(), "Round");
         }
     }
 
-    /// Calls `policy` on `snapshot`, checks its decisions, applies the valid
-    /// ones; returns how many pods were bound.
+    /// Calls `policy` on `snapshot`, checks its decisions, starts the
+    /// bindings of the valid ones; returns how many started.
     async fn decide(
         &self,
         policy: &Arc<ActivePolicy>,
@@ -227,7 +234,10 @@ impl Rounds {
         };
         let policy = &policy;
         self.metrics.policy_call(&policy.name, round.stats.call);
+        self.metrics.phase("policy-call", round.stats.call);
+        let validated = Instant::now();
         let verdict = validate(&snapshot, &round.decisions);
+        self.metrics.phase("validation", validated.elapsed());
         for (outcome, count) in [
             ("accepted", verdict.accepted.len()),
             ("waiting", verdict.waiting.len()),
@@ -287,10 +297,10 @@ impl Rounds {
                 ),
             );
         }
-        self.applier
-            .assign(policy, &snapshot, verdict.accepted)
-            .await
-            .bound
+        let writes = Instant::now();
+        let started = self.applier.assign(policy, &snapshot, verdict.accepted);
+        self.metrics.phase("writes", writes.elapsed());
+        started
     }
 }
 

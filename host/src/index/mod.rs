@@ -4,16 +4,19 @@
 //! `delete_*`, and `reset_*` after a relist; or generically through
 //! [`IndexResource`]); it does no I/O and holds no API client. Out come the
 //! [`Snapshot`](crate::engine::types::Snapshot)s the policies decide on, the
-//! [`Problem`]s users must fix, and the ledger entries to [`Release`].
+//! [`Problem`]s users must fix, and the bindings to finish.
 //!
 //! ```text
 //!  Node ──────────▶ name_to_node        (Ready? cordoned? labels, taints)
 //!  GPUNode ───────▶ node_to_inventory   (GPUs from the agent's status)
-//!  GPUResource ───▶ key_to_resource     (spec, spec error, ledger)
-//!  Pod ───────────▶ key_to_pod          (schedulerName wasmgpu only)
+//!  GPUResource ───▶ key_to_resource     (spec, spec error, old ledger)
+//!  Pod ───────────▶ key_to_pod          (schedulerName wasmgpu only;
+//!                                        node, wasmgpu.io/allocation)
+//!  bindings sent ─▶ key_to_in_flight    (until the pod watch shows them)
 //!                          │
 //!                          ▼
-//!   ledgers: live entries → GPU use, usage per namespace; stale → releases
+//!   holdings: bound pods' allocations + in flight (+ old ledgers)
+//!             → GPU use, usage per namespace
 //!   survey:  unbound pods not holding GPUs → requests (by policy) | problems
 //!   build:   candidate nodes (Ready, schedulable, inventory), eligible nodes
 //!            per request (nodeSelector, required affinity, taints)
@@ -31,8 +34,8 @@
 
 mod eligibility;
 mod inventory;
+mod holdings;
 mod key;
-mod ledger;
 mod node;
 mod pod;
 mod problem;
@@ -48,11 +51,12 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 
 pub use eligibility::Ineligible;
 pub use key::ObjectKey;
-pub use ledger::{GpuState, Release, ReleaseReason};
+pub use holdings::{GpuState, PendingBinding, Release, ReleaseReason};
 pub use problem::{Problem, Subject};
 pub use watch::IndexResource;
 
 use crate::api::{Allocation, GPUNode, GPUResource, GPUResourceSpec, InvalidSpec};
+use holdings::InFlight;
 use inventory::Inventory;
 use node::NodeFacts;
 use pod::PodFacts;
@@ -65,9 +69,15 @@ pub struct Index {
     name_to_node: BTreeMap<String, NodeFacts>,
     /// Node name → its GPUs (from the GPUNode of that name).
     node_to_inventory: BTreeMap<String, Inventory>,
+    /// Node name → the GPUs its GPUNode listed before it was deleted: pods
+    /// wait for the agent to publish it again instead of being told they can
+    /// never be placed.
+    node_to_lost_inventory: BTreeMap<String, Inventory>,
     key_to_resource: BTreeMap<ObjectKey, ResourceState>,
     /// Pods with `schedulerName: wasmgpu`.
     key_to_pod: BTreeMap<ObjectKey, PodFacts>,
+    /// Bindings sent whose pod the watch has not shown bound yet.
+    key_to_in_flight: HashMap<ObjectKey, InFlight>,
     /// The pods have been listed once: a ledger entry whose pod is not
     /// known is stale, not merely unseen yet.
     pods_listed: bool,
@@ -83,7 +93,7 @@ struct ResourceState {
     spec: GPUResourceSpec,
     /// Why the spec is unusable, if it is.
     spec_error: Option<InvalidSpec>,
-    /// The ledger (`status.allocations`).
+    /// The ledger earlier versions kept (`status.allocations`).
     allocations: Vec<Allocation>,
     /// `metadata.uid`.
     uid: Option<String>,
@@ -116,14 +126,14 @@ pub struct ResourceView {
     pub deleting: bool,
     /// `metadata.finalizers`.
     pub finalizers: Vec<String>,
-    /// The ledger.
+    /// The ledger earlier versions kept (emptied as it is moved onto pods).
     pub allocations: Vec<Allocation>,
 }
 
 /// How many pods of a GPUResource hold GPUs, and how many reference it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PodCounts {
-    /// Live ledger entries.
+    /// Pods holding GPUs of its shape.
     pub holding: usize,
     /// Pods naming the GPUResource that have not finished.
     pub referencing: usize,
@@ -138,8 +148,10 @@ impl Index {
             default_policy: default_policy.into(),
             name_to_node: BTreeMap::new(),
             node_to_inventory: BTreeMap::new(),
+            node_to_lost_inventory: BTreeMap::new(),
             key_to_resource: BTreeMap::new(),
             key_to_pod: BTreeMap::new(),
+            key_to_in_flight: HashMap::new(),
             pods_listed: false,
             key_to_written_version: HashMap::new(),
         }
@@ -159,15 +171,19 @@ impl Index {
         self.name_to_node.insert(name, NodeFacts::from_node(node));
     }
 
-    /// Forgets a Node.
+    /// Forgets a Node (and what its GPUNode listed).
     pub fn delete_node(&mut self, name: &str) {
         self.name_to_node.remove(name);
+        self.node_to_lost_inventory.remove(name);
     }
 
     /// Replaces every Node (after a relist).
     pub fn reset_nodes(&mut self, nodes: &[Node]) {
         self.name_to_node.clear();
         nodes.iter().for_each(|node| self.apply_node(node));
+        let nodes = &self.name_to_node;
+        self.node_to_lost_inventory
+            .retain(|name, _| nodes.contains_key(name));
     }
 
     /// Records a GPUNode's inventory; one without status has none yet.
@@ -177,19 +193,40 @@ impl Index {
             return;
         };
         match Inventory::from_gpunode(gpunode) {
-            Some(inventory) => self.node_to_inventory.insert(name, inventory),
-            None => self.node_to_inventory.remove(&name),
+            Some(inventory) => {
+                self.node_to_lost_inventory.remove(&name);
+                self.node_to_inventory.insert(name, inventory);
+            }
+            None => self.lose_inventory(&name),
         };
     }
 
-    /// Forgets a GPUNode's inventory.
+    /// Forgets a GPUNode's inventory. Until the agent publishes it again,
+    /// the node takes no pods, its GPUs held by pods stay held, and pods
+    /// that only it could hold wait.
     pub fn delete_gpunode(&mut self, name: &str) {
-        self.node_to_inventory.remove(name);
+        self.lose_inventory(name);
+    }
+
+    fn lose_inventory(&mut self, name: &str) {
+        if let Some(inventory) = self.node_to_inventory.remove(name)
+            && self.name_to_node.contains_key(name)
+        {
+            self.node_to_lost_inventory
+                .insert(name.to_string(), inventory);
+        }
     }
 
     /// Replaces every GPUNode (after a relist).
     pub fn reset_gpunodes(&mut self, gpunodes: &[GPUNode]) {
-        self.node_to_inventory.clear();
+        let names: Vec<String> = self.node_to_inventory.keys().cloned().collect();
+        let listed: std::collections::HashSet<&str> = gpunodes
+            .iter()
+            .filter_map(|g| g.metadata.name.as_deref())
+            .collect();
+        for name in names.iter().filter(|n| !listed.contains(n.as_str())) {
+            self.lose_inventory(name);
+        }
         gpunodes
             .iter()
             .for_each(|gpunode| self.apply_gpunode(gpunode));
@@ -285,7 +322,7 @@ impl Index {
         spec.policy.as_deref().unwrap_or(&self.default_policy)
     }
 
-    /// Forgets a GPUResource, and with it its ledger.
+    /// Forgets a GPUResource (its pods keep the GPUs they hold).
     pub fn delete_gpuresource(&mut self, namespace: &str, name: &str) {
         let key = ObjectKey::new(namespace, name);
         self.key_to_written_version.remove(&key);
@@ -308,14 +345,17 @@ impl Index {
         };
         let key = ObjectKey::new(ns, name);
         match PodFacts::from_pod(pod) {
-            Some(facts) => self.key_to_pod.insert(key, facts),
+            Some(facts) => self.key_to_pod.insert(key.clone(), facts),
             None => self.key_to_pod.remove(&key),
         };
+        self.resolve_in_flight(&key);
     }
 
-    /// Forgets a pod; its ledger entries become releasable.
+    /// Forgets a pod; the GPUs it held are free.
     pub fn delete_pod(&mut self, namespace: &str, name: &str) {
-        self.key_to_pod.remove(&ObjectKey::new(namespace, name));
+        let key = ObjectKey::new(namespace, name);
+        self.key_to_pod.remove(&key);
+        self.resolve_in_flight(&key);
     }
 
     /// Replaces every pod (after a relist). From the first call on, ledger
@@ -323,29 +363,17 @@ impl Index {
     pub fn reset_pods(&mut self, pods: &[Pod]) {
         self.key_to_pod.clear();
         pods.iter().for_each(|pod| self.apply_pod(pod));
+        let in_flight: Vec<ObjectKey> = self.key_to_in_flight.keys().cloned().collect();
+        in_flight.iter().for_each(|pod| self.resolve_in_flight(pod));
         self.pods_listed = true;
     }
 
-    /// Ledger entries whose pod is gone, finished, or was recreated under
-    /// another UID: the controller removes them and the GPUs are free. Empty
-    /// until the pods have been listed once ([`Index::reset_pods`]).
+    /// Ledger entries of earlier versions to remove: their pod is gone,
+    /// finished or recreated (the GPUs are free), or carries the allocation
+    /// itself now. Stale entries wait until the pods have been listed once
+    /// ([`Index::reset_pods`]).
     pub fn releases(&self) -> Vec<Release> {
-        self.ledgers().releases
-    }
-
-    /// Live ledger entries whose pod is not bound yet (the controller wrote
-    /// the ledger but the binding did not happen): bind these again.
-    pub fn unbound_holders(&self) -> Vec<(ObjectKey, Allocation)> {
-        self.ledgers()
-            .live
-            .into_iter()
-            .filter(|live| {
-                self.key_to_pod
-                    .get(&live.pod)
-                    .is_some_and(PodFacts::unplaced)
-            })
-            .map(|live| (live.pod, live.allocation))
-            .collect()
+        self.holdings().releases
     }
 
     /// The UID of a pod the index knows.
@@ -354,9 +382,10 @@ impl Index {
     }
 
     /// Whether a pod still needs a node: known, not bound, not finished,
-    /// not being deleted.
+    /// not being deleted, no binding in flight.
     pub fn pod_unplaced(&self, pod: &ObjectKey) -> bool {
         self.key_to_pod.get(pod).is_some_and(PodFacts::unplaced)
+            && !self.key_to_in_flight.contains_key(pod)
     }
 
     /// Pods of a GPUResource that still need a node, with their UIDs.
@@ -367,33 +396,30 @@ impl Index {
                 key.namespace == resource.namespace
                     && pod.resource.as_deref() == Some(resource.name.as_str())
                     && pod.unplaced()
+                    && !self.key_to_in_flight.contains_key(key)
             })
             .map(|(key, pod)| (key.clone(), pod.uid.clone()))
             .collect()
     }
 
-    /// Pods holding GPUs of a GPUResource and pods referencing it, for its
-    /// status (`2/3`).
-    pub fn pod_counts(&self, resource: &ObjectKey) -> PodCounts {
-        let holding = self
-            .ledgers()
-            .live
-            .iter()
-            .filter(|live| &live.resource == resource)
-            .count();
-        let referencing = self
-            .key_to_pod
-            .iter()
-            .filter(|(key, pod)| {
-                key.namespace == resource.namespace
-                    && pod.resource.as_deref() == Some(resource.name.as_str())
-                    && !pod.terminal
-            })
-            .count();
-        PodCounts {
-            holding,
-            referencing,
+    /// Per GPUResource: pods holding GPUs of its shape and pods referencing
+    /// it, for its status (`2/3`). Read once per round.
+    pub fn pod_counts(&self) -> HashMap<ObjectKey, PodCounts> {
+        let mut counts: HashMap<ObjectKey, PodCounts> = HashMap::new();
+        for holding in self.holdings().live {
+            counts.entry(holding.resource).or_default().holding += 1;
         }
+        for (key, pod) in &self.key_to_pod {
+            if let Some(resource) = pod.resource.as_deref()
+                && !pod.terminal
+            {
+                counts
+                    .entry(ObjectKey::new(&key.namespace, resource))
+                    .or_default()
+                    .referencing += 1;
+            }
+        }
+        counts
     }
 }
 

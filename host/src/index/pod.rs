@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, Pod, Toleration};
 
-use crate::api::{GPURESOURCE_ANNOTATION, SCHEDULER_NAME};
+use crate::api::{GPURESOURCE_ANNOTATION, PodAllocation, SCHEDULER_NAME, UnreadableAllocation};
 
 /// The facts about a pod that decide whether it waits, holds GPUs, and where
 /// it may run.
@@ -20,6 +20,9 @@ pub(crate) struct PodFacts {
     pub terminal: bool,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// The allocation recorded on the pod (`wasmgpu.io/allocation`), read
+    /// or not; it holds GPUs while the pod is bound and not finished.
+    pub allocation: Option<Result<PodAllocation, UnreadableAllocation>>,
     pub created_ms: u64,
     pub priority: i32,
     pub node_selector: BTreeMap<String, String>,
@@ -71,6 +74,7 @@ impl PodFacts {
             node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
             deleting: meta.deletion_timestamp.is_some(),
+            allocation: PodAllocation::from_annotations(meta.annotations.as_ref()),
             created_ms,
             priority: spec.priority.unwrap_or(0),
             node_selector,

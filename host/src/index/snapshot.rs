@@ -7,7 +7,7 @@ use wasmgpu_policy_sdk::glob_match;
 
 use super::eligibility;
 use super::inventory::Inventory;
-use super::ledger::{GpuUse, Ledgers};
+use super::holdings::{GpuUse, Holdings};
 use super::node::NodeFacts;
 use super::pod::PodFacts;
 use super::{Index, ObjectKey, Problem};
@@ -39,12 +39,12 @@ struct Candidate<'a> {
 
 impl Index {
     /// One snapshot per policy that has pending requests, keyed by policy
-    /// name. Each carries every candidate node (GPUs and what the ledgers
-    /// hold on them), that policy's pending requests oldest first, and usage
+    /// name. Each carries every candidate node (GPUs and what pods hold on
+    /// them), that policy's pending requests oldest first, and usage
     /// per namespace. `config` is left empty: the caller sets the policy's.
     pub fn snapshots(&self, round: u64) -> BTreeMap<String, Snapshot> {
-        let ledgers = self.ledgers();
-        let survey = self.survey(&ledgers);
+        let holdings = self.holdings();
+        let survey = self.survey(&holdings);
         let mut policy_to_waiting: BTreeMap<&str, Vec<Waiting<'_>>> = BTreeMap::new();
         for waiting in survey.waiting {
             policy_to_waiting
@@ -54,26 +54,26 @@ impl Index {
         }
         policy_to_waiting
             .into_iter()
-            .map(|(policy, waiting)| (policy.to_string(), self.build(round, &ledgers, waiting)))
+            .map(|(policy, waiting)| (policy.to_string(), self.build(round, &holdings, waiting)))
             .collect()
     }
 
     /// The snapshot for one policy (with no requests when none wait for it).
     pub fn snapshot(&self, policy: &str, round: u64) -> Snapshot {
-        let ledgers = self.ledgers();
+        let holdings = self.holdings();
         let waiting = self
-            .survey(&ledgers)
+            .survey(&holdings)
             .waiting
             .into_iter()
             .filter(|w| w.policy == policy)
             .collect();
-        self.build(round, &ledgers, waiting)
+        self.build(round, &holdings, waiting)
     }
 
     /// The policies that have pods waiting for them.
     pub fn policies_with_pending(&self) -> Vec<String> {
         let mut policies: Vec<String> = self
-            .survey(&self.ledgers())
+            .survey(&self.holdings())
             .waiting
             .iter()
             .map(|w| w.policy.to_string())
@@ -86,11 +86,11 @@ impl Index {
     /// Errors users can act on: pods naming no or a missing GPUResource,
     /// invalid GPUResources, requests no node could ever hold.
     pub fn problems(&self) -> Vec<Problem> {
-        self.survey(&self.ledgers()).problems
+        self.survey(&self.holdings()).problems
     }
 
     /// Sorts the pods: who waits (and for which policy), who has a problem.
-    fn survey(&self, ledgers: &Ledgers) -> Survey<'_> {
+    fn survey(&self, holdings: &Holdings) -> Survey<'_> {
         let mut survey = Survey::default();
         // Pods with the same constraints and GPUResource fit the same nodes.
         let mut fit_to_reason: HashMap<(&str, ObjectKey), Option<String>> = HashMap::new();
@@ -103,7 +103,7 @@ impl Index {
             }
         }
         for (key, pod) in &self.key_to_pod {
-            if !pod.unplaced() || ledgers.holders.contains(&(key.clone(), pod.uid.clone())) {
+            if !pod.unplaced() || holdings.holders.contains(key) {
                 continue;
             }
             let Some(resource_name) = pod.resource.as_deref().filter(|r| !r.is_empty()) else {
@@ -170,12 +170,18 @@ impl Index {
         pod: &PodFacts,
         spec: &GPUResourceSpec,
     ) -> Option<String> {
-        if self.node_to_inventory.is_empty() {
+        if self.node_to_inventory.is_empty() && self.node_to_lost_inventory.is_empty() {
             return Some("no node has published a GPU inventory (GPUNode)".into());
         }
         let mut allowed_nodes = 0;
         let mut most_fitting = 0;
-        for (name, inventory) in &self.node_to_inventory {
+        // A node whose GPUNode was deleted counts with what it last listed:
+        // its agent publishes it again, and the pod waits for that.
+        let inventories = self
+            .node_to_inventory
+            .iter()
+            .chain(&self.node_to_lost_inventory);
+        for (name, inventory) in inventories {
             let Some(facts) = self.name_to_node.get(name) else {
                 continue;
             };
@@ -217,7 +223,7 @@ impl Index {
     }
 
     /// The snapshot of `waiting` (already of one policy).
-    fn build(&self, round: u64, ledgers: &Ledgers, mut waiting: Vec<Waiting<'_>>) -> Snapshot {
+    fn build(&self, round: u64, holdings: &Holdings, mut waiting: Vec<Waiting<'_>>) -> Snapshot {
         let candidates: Vec<Candidate<'_>> = self
             .name_to_node
             .iter()
@@ -259,10 +265,10 @@ impl Index {
         }
         Snapshot {
             round,
-            nodes: candidates.iter().map(|c| node_record(c, ledgers)).collect(),
+            nodes: candidates.iter().map(|c| node_record(c, holdings)).collect(),
             pending: waiting.into_iter().map(|w| w.request).collect(),
             eligible_sets,
-            usage: ledgers.namespace_to_usage.values().cloned().collect(),
+            usage: holdings.namespace_to_usage.values().cloned().collect(),
             config: String::new(),
         }
     }
@@ -279,7 +285,7 @@ fn could_hold(spec: &GPUResourceSpec, gpu: &GpuInfo) -> bool {
 /// A candidate node as the policy sees it. NVLink peers become positions
 /// in the node's GPU list (the inventory is sorted by index); peers the
 /// inventory does not list are dropped.
-fn node_record(candidate: &Candidate<'_>, ledgers: &Ledgers) -> Node {
+fn node_record(candidate: &Candidate<'_>, holdings: &Holdings) -> Node {
     let no_use = GpuUse::default();
     let uuid_to_position: HashMap<&str, u32> = candidate
         .inventory
@@ -293,7 +299,7 @@ fn node_record(candidate: &Candidate<'_>, ledgers: &Ledgers) -> Node {
         .gpus
         .iter()
         .map(|gpu| {
-            let held = ledgers
+            let held = holdings
                 .gpu_to_use
                 .get(&(candidate.name.to_string(), gpu.uuid.clone()))
                 .unwrap_or(&no_use);

@@ -1,4 +1,5 @@
-//! Ledger accounting: what held GPUs look like, and which entries are stale.
+//! Ledgers of earlier versions (`status.allocations`): what their entries
+//! hold, which are stale, and which move onto their pods.
 
 use super::*;
 use crate::index::{ObjectKey, PodCounts, Release, ReleaseReason};
@@ -208,10 +209,47 @@ fn a_pod_holding_gpus_but_not_bound_is_not_pending_but_to_be_bound() {
             .build(),
     );
     assert!(default_snapshot(&index).pending.is_empty());
-    let unbound = index.unbound_holders();
+    let unbound = index.bindings_to_finish();
     assert_eq!(unbound.len(), 1);
-    assert_eq!(unbound[0].0, ObjectKey::new("ml", "p1"));
-    assert_eq!(unbound[0].1.node, "n");
+    assert_eq!(unbound[0].pod, ObjectKey::new("ml", "p1"));
+    assert_eq!(unbound[0].uid, "uid-p1");
+    assert_eq!(unbound[0].allocation.node, "n");
+    assert_eq!(unbound[0].allocation.resource, "r");
+    // Bound pods are moved, not bound again.
+    assert!(index.allocations_to_move().is_empty());
+}
+
+#[test]
+fn a_bound_holder_moves_onto_its_pod_then_its_entry_goes() {
+    let mut index = cluster();
+    index.apply_gpuresource(
+        &gpuresource("ml", "r")
+            .holds("p1", "n", &["GPU-n-0"], H100_MIB)
+            .build(),
+    );
+    let moves = index.allocations_to_move();
+    assert_eq!(moves.len(), 1);
+    assert_eq!(moves[0].pod, ObjectKey::new("ml", "p1"));
+    assert_eq!(moves[0].allocation.devices[0].uuid, "GPU-n-0");
+    assert!(index.releases().is_empty(), "kept until the pod carries it");
+    assert!(index.bindings_to_finish().is_empty());
+    // The pod now carries the same allocation: the entry goes, the GPU
+    // stays held, once.
+    index.apply_pod(
+        &pod("ml", "p1")
+            .resource("r")
+            .holds("n", &["GPU-n-0"], Sharing::Exclusive, H100_MIB)
+            .build(),
+    );
+    assert!(index.allocations_to_move().is_empty());
+    let released: Vec<_> = index.releases().into_iter().map(|r| r.reason).collect();
+    assert_eq!(released, [ReleaseReason::Moved]);
+    let snapshot = default_snapshot(&index);
+    assert_eq!(
+        gpu(&snapshot, "GPU-n-0").exclusive_owner.as_deref(),
+        Some("ml/p1")
+    );
+    assert_eq!(snapshot.usage[0].exclusive_gpus, 1, "counted once");
 }
 
 #[test]
@@ -239,7 +277,7 @@ fn pod_counts_for_status() {
             .build(),
     );
     assert_eq!(
-        index.pod_counts(&ObjectKey::new("ml", "r")),
+        index.pod_counts()[&ObjectKey::new("ml", "r")],
         PodCounts {
             holding: 1,
             referencing: 2
@@ -308,7 +346,7 @@ fn a_relist_ends_the_wait_for_a_written_version() {
 }
 
 #[test]
-fn a_gpuresource_being_deleted_takes_no_new_pods_but_keeps_its_ledger() {
+fn a_gpuresource_being_deleted_takes_no_new_pods_but_its_ledger_holds() {
     let mut index = cluster();
     index.apply_pod(&pod("ml", "p2").resource("r").build());
     index.apply_gpuresource(

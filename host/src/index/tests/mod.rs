@@ -2,6 +2,7 @@
 //! then `apply_*` and assertions on what comes out.
 
 mod eligibility;
+mod holdings;
 mod ledger;
 mod problems;
 mod snapshot;
@@ -202,6 +203,45 @@ impl TestPod {
         self
     }
 
+    /// Bound to `node` holding `uuids` as the controller records it (the
+    /// annotations a binding copies onto the pod), each taking `mib` with
+    /// `sharing`, for the GPUResource the pod names.
+    pub fn holds(mut self, node: &str, uuids: &[&str], sharing: Sharing, mib: u64) -> Self {
+        let resource = self
+            .0
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("wasmgpu.io/gpuresource").cloned())
+            .unwrap_or_default();
+        let allocation = crate::api::PodAllocation {
+            resource,
+            node: node.into(),
+            sharing,
+            devices: devices(uuids, mib),
+            policy: PolicyRef {
+                name: DEFAULT_POLICY.into(),
+                digest: "sha256:00".into(),
+            },
+        };
+        self.0
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .extend(allocation.annotations());
+        self.bound(node)
+    }
+
+    /// Sets a raw annotation.
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.0
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.into(), value.into());
+        self
+    }
+
     pub fn created_ms(mut self, ms: i64) -> Self {
         self.0.metadata.creation_timestamp = Some(Time(Timestamp::from_millisecond(ms).unwrap()));
         self
@@ -352,18 +392,7 @@ impl TestResource {
             pod_uid: format!("uid-{pod}"),
             node: node.into(),
             sharing,
-            devices: uuids
-                .iter()
-                .map(|uuid| Device {
-                    uuid: (*uuid).into(),
-                    index: uuid
-                        .rsplit('-')
-                        .next()
-                        .and_then(|i| i.parse().ok())
-                        .unwrap_or(0),
-                    memory_mib: mib,
-                })
-                .collect(),
+            devices: devices(uuids, mib),
             policy: PolicyRef {
                 name: DEFAULT_POLICY.into(),
                 digest: "sha256:00".into(),
@@ -388,6 +417,22 @@ impl TestResource {
 }
 
 /// An index whose pods have been listed (empty), so ledgers are judged.
+/// Devices for `uuids` (`GPU-<node>-<index>`), each taking `mib`.
+fn devices(uuids: &[&str], mib: u64) -> Vec<Device> {
+    uuids
+        .iter()
+        .map(|uuid| Device {
+            uuid: (*uuid).into(),
+            index: uuid
+                .rsplit('-')
+                .next()
+                .and_then(|i| i.parse().ok())
+                .unwrap_or(0),
+            memory_mib: mib,
+        })
+        .collect()
+}
+
 pub(super) fn index() -> Index {
     let mut index = Index::new(DEFAULT_POLICY);
     index.reset_pods(&[]);
