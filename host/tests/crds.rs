@@ -179,3 +179,62 @@ fn wasmgpu_crd_prints_both_crds_and_writes_a_directory() {
     api::check_dir(&dir).expect("what --write wrote matches");
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// Every `format` in a schema, with its path.
+fn formats(path: &str, node: &Value, found: &mut Vec<(String, String)>) {
+    match node {
+        Value::Object(map) => {
+            if let Some(Value::String(format)) = map.get("format") {
+                found.push((path.to_string(), format.clone()));
+            }
+            for (key, child) in map {
+                formats(&format!("{path}.{key}"), child, found);
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                formats(&format!("{path}[{i}]"), child, found);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn every_format_is_one_the_api_server_knows() {
+    // The formats kube-openapi validates (anything else draws a warning
+    // such as `unrecognized format "uint32"` when the CRD is applied).
+    const KNOWN: &[&str] = &[
+        "int32",
+        "int64",
+        "float",
+        "double",
+        "byte",
+        "binary",
+        "date",
+        "date-time",
+        "duration",
+        "password",
+        "uri",
+        "email",
+        "hostname",
+        "ipv4",
+        "ipv6",
+        "cidr",
+        "mac",
+        "uuid",
+    ];
+    for kind in ["GPUResource", "GPUNode"] {
+        let mut found = Vec::new();
+        formats(kind, &schema(kind), &mut found);
+        assert!(!found.is_empty(), "{kind} has integer fields with formats");
+        let unknown: Vec<_> = found
+            .iter()
+            .filter(|(_, format)| !KNOWN.contains(&format.as_str()))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "{kind}: formats the API server does not know: {unknown:?}"
+        );
+    }
+}

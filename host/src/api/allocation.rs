@@ -139,14 +139,26 @@ mod tests {
     #[test]
     fn absent_and_unreadable_annotations_differ() {
         assert_eq!(PodAllocation::from_annotations(None), None);
-        assert_eq!(PodAllocation::from_annotations(Some(&BTreeMap::new())), None);
-        for raw in ["{", r#"{"resource":"r","node":"","devices":[{"uuid":"u","index":0,"memoryMiB":1}],"policy":{"name":"p","digest":"d"}}"#,
-                    r#"{"resource":"r","node":"n","devices":[],"policy":{"name":"p","digest":"d"}}"#] {
-            let annotations = BTreeMap::from([(ALLOCATION_ANNOTATION.to_string(), raw.to_string())]);
+        assert_eq!(
+            PodAllocation::from_annotations(Some(&BTreeMap::new())),
+            None
+        );
+        for raw in [
+            "{",
+            r#"{"resource":"r","node":"","devices":[{"uuid":"u","index":0,"memoryMiB":1}],"policy":{"name":"p","digest":"d"}}"#,
+            r#"{"resource":"r","node":"n","devices":[],"policy":{"name":"p","digest":"d"}}"#,
+        ] {
+            let annotations =
+                BTreeMap::from([(ALLOCATION_ANNOTATION.to_string(), raw.to_string())]);
             let error = PodAllocation::from_annotations(Some(&annotations))
                 .expect("present")
                 .expect_err(raw);
-            assert!(error.to_string().starts_with("annotation wasmgpu.io/allocation: "), "{error}");
+            assert!(
+                error
+                    .to_string()
+                    .starts_with("annotation wasmgpu.io/allocation: "),
+                "{error}"
+            );
         }
     }
 }

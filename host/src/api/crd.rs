@@ -13,7 +13,37 @@ const HEADER: &str =
 
 /// Both CRDs, `GPUResource` first.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![GPUResource::crd(), GPUNode::crd()]
+    vec![
+        kubernetes_formats(GPUResource::crd()),
+        kubernetes_formats(GPUNode::crd()),
+    ]
+}
+
+/// The integer formats the API server knows (`int32`, `int64`) in place of
+/// the ones schemars writes for unsigned Rust types (`uint32`, `uint64`),
+/// which it warns about; their `minimum: 0` stays.
+fn kubernetes_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::String(format)) = map.get_mut("format") {
+                    match format.as_str() {
+                        "uint8" | "uint16" | "uint32" | "int8" | "int16" => {
+                            *format = "int32".into()
+                        }
+                        "uint64" | "uint" | "int" => *format = "int64".into(),
+                        _ => {}
+                    }
+                }
+                map.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut value = serde_json::to_value(&crd).expect("a CRD serializes to JSON");
+    walk(&mut value);
+    serde_json::from_value(value).expect("formats are plain strings")
 }
 
 /// One CRD as a YAML document (no header, no `---`).

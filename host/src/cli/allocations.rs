@@ -1,5 +1,5 @@
-//! `wasmgpu allocations`: where each pod landed and why, from the ledgers;
-//! and why the others wait.
+//! `wasmgpu allocations`: where each pod landed and why, from the pods'
+//! own allocations; and why the others wait.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -11,11 +11,13 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use super::table::Table;
-use crate::api::{GPURESOURCE_ANNOTATION, GPUResource, SCHEDULER_NAME, conditions};
+use crate::api::{
+    GPURESOURCE_ANNOTATION, GPUResource, PodAllocation, SCHEDULER_NAME, Sharing, conditions,
+};
 
 /// Show the pods wasmgpu placed (node, GPUs, the policy and digest that
-/// decided, from the GPUResource ledgers) and the pods that wait, with the
-/// reason (from their GPUResource's `Ready` condition).
+/// decided, from each pod's `wasmgpu.io/allocation` annotation) and the pods
+/// that wait, with the reason (from their GPUResource's `Ready` condition).
 #[derive(Debug, Args)]
 pub struct AllocationsCommand {
     /// Only this namespace (default: all namespaces).
@@ -76,46 +78,70 @@ pub async fn render(client: Client, namespace: Option<&str>) -> anyhow::Result<S
             .cloned()
             .unwrap_or_default();
         let resource = resource_by_key.get(&(namespace.clone(), resource_name.clone()));
-        let entry = resource.and_then(|r| r.status.as_ref()).and_then(|s| {
-            s.allocations
-                .iter()
-                .find(|a| a.pod == name && a.pod_uid == uid)
-        });
         let phase = pod
             .status
             .as_ref()
             .and_then(|s| s.phase.clone())
             .unwrap_or_default();
-        let row = match entry {
-            Some(entry) => vec![
-                entry.node.clone(),
-                entry
-                    .devices
+        let finished = matches!(phase.as_str(), "Succeeded" | "Failed");
+        let bound = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        // Pods bound by an earlier version hold through its ledger until
+        // the controller moves the entry onto the pod.
+        let ledger_entry = || {
+            resource
+                .and_then(|r| r.status.as_ref())
+                .and_then(|s| {
+                    s.allocations
+                        .iter()
+                        .find(|a| a.pod == name && a.pod_uid == uid)
+                })
+                .map(|a| {
+                    Ok(PodAllocation {
+                        resource: resource_name.clone(),
+                        node: a.node.clone(),
+                        sharing: a.sharing,
+                        devices: a.devices.clone(),
+                        policy: a.policy.clone(),
+                    })
+                })
+        };
+        let allocation = PodAllocation::from_annotations(pod.metadata.annotations.as_ref())
+            .filter(|_| bound)
+            .or_else(ledger_entry);
+        let row = match allocation {
+            _ if finished => vec![
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                format!("{phase}: GPUs released"),
+            ],
+            Some(Ok(held)) => vec![
+                held.node.clone(),
+                held.devices
                     .iter()
-                    .map(|d| format!("{}", d.index))
+                    .map(|d| d.index.to_string())
                     .collect::<Vec<_>>()
                     .join(","),
-                format!(
-                    "{} {}",
-                    entry.policy.name,
-                    short_digest(&entry.policy.digest)
-                ),
-                match entry.sharing {
-                    crate::api::Sharing::Exclusive => "exclusive".into(),
-                    crate::api::Sharing::Shared => format!(
+                format!("{} {}", held.policy.name, short_digest(&held.policy.digest)),
+                match held.sharing {
+                    Sharing::Exclusive => "exclusive".into(),
+                    Sharing::Shared => format!(
                         "shared, {} MiB each",
-                        entry.devices.first().map(|d| d.memory_mib).unwrap_or(0)
+                        held.devices.first().map(|d| d.memory_mib).unwrap_or(0)
                     ),
                 },
             ],
-            None if matches!(phase.as_str(), "Succeeded" | "Failed") => {
-                vec![
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    format!("{phase}: GPUs released"),
-                ]
-            }
+            Some(Err(error)) => vec!["-".into(), "-".into(), "-".into(), error.to_string()],
+            None if bound => vec![
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "bound without an allocation".into(),
+            ],
             None => {
                 let why = match resource {
                     None => format!("waiting: GPUResource {resource_name:?} does not exist"),
@@ -136,7 +162,26 @@ pub async fn render(client: Client, namespace: Option<&str>) -> anyhow::Result<S
     Ok(table.render())
 }
 
-/// `sha256:` and the first 12 hex digits.
+/// `sha256:` and the first 12 hex digits (whatever the digest holds).
 fn short_digest(digest: &str) -> &str {
-    &digest[..digest.len().min(19)]
+    match digest.char_indices().nth(19) {
+        Some((end, _)) => &digest[..end],
+        None => digest,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_digest;
+
+    #[test]
+    fn short_digest_never_splits_a_character() {
+        assert_eq!(
+            short_digest("sha256:0123456789abcdef"),
+            "sha256:0123456789ab"
+        );
+        assert_eq!(short_digest("sha256:01"), "sha256:01");
+        assert_eq!(short_digest("ééééééééééééééééééééé"), "ééééééééééééééééééé");
+        assert_eq!(short_digest(""), "");
+    }
 }

@@ -235,10 +235,7 @@ impl Applier {
     pub fn stop(&self) {
         let mut tasks = self.tasks();
         if !tasks.is_empty() {
-            tracing::warn!(
-                bindings = tasks.len(),
-                "Stopping the bindings in flight"
-            );
+            tracing::warn!(bindings = tasks.len(), "Stopping the bindings in flight");
         }
         tasks.abort_all();
         self.writer.shared.index().retry_all_bindings();
@@ -262,11 +259,18 @@ impl Applier {
             });
             let result = self
                 .writer
-                .timed("annotation", pods.patch(&moved.pod.name, &merge_params(), &Patch::Merge(&patch)))
+                .timed(
+                    "annotation",
+                    pods.patch(&moved.pod.name, &merge_params(), &Patch::Merge(&patch)),
+                )
                 .await;
             match result {
-                Ok(_) => tracing::info!(pod = %moved.pod, node = %moved.allocation.node, "Moved the allocation onto the pod"),
-                Err(error) => tracing::warn!(pod = %moved.pod, %error, "Cannot record the allocation on the pod; retrying next round"),
+                Ok(_) => {
+                    tracing::info!(pod = %moved.pod, node = %moved.allocation.node, "Moved the allocation onto the pod")
+                }
+                Err(error) => {
+                    tracing::warn!(pod = %moved.pod, %error, "Cannot record the allocation on the pod; retrying next round")
+                }
             }
         }
     }
@@ -333,7 +337,10 @@ impl Applier {
             let api = self.gpuresources(&view.key);
             let result = self
                 .writer
-                .timed("finalizer", api.patch(&view.key.name, &merge_params(), &Patch::Merge(&patch)))
+                .timed(
+                    "finalizer",
+                    api.patch(&view.key.name, &merge_params(), &Patch::Merge(&patch)),
+                )
                 .await;
             if let Err(error) = self.recorded(&view.key, result).await {
                 tracing::warn!(resource = %view.key, %error, "Cannot remove the finalizer; retrying next round");
@@ -355,7 +362,10 @@ impl Applier {
         let api = self.gpuresources(&view.key);
         let result = self
             .writer
-            .timed("ledger", api.patch_status(&view.key.name, &merge_params(), &Patch::Merge(&patch)))
+            .timed(
+                "ledger",
+                api.patch_status(&view.key.name, &merge_params(), &Patch::Merge(&patch)),
+            )
             .await;
         self.recorded(&view.key, result).await
     }
@@ -369,7 +379,10 @@ impl Applier {
         let api = self.gpuresources(key);
         let result = self
             .writer
-            .timed("status", api.patch_status(&key.name, &merge_params(), &Patch::Merge(patch)))
+            .timed(
+                "status",
+                api.patch_status(&key.name, &merge_params(), &Patch::Merge(patch)),
+            )
             .await;
         self.recorded(key, result).await
     }
@@ -513,11 +526,14 @@ impl Writer {
             return Outcome::NotBound(format!("pod not found: {}", status.message));
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &binding.pod.namespace);
-        let current = match tokio::time::timeout(self.timeout, pods.get_opt(&binding.pod.name)).await
+        let current = match tokio::time::timeout(self.timeout, pods.get_opt(&binding.pod.name))
+            .await
         {
             Ok(Ok(current)) => current,
             Ok(Err(read_error)) => {
-                return Outcome::Unknown(format!("{error}; reading the pod back failed: {read_error}"));
+                return Outcome::Unknown(format!(
+                    "{error}; reading the pod back failed: {read_error}"
+                ));
             }
             Err(_) => {
                 return Outcome::Unknown(format!("{error}; reading the pod back got no answer"));

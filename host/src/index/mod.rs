@@ -33,8 +33,8 @@
 //! UIDs match, so a pod recreated under the same name is another pod.
 
 mod eligibility;
-mod inventory;
 mod holdings;
+mod inventory;
 mod key;
 mod node;
 mod pod;
@@ -50,8 +50,8 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 pub use eligibility::Ineligible;
-pub use key::ObjectKey;
 pub use holdings::{GpuState, PendingBinding, Release, ReleaseReason};
+pub use key::ObjectKey;
 pub use problem::{Problem, Subject};
 pub use watch::IndexResource;
 

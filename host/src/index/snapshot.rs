@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use wasmgpu_policy_sdk::glob_match;
 
 use super::eligibility;
-use super::inventory::Inventory;
 use super::holdings::{GpuUse, Holdings};
+use super::inventory::Inventory;
 use super::node::NodeFacts;
 use super::pod::PodFacts;
 use super::{Index, ObjectKey, Problem};
@@ -265,7 +265,10 @@ impl Index {
         }
         Snapshot {
             round,
-            nodes: candidates.iter().map(|c| node_record(c, holdings)).collect(),
+            nodes: candidates
+                .iter()
+                .map(|c| node_record(c, holdings))
+                .collect(),
             pending: waiting.into_iter().map(|w| w.request).collect(),
             eligible_sets,
             usage: holdings.namespace_to_usage.values().cloned().collect(),

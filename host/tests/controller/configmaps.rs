@@ -12,11 +12,11 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use wasmgpu::api::Sharing;
 use wasmgpu::api::policy::{
     CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY, POLICY_LABEL, PolicyStatus,
     STATUS_ANNOTATION,
 };
-use wasmgpu::api::{GPUResource, Sharing};
 use wasmgpu::controller::{MAX_POLICY_BYTES, fingerprint};
 use wasmgpu::engine::Digest;
 use wasmgpu_test_harness::{TestContext, wait_for};
@@ -127,13 +127,20 @@ async fn wait_event(
     }
 }
 
-fn ledger_digests(resource: &GPUResource) -> BTreeMap<String, String> {
-    resource
-        .status
+/// Pod → digest of the policy version that decided it, for the bound pods
+/// of GPUResource `resource` (from each pod's recorded allocation).
+async fn pod_digests(ctx: &TestContext, resource: &str) -> Result<BTreeMap<String, String>> {
+    Ok(ctx
+        .api::<Pod>()
+        .list(&Default::default())
+        .await?
+        .items
         .iter()
-        .flat_map(|s| &s.allocations)
-        .map(|a| (a.pod.clone(), a.policy.digest.clone()))
-        .collect()
+        .filter_map(|pod| {
+            let held = allocation(pod)?;
+            (held.resource == resource).then(|| (pod.name_any(), held.policy.digest))
+        })
+        .collect())
 }
 
 #[tokio::test]
@@ -200,17 +207,16 @@ async fn a_configmap_swap_takes_over_while_pods_arrive() -> Result<()> {
     for (name, _) in &created {
         wait_bound(&ctx, name).await?;
     }
-    let resource = wait_resource(&ctx, "one", "every pod in the ledger", |r| {
-        r.status
-            .as_ref()
-            .is_some_and(|s| s.allocations.len() >= created.len())
-    })
-    .await?;
-    let entries = &resource.status.as_ref().expect("status").allocations;
-    // Each pod decided once: one ledger entry each, no GPU twice.
+    let entries: Vec<wasmgpu::api::PodAllocation> = ctx
+        .api::<Pod>()
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(allocation)
+        .collect();
+    // Each pod decided once: one allocation each, no GPU twice.
     assert_eq!(entries.len(), created.len(), "{entries:?}");
-    let pods: HashSet<&str> = entries.iter().map(|e| e.pod.as_str()).collect();
-    assert_eq!(pods.len(), created.len());
     let gpus: Vec<&str> = entries
         .iter()
         .flat_map(|e| e.devices.iter().map(|d| d.uuid.as_str()))
@@ -220,7 +226,7 @@ async fn a_configmap_swap_takes_over_while_pods_arrive() -> Result<()> {
         gpus.len(),
         "{gpus:?}"
     );
-    let digests = ledger_digests(&resource);
+    let digests = pod_digests(&ctx, "one").await?;
     for name in ["p-0", "p-1", "p-2"] {
         assert_eq!(digests[name], binpack, "{name} was decided before the swap");
     }
@@ -236,8 +242,7 @@ async fn a_configmap_swap_takes_over_while_pods_arrive() -> Result<()> {
     assert!(digests.values().all(|d| *d == binpack || *d == spread));
     for entry in entries {
         assert_eq!(entry.policy.name, "swapped");
-        let pod = ctx.api::<Pod>().get(&entry.pod).await?;
-        assert_eq!(pod.metadata.uid.as_deref(), Some(entry.pod_uid.as_str()));
+        assert_eq!(entry.resource, "one");
     }
     for digest in [&binpack, &spread] {
         wait_event(&ctx, "swapped", "PolicyLoaded", |reason, note| {
@@ -439,11 +444,7 @@ async fn broken_and_hostile_versions_are_rejected_and_the_active_one_stays() -> 
     // The old version still decides.
     create_pod(&ctx, "still", "guarded").await?;
     wait_bound(&ctx, "still").await?;
-    let resource = wait_resource(&ctx, "guarded", "still in the ledger", |r| {
-        ledger_digests(r).contains_key("still")
-    })
-    .await?;
-    assert_eq!(ledger_digests(&resource)["still"], binpack);
+    assert_eq!(pod_digests(&ctx, "guarded").await?["still"], binpack);
 
     // A policy whose only version was rejected: its pods wait, and the
     // condition says why.
@@ -521,12 +522,9 @@ async fn swap_latency_is_measured() -> Result<()> {
         .await?;
         let started = Instant::now();
         put_policy(&ctx, "timed", POLICY_KEY, binpack.clone(), None, None).await?;
-        let resource = wait_resource(&ctx, "timed", "decided by the new version", |r| {
-            ledger_digests(r).contains_key(&name)
-        })
-        .await?;
+        wait_bound(&ctx, &name).await?;
         latencies.push(started.elapsed());
-        assert_eq!(ledger_digests(&resource)[&name], binpack_digest);
+        assert_eq!(pod_digests(&ctx, "timed").await?[&name], binpack_digest);
     }
     controller.check_alive()?;
     let first = latencies[0];
@@ -587,14 +585,9 @@ async fn last_good_retries_a_failed_round_with_the_previous_version() -> Result<
     for i in 0..3 {
         wait_bound(&ctx, &format!("f-{i}")).await?;
     }
-    let resource = wait_resource(&ctx, "fallible", "3 in the ledger", |r| {
-        ledger_digests(r).len() == 3
-    })
-    .await?;
-    assert!(
-        ledger_digests(&resource).values().all(|d| *d == binpack),
-        "{resource:?}"
-    );
+    let digests = pod_digests(&ctx, "fallible").await?;
+    assert_eq!(digests.len(), 3, "{digests:?}");
+    assert!(digests.values().all(|d| *d == binpack), "{digests:?}");
     controller.check_alive()?;
     drop(controller);
     remove_nodes(&ctx, &[node]).await

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod configmaps;
+mod holdings;
 mod operate;
 mod scale;
 mod support;
@@ -110,17 +111,11 @@ async fn exclusive_and_shared_pods_get_gpus_and_are_bound() -> Result<()> {
         );
     }
 
-    // The ledgers say the same, with the deciding policy.
-    let pair = wait_resource(&ctx, "pair", "Allocated", |r| {
-        phase(r) == Some(Phase::Allocated)
-    })
-    .await?;
-    let status = pair.status.as_ref().expect("status");
-    assert_eq!(status.pods.as_deref(), Some("1/1"));
-    assert_eq!(status.allocations.len(), 1);
-    let entry = &status.allocations[0];
-    assert_eq!(entry.pod, "trainer");
-    assert_eq!(Some(&entry.pod_uid), trainer.metadata.uid.as_ref());
+    // Each pod carries its allocation, with the deciding policy.
+    let entry = allocation(&trainer).expect("trainer's allocation");
+    assert_eq!(entry.resource, "pair");
+    assert_eq!(entry.node, node);
+    assert_eq!(entry.sharing, Sharing::Exclusive);
     assert_eq!(entry.policy.name, "binpack");
     assert!(entry.policy.digest.starts_with("sha256:"));
     assert_eq!(
@@ -132,23 +127,34 @@ async fn exclusive_and_shared_pods_get_gpus_and_are_bound() -> Result<()> {
         exclusive
     );
     assert!(entry.devices.iter().all(|d| d.memory_mib == H100_MIB));
+    for shared in [&a, &b] {
+        let entry = allocation(shared).expect("notebook's allocation");
+        assert_eq!(entry.policy.name, "spread");
+        assert_eq!(entry.sharing, Sharing::Shared);
+        assert_eq!(entry.devices[0].memory_mib, 30000);
+    }
+    let pair = wait_resource(&ctx, "pair", "Allocated", |r| {
+        phase(r) == Some(Phase::Allocated)
+    })
+    .await?;
+    let status = pair.status.as_ref().expect("status");
+    assert_eq!(status.pods.as_deref(), Some("1/1"));
+    assert_eq!((status.holding, status.asking), (Some(1), Some(1)));
+    assert!(status.allocations.is_empty(), "no ledger: {status:?}");
     assert_eq!(
         condition(&pair, "Ready").map(|c| c.status.as_str()),
         Some("True")
     );
-    assert!(pair.finalizers().iter().any(|f| f == "wasmgpu.io/release"));
-
+    assert!(
+        pair.finalizers().is_empty(),
+        "a GPUResource holds nothing: {:?}",
+        pair.finalizers()
+    );
     let slice = wait_resource(&ctx, "slice", "Allocated", |r| {
         phase(r) == Some(Phase::Allocated)
     })
     .await?;
-    let entries = &slice.status.as_ref().expect("status").allocations;
-    assert_eq!(entries.len(), 2);
-    assert!(
-        entries
-            .iter()
-            .all(|e| e.policy.name == "spread" && e.devices[0].memory_mib == 30000)
-    );
+    assert_eq!(slice.status.as_ref().and_then(|s| s.holding), Some(2));
 
     let events = events_for(&ctx, "trainer").await?;
     assert!(
@@ -195,9 +201,7 @@ async fn a_pod_that_cannot_fit_waits_then_gets_the_gpus_a_finished_pod_frees() -
     freed.sort();
     assert_eq!(got, freed, "the second pod gets the GPUs the first freed");
     let both = wait_resource(&ctx, "both", "only the second holds", |r| {
-        r.status
-            .as_ref()
-            .is_some_and(|s| s.allocations.len() == 1 && s.allocations[0].pod == "second")
+        r.status.as_ref().and_then(|s| s.pods.as_deref()) == Some("1/1")
     })
     .await?;
     assert_eq!(phase(&both), Some(Phase::Allocated));
@@ -206,7 +210,7 @@ async fn a_pod_that_cannot_fit_waits_then_gets_the_gpus_a_finished_pod_frees() -
 }
 
 #[tokio::test]
-async fn deleting_a_pod_or_its_gpuresource_releases_the_gpus() -> Result<()> {
+async fn deleting_or_finishing_a_pod_releases_its_gpus() -> Result<()> {
     let _turn = exclusive().await;
     let ctx = TestContext::new("ctl-release").await?;
     install_crds(&ctx).await?;
@@ -225,22 +229,9 @@ async fn deleting_a_pod_or_its_gpuresource_releases_the_gpus() -> Result<()> {
     let b = wait_bound(&ctx, "b").await?;
     assert_eq!(devices(&b), vec![format!("GPU-{node}-0")]);
 
-    // The GPUResource goes: its finalizer releases the ledger first.
-    ctx.api::<GPUResource>()
-        .delete("one", &DeleteParams::default())
-        .await?;
-    wait_for(&ctx.api::<GPUResource>(), "one", ACT, "deleted", |r| {
-        r.is_none()
-    })
-    .await?;
-    let events = events_for(&ctx, "one").await?;
-    assert!(
-        events
-            .iter()
-            .any(|(reason, note)| reason == "Released" && note.ends_with(": b")),
-        "{events:?}"
-    );
-    // The GPU is free again: a pod of a new GPUResource gets it.
+    // Pod b finishes: a pod of a new GPUResource gets the GPU.
+    set_pod_phase(&pods, "b", PodPhase::Running).await?;
+    set_pod_phase(&pods, "b", PodPhase::Failed).await?;
     gpuresource(&ctx, "again", 1, Sharing::Exclusive, 0, None).await?;
     create_pod(&ctx, "c", "again").await?;
     let c = wait_bound(&ctx, "c").await?;

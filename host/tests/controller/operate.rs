@@ -9,7 +9,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use wasmgpu::api::{GPUResource, Sharing};
+use wasmgpu::api::Sharing;
 use wasmgpu_test_harness::{TestContext, wait_for};
 
 use crate::support::*;
@@ -116,15 +116,18 @@ async fn a_standby_takes_over_when_the_leader_dies_and_nothing_is_bound_twice() 
     standby.check_alive()?;
     assert_eq!(holder(&ctx).await?.as_deref(), Some("ctl-b"));
 
-    // Eight pods, eight GPUs: each pod its own, in the pods and the ledger.
+    // Eight pods, eight GPUs: each pod its own, in its devices annotation
+    // and its recorded allocation alike.
     let distinct: HashSet<&String> = devices.iter().collect();
     assert_eq!(distinct.len(), 8, "{devices:?}");
-    let one = ctx.api::<GPUResource>().get("one").await?;
-    let ledger = one.status.expect("status").allocations;
-    assert_eq!(ledger.len(), 8);
-    let ledger_devices: HashSet<String> =
-        ledger.iter().map(|a| a.devices[0].uuid.clone()).collect();
-    assert_eq!(ledger_devices.len(), 8);
+    let pods = ctx.api::<k8s_openapi::api::core::v1::Pod>();
+    let mut recorded = HashSet::new();
+    for pod in pods.list(&Default::default()).await?.items {
+        let held = allocation(&pod).expect("every bound pod carries its allocation");
+        assert_eq!(held.devices.len(), 1);
+        recorded.insert(held.devices[0].uuid.clone());
+    }
+    assert_eq!(recorded.len(), 8);
     drop(standby);
     remove_nodes(&ctx, &[node]).await
 }

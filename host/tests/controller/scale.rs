@@ -1,8 +1,8 @@
 //! 200 pods over 8 nodes × 8 GPUs, created at once; the test completes
 //! bound pods as a kubelet would so the rest can fit, and checks on every
-//! watch event — not only at the end — that no GPU is ever over-committed,
-//! by the ledgers (entries of pods still running) and by the pods'
-//! annotations. Once with the controller
+//! watch event — not only at the end — that no GPU is ever over-committed
+//! by the pods still running, and that each pod was bound with its
+//! allocation recorded in the same write. Once with the controller
 //! running throughout, once killed (SIGKILL) in the middle and restarted.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -49,9 +49,6 @@ struct Observed {
     finishing: HashSet<String>,
     /// Live pods (bound, not finished) → their devices and sharing.
     running: BTreeMap<String, (Vec<String>, Sharing, u64)>,
-    /// Pod UID → devices its ledger entry named first.
-    uid_to_ledger: HashMap<String, (String, Vec<String>)>,
-    resource_to_ledger: BTreeMap<String, Vec<wasmgpu::api::Allocation>>,
 }
 
 impl Observed {
@@ -66,6 +63,16 @@ impl Observed {
             .map(|d| d.split(',').map(str::to_string).collect())
             .unwrap_or_default();
         let Some(node) = node else { return };
+        // Bound and recorded in one write: the allocation is there with the
+        // node, and names the same GPUs.
+        match allocation(pod) {
+            Some(held)
+                if held.node == node && held.devices.iter().map(|d| &d.uuid).eq(devices.iter()) => {
+            }
+            other => self.violations.push(format!(
+                "pod {name} bound to {node} with devices {devices:?} but allocation {other:?}"
+            )),
+        }
         match self.pod_to_binding.get(&name) {
             None => {
                 self.pod_to_binding
@@ -128,54 +135,6 @@ impl Observed {
             }
         }
     }
-
-    fn on_ledger(&mut self, resource: &GPUResource) {
-        let entries = resource
-            .status
-            .as_ref()
-            .map(|s| s.allocations.clone())
-            .unwrap_or_default();
-        for entry in &entries {
-            let devices: Vec<String> = entry.devices.iter().map(|d| d.uuid.clone()).collect();
-            let placed = (entry.node.clone(), devices);
-            match self.uid_to_ledger.get(&entry.pod_uid) {
-                None => {
-                    self.uid_to_ledger.insert(entry.pod_uid.clone(), placed);
-                }
-                Some(first) if first != &placed => self.violations.push(format!(
-                    "ledger entry of {} changed: {first:?} then {placed:?}",
-                    entry.pod
-                )),
-                Some(_) => {}
-            }
-        }
-        self.resource_to_ledger.insert(resource.name_any(), entries);
-        let mut gpu_to_use: HashMap<(String, String), (usize, usize, u64)> = HashMap::new();
-        for entry in self.resource_to_ledger.values().flatten() {
-            if self.finishing.contains(&entry.pod) {
-                continue;
-            }
-            for device in &entry.devices {
-                let use_ = gpu_to_use
-                    .entry((entry.node.clone(), device.uuid.clone()))
-                    .or_default();
-                match entry.sharing {
-                    Sharing::Exclusive => use_.0 += 1,
-                    Sharing::Shared => {
-                        use_.1 += 1;
-                        use_.2 += device.memory_mib;
-                    }
-                }
-            }
-        }
-        for ((node, gpu), (exclusive, shared, mib)) in gpu_to_use {
-            if exclusive > 1 || (exclusive == 1 && shared > 0) || mib > H100_MIB {
-                self.violations.push(format!(
-                    "ledgers over-commit {gpu} on {node}: {exclusive} exclusive, {shared} shared taking {mib} MiB"
-                ));
-            }
-        }
-    }
 }
 
 /// Figures of one run.
@@ -206,17 +165,6 @@ pub async fn run(kill_midway: bool) -> Result<Figures> {
     let mut controller = Controller::start(&ctx).await?;
     let observed = Arc::new(Mutex::new(Observed::default()));
 
-    // The checker: ledgers and pods, on every event.
-    let ledgers = {
-        let observed = observed.clone();
-        let api = ctx.api::<GPUResource>();
-        tokio::spawn(async move {
-            let mut stream = watcher(api, Default::default()).applied_objects().boxed();
-            while let Ok(Some(resource)) = stream.try_next().await {
-                observed.lock().unwrap().on_ledger(&resource);
-            }
-        })
-    };
     // The kubelet: a bound pod runs a little while, then succeeds.
     let kubelet = {
         let observed = observed.clone();
@@ -315,7 +263,7 @@ pub async fn run(kill_midway: bool) -> Result<Figures> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // Every pod bound exactly once, to the GPUs its ledger entry names.
+    // Every pod bound exactly once, to the GPUs its allocation names.
     let pods: Api<Pod> = ctx.api();
     let all = pods.list(&ListParams::default()).await?.items;
     assert_eq!(all.len(), PODS);
@@ -324,11 +272,11 @@ pub async fn run(kill_midway: bool) -> Result<Figures> {
         for pod in &all {
             let name = pod.name_any();
             let (uid, node, devices) = o.pod_to_binding.get(&name).expect("bound");
-            let (ledger_node, ledger_devices) = o
-                .uid_to_ledger
-                .get(uid)
-                .unwrap_or_else(|| panic!("{name} was bound without a ledger entry"));
-            assert_eq!((node, devices), (ledger_node, ledger_devices), "{name}");
+            let held = allocation(pod).unwrap_or_else(|| panic!("{name} has no allocation"));
+            assert_eq!(Some(uid), pod.metadata.uid.as_ref(), "{name}");
+            assert_eq!(&held.node, node, "{name}");
+            let held_devices: Vec<String> = held.devices.iter().map(|d| d.uuid.clone()).collect();
+            assert_eq!(&held_devices, devices, "{name}");
         }
         assert!(o.violations.is_empty(), "{:?}", o.violations);
         let last_bound = o.pod_to_bound_at.values().max().copied().expect("pods");
@@ -357,28 +305,35 @@ pub async fn run(kill_midway: bool) -> Result<Figures> {
         figures.p99
     );
 
-    // Finished pods give their GPUs back.
+    // Finished pods give their GPUs back: every GPUResource says none of
+    // its pods holds any, and no object grew a ledger.
     let deadline = Instant::now() + ACT;
     loop {
-        let held: usize = observed
-            .lock()
-            .unwrap()
-            .resource_to_ledger
-            .values()
-            .map(Vec::len)
-            .sum();
-        if held == 0 {
+        let resources = ctx
+            .api::<GPUResource>()
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let held: Vec<(String, Option<i32>, usize)> = resources
+            .iter()
+            .filter_map(|r| {
+                let status = r.status.as_ref();
+                let holding = status.and_then(|s| s.holding);
+                let ledger = status.map_or(0, |s| s.allocations.len());
+                (holding != Some(0) || ledger > 0).then(|| (r.name_any(), holding, ledger))
+            })
+            .collect();
+        if held.is_empty() {
             break;
         }
         if Instant::now() > deadline {
             bail!(
-                "{held} ledger entries left after every pod finished\n{}",
+                "GPUResources still report holdings after every pod finished: {held:?}\n{}",
                 controller.log_tail()
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    ledgers.abort();
     kubelet.abort();
     drop(controller);
     remove_nodes(&ctx, &nodes).await?;

@@ -36,6 +36,12 @@ pub async fn gpu_node(ctx: &TestContext, name: &str, gpus: u32) -> Result<()> {
         .label(GROUP_LABEL, &ctx.namespace)
         .create(&ctx.client)
         .await?;
+    publish_gpunode(ctx, name, gpus).await
+}
+
+/// Publishes (or publishes again) the GPUNode of Node `name`, as its agent
+/// would.
+pub async fn publish_gpunode(ctx: &TestContext, name: &str, gpus: u32) -> Result<()> {
     let uuids: Vec<String> = (0..gpus).map(|i| format!("GPU-{name}-{i}")).collect();
     let infos: Vec<GpuInfo> = (0..gpus)
         .map(|index| GpuInfo {
@@ -245,3 +251,9 @@ pub async fn remove_nodes(ctx: &TestContext, names: &[String]) -> Result<()> {
 
 /// How long the controller may take to act on something.
 pub const ACT: Duration = Duration::from_secs(30);
+
+/// The allocation the controller recorded on a pod (with its binding).
+pub fn allocation(pod: &k8s_openapi::api::core::v1::Pod) -> Option<wasmgpu::api::PodAllocation> {
+    wasmgpu::api::PodAllocation::from_annotations(pod.metadata.annotations.as_ref())
+        .map(|read| read.expect("the controller writes readable allocations"))
+}
