@@ -35,7 +35,7 @@ fn digest_of(policy: &str) -> String {
 
 /// Applies policy ConfigMap `name`: `bytes` under binaryData `key`, an
 /// optional digest pin and config.json. Returns its fingerprint.
-async fn put_policy(
+pub(crate) async fn put_policy(
     ctx: &TestContext,
     name: &str,
     key: &str,

@@ -2,6 +2,7 @@
 //! controller` process with the shipped policies, GPU inventory published
 //! as GPUNode objects, the test playing the kubelet.
 
+mod chaos;
 #[path = "../common/mod.rs"]
 mod common;
 mod configmaps;

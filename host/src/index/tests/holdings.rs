@@ -189,7 +189,7 @@ fn a_binding_of_unknown_outcome_stays_held_and_is_sent_again() {
     assert!(index.bindings_to_finish().is_empty(), "still in flight");
     index.retry_binding(&ObjectKey::new("ml", "new"), "uid-new");
     assert_eq!(owner(&index, "GPU-n-1").as_deref(), Some("ml/new"));
-    assert_eq!(index.bindings_to_finish(), [sent.clone()]);
+    assert_eq!(index.bindings_to_finish(), std::slice::from_ref(&sent));
     // Sent again: in flight, not to be sent a third time.
     index.begin_binding(&sent);
     assert!(index.bindings_to_finish().is_empty());
