@@ -5,8 +5,9 @@
 //! assignment only when it is possible: the pod is pending and decided once,
 //! the node exists and is eligible for the pod, the GPUs are exactly `count`
 //! (and never none) distinct, healthy GPUs of that node that match the model
-//! glob and the memory, and are free — counting what earlier decisions of the same round
-//! already took. Everything else comes back with the reason, in words.
+//! glob and the memory, and are free — counting what earlier decisions of the
+//! same round already took. Everything else comes back with the reason, in
+//! words.
 //!
 //! [`snapshot::check`] holds a snapshot read from a file to the rules the
 //! controller's own snapshots obey, before a policy sees it.
