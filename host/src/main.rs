@@ -1,3 +1,5 @@
+use std::io::Write;
+
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
@@ -5,7 +7,8 @@ fn main() -> std::process::ExitCode {
     match cli.run() {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            // A closed standard error is no reason to panic either.
+            let _ = writeln!(std::io::stderr(), "error: {error:#}");
             std::process::ExitCode::FAILURE
         }
     }

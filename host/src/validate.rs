@@ -4,11 +4,17 @@
 //! round, in order, against the snapshot the policy was given, and keeps an
 //! assignment only when it is possible: the pod is pending and decided once,
 //! the node exists and is eligible for the pod, the GPUs are exactly `count`
-//! distinct, healthy GPUs of that node that match the model glob and the
-//! memory, and are free — counting what earlier decisions of the same round
-//! already took. Everything else comes back with the reason, in words.
+//! (and never none) distinct, healthy GPUs of that node that match the model
+//! glob and the memory, and are free — counting what earlier decisions of the
+//! same round already took. Everything else comes back with the reason, in
+//! words.
+//!
+//! [`snapshot::check`] holds a snapshot read from a file to the rules the
+//! controller's own snapshots obey, before a policy sees it.
 //!
 //! Pure and synchronous: no I/O, no clock.
+
+pub mod snapshot;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -29,6 +35,8 @@ pub enum Invalid {
     UnknownNode { node: String },
     /// The node exists but the pod may not run there.
     NotEligible { node: String },
+    /// An assignment of no GPUs at all.
+    NoGpus,
     /// Wrong number of GPUs.
     WrongCount { got: usize, want: u32 },
     /// The same GPU named twice in one assignment.
@@ -73,6 +81,7 @@ impl fmt::Display for Invalid {
                     "node {node:?} is not eligible for the pod (selector, affinity, taints or readiness)"
                 )
             }
+            Invalid::NoGpus => write!(f, "the assignment names no GPUs"),
             Invalid::WrongCount { got, want } => {
                 write!(f, "{got} GPU(s) assigned, {want} requested")
             }
@@ -114,9 +123,34 @@ impl fmt::Display for Invalid {
     }
 }
 
+impl Invalid {
+    /// A short, stable label for the reason (`gpu-taken`), for metrics and
+    /// machine-readable output.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Invalid::UnknownPod => "unknown-pod",
+            Invalid::DecidedTwice => "decided-twice",
+            Invalid::UnknownNode { .. } => "unknown-node",
+            Invalid::NotEligible { .. } => "not-eligible",
+            Invalid::NoGpus => "no-gpus",
+            Invalid::WrongCount { .. } => "wrong-count",
+            Invalid::DuplicateGpu { .. } => "duplicate-gpu",
+            Invalid::UnknownGpu { .. } => "unknown-gpu",
+            Invalid::GpuOnOtherNode { .. } => "gpu-on-other-node",
+            Invalid::UnhealthyGpu { .. } => "unhealthy-gpu",
+            Invalid::ModelMismatch { .. } => "model-mismatch",
+            Invalid::NotEnoughMemory { .. } => "not-enough-memory",
+            Invalid::GpuTaken { .. } => "gpu-taken",
+            Invalid::SharedFull { .. } => "shared-full",
+        }
+    }
+}
+
 /// A decision the host refused, and why.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Refused {
+    /// The decision's position in the policy's list.
+    pub index: usize,
     /// The decision as the policy made it.
     pub decision: Decision,
     /// Why it was refused.
@@ -177,12 +211,10 @@ pub fn validate(snapshot: &Snapshot, decisions: &[Decision]) -> Verdict {
 
     let mut verdict = Verdict::default();
     let mut decided: HashSet<&str> = HashSet::new();
-    for decision in decisions {
-        let pod = match decision {
-            Decision::Assign(a) => a.pod.as_str(),
-            Decision::Wait(d) | Decision::Reject(d) => d.pod.as_str(),
-        };
+    for (index, decision) in decisions.iter().enumerate() {
+        let pod = decision.pod();
         let refuse = |reason| Refused {
+            index,
             decision: decision.clone(),
             reason,
         };
@@ -241,6 +273,9 @@ fn check(
         return Err(Invalid::NotEligible {
             node: a.node.clone(),
         });
+    }
+    if a.gpus.is_empty() {
+        return Err(Invalid::NoGpus);
     }
     if a.gpus.len() != request.count as usize {
         return Err(Invalid::WrongCount {
@@ -514,6 +549,22 @@ mod tests {
                 .reason
                 .to_string()
                 .contains("already decided")
+        );
+    }
+
+    #[test]
+    fn an_assignment_of_no_gpus_is_refused_even_for_a_count_of_zero() {
+        let mut snap = two_nodes();
+        snap.pending[0].count = 0;
+        let verdict = validate(
+            &snap,
+            &[assign("ns/x1", "a", &[]), assign("ns/x2", "a", &[])],
+        );
+        assert!(verdict.accepted.is_empty());
+        assert_eq!(reasons(&verdict), [Invalid::NoGpus, Invalid::NoGpus]);
+        assert_eq!(
+            verdict.refused.iter().map(|r| r.index).collect::<Vec<_>>(),
+            [0, 1]
         );
     }
 

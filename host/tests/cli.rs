@@ -3,9 +3,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
-use common::policy_dir;
+use common::{json_schema, policy_dir};
+use serde_json::Value;
 use wasmgpu::engine::types::Snapshot;
 
 fn wasmgpu(args: &[&str]) -> Output {
@@ -50,7 +51,7 @@ fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
 fn check_describes_a_policy_and_explains_what_is_not_one() {
     let out = wasmgpu(&["policy", "check", &policy("binpack"), "--output", "json"]);
     assert!(out.status.success(), "{}", text(&out));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["name"], "binpack");
     assert!(json["digest"].as_str().unwrap().starts_with("sha256:"));
     assert!(
@@ -102,10 +103,19 @@ fn run_prints_decisions_with_the_hosts_verdict() {
         "--output",
         "json",
     ]);
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["policy"]["name"], "spread");
-    assert_eq!(json["verdict"]["accepted"].as_array().unwrap().len(), 7);
+    assert_eq!(json["summary"]["assigned"], 7);
     assert!(json["stats"]["fuelUsed"].as_u64().unwrap() > 0);
+    let decisions = json["decisions"].as_array().unwrap();
+    let assign = decisions.iter().find(|d| d["kind"] == "assign").unwrap();
+    assert!(
+        assign["pod"].is_string() && assign["node"].is_string() && assign["gpus"].is_array(),
+        "{assign}"
+    );
+    assert_eq!(assign["verdict"], "valid");
+    let wait = decisions.iter().find(|d| d["kind"] == "wait").unwrap();
+    assert!(wait["reason"].is_string(), "{wait}");
 }
 
 #[test]
@@ -135,6 +145,17 @@ fn refused_decisions_can_fail_the_command() {
     );
     let out = wasmgpu(&[&args[..], &["--fail-on-refused"]].concat());
     assert_eq!(out.status.code(), Some(2));
+
+    let out = wasmgpu(&[&args[..], &["--output", "json"]].concat());
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["summary"]["refused"], 1);
+    let refused = &json["decisions"][0];
+    assert_eq!(refused["verdict"], "refused", "{refused}");
+    assert_eq!(refused["refusal"]["code"], "unknown-gpu", "{refused}");
+    assert_eq!(
+        refused["refusal"]["message"],
+        "GPU GPU-does-not-exist-0 does not exist"
+    );
 }
 
 #[test]
@@ -217,7 +238,7 @@ fn bench_reports_median_and_p99_per_phase() {
         "json",
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
     for phase in ["instantiate", "call", "validate", "round"] {
         assert!(
             json["phases"][phase]["medianMicros"].as_f64().unwrap() > 0.0,
@@ -230,7 +251,7 @@ fn bench_reports_median_and_p99_per_phase() {
 fn snapshot_schema_and_generated_snapshots_agree() {
     let out = wasmgpu(&["policy", "snapshot-schema"]);
     assert!(out.status.success());
-    let schema: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let schema: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(schema["properties"]["pending"].is_object(), "{schema}");
 
     let path = std::env::temp_dir().join(format!("wasmgpu-gen-{}.json", std::process::id()));
@@ -269,4 +290,343 @@ fn the_documented_minimal_snapshot_is_valid() {
     ]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("1 assigned"), "{}", text(&out));
+}
+
+// === JSON output: one documented format ===
+
+/// `wasmgpu policy output-schema COMMAND`, parsed.
+fn output_schema(command: &str) -> Value {
+    let out = wasmgpu(&["policy", "output-schema", command]);
+    assert!(out.status.success(), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Runs `args`, which print JSON, and checks it against the schema of
+/// `command` and the key style (camelCase).
+fn assert_output_matches_schema(command: &str, args: &[&str]) -> Value {
+    let out = wasmgpu(args);
+    assert!(out.status.success(), "{args:?}: {}", text(&out));
+    let json: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {}", text(&out)));
+    let errors = json_schema::errors(&output_schema(command), &json);
+    assert!(errors.is_empty(), "{args:?}:\n{}", errors.join("\n"));
+    assert_camel_case(&json, "$");
+    json
+}
+
+fn assert_camel_case(value: &Value, path: &str) {
+    match value {
+        Value::Object(fields) => {
+            for (key, field) in fields {
+                let camel = key.starts_with(|c: char| c.is_ascii_lowercase())
+                    && key.chars().all(|c| c.is_ascii_alphanumeric());
+                assert!(camel, "{path}.{key} is not a camelCase key");
+                assert_camel_case(field, &format!("{path}.{key}"));
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                assert_camel_case(item, &format!("{path}[{i}]"));
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn every_json_output_matches_its_published_schema() {
+    let demo = repo("policies/snapshots/demo.json");
+    let (binpack, spread) = (policy("binpack"), policy("spread"));
+    assert_output_matches_schema("check", &["policy", "check", &binpack, "--output", "json"]);
+    let run = assert_output_matches_schema(
+        "run",
+        &[
+            "policy",
+            "run",
+            &binpack,
+            "--snapshot",
+            &demo,
+            "--output",
+            "json",
+        ],
+    );
+    let kinds: Vec<&str> = run["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"assign") && kinds.contains(&"wait") && kinds.contains(&"reject"),
+        "{kinds:?}"
+    );
+    // Refusals too (the hostile policy names GPUs that do not exist).
+    let mut snapshot: Snapshot =
+        serde_json::from_str(&std::fs::read_to_string(&demo).unwrap()).unwrap();
+    snapshot.config = "ghost-gpu".into();
+    let ghost = temp_file(
+        "schema-ghost.json",
+        serde_json::to_string(&snapshot).unwrap().as_bytes(),
+    );
+    let run = assert_output_matches_schema(
+        "run",
+        &[
+            "policy",
+            "run",
+            &policy("hostile_policy"),
+            "--snapshot",
+            ghost.to_str().unwrap(),
+            "--output",
+            "json",
+        ],
+    );
+    assert_eq!(run["decisions"][0]["verdict"], "refused");
+    let compare = assert_output_matches_schema(
+        "compare",
+        &[
+            "policy",
+            "compare",
+            &binpack,
+            &spread,
+            "--snapshot",
+            &demo,
+            "--output",
+            "json",
+        ],
+    );
+    assert_eq!(compare["policies"][1]["policy"]["name"], "spread");
+    assert_eq!(compare["policies"][0]["summary"]["assigned"], 7);
+    assert_output_matches_schema(
+        "bench",
+        &[
+            "policy",
+            "bench",
+            &binpack,
+            "--snapshot",
+            &demo,
+            "--rounds",
+            "2",
+            "--output",
+            "json",
+        ],
+    );
+    let inventory = repo("deploy/inventory/h100-nvlink-8.yaml");
+    let once = assert_output_matches_schema(
+        "agent-once",
+        &[
+            "agent",
+            "--once",
+            "--output",
+            "json",
+            "--inventory",
+            &inventory,
+        ],
+    );
+    assert_eq!(once["status"]["gpusTotal"], 8);
+}
+
+#[test]
+fn the_schema_check_catches_what_breaks_the_format() {
+    // The validator the test above relies on does reject bad output.
+    let schema = output_schema("run");
+    let bad = serde_json::json!({
+        "policy": {"name": "p", "version": "1", "digest": "sha256:0"},
+        "snapshot": {"round": 1, "nodes": 1, "gpus": 1, "pending": 1},
+        "decisions": [{"Assign": {"pod": "ns/a", "node": "n", "gpus": []}, "verdict": "valid"}],
+        "summary": {"assigned": 1, "waiting": 0, "rejected": 0, "refused": 0, "notMentioned": -1},
+        "stats": {"fuelUsed": 1, "instantiateMicros": 1, "callMicros": 1, "validateMicros": 1,
+                  "peakMemoryBytes": 1, "log": [], "logDropped": 0}
+    });
+    let errors = json_schema::errors(&schema, &bad).join("\n");
+    assert!(errors.contains("$.decisions[0]: "), "{errors}");
+    assert!(errors.contains("$.summary.notMentioned: -1"), "{errors}");
+}
+
+// === hostile input: errors, never panics ===
+
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    let demo = repo("policies/snapshots/demo.json");
+    let binpack = policy("binpack");
+    for args in [
+        // More than a pipe holds: the write fails whenever the reader closes.
+        vec![
+            "policy",
+            "generate-snapshot",
+            "--nodes",
+            "3000",
+            "--pods",
+            "10",
+        ],
+        vec!["policy", "run", &binpack, "--snapshot", &demo],
+        vec![
+            "policy",
+            "run",
+            &binpack,
+            "--snapshot",
+            &demo,
+            "--output",
+            "json",
+        ],
+        vec!["crd"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close the read end at once, as `| head -c0` would.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            out.status.code() == Some(141) || out.status.success(),
+            "{args:?}: {:?} {stderr}",
+            out.status
+        );
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_full_stdout_is_an_error_not_a_panic() {
+    let Ok(full) = std::fs::File::create("/dev/full") else {
+        return; // not Linux
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
+        .args([
+            "policy",
+            "run",
+            &policy("binpack"),
+            "--snapshot",
+            &repo("policies/snapshots/demo.json"),
+        ])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: cannot write to standard output: No space left on device"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn a_snapshot_that_no_controller_would_build_is_refused_naming_the_entry() {
+    let demo = std::fs::read_to_string(repo("policies/snapshots/demo.json")).unwrap();
+    let base: Snapshot = serde_json::from_str(&demo).unwrap();
+    type Change = Box<dyn Fn(&mut Snapshot)>;
+    let cases: Vec<(Change, &str)> = vec![
+        (
+            Box::new(|s| s.pending[0].count = 0),
+            "pending[0] (\"research/finetune-0\").count: must be 1 to 16, got 0",
+        ),
+        (
+            Box::new(|s| s.eligible_sets[0].push(7)),
+            "eligible_sets[0][3]: node index 7 is out of range (3 nodes)",
+        ),
+        (
+            Box::new(|s| {
+                let uuid = s.nodes[0].gpus[0].uuid.clone();
+                s.nodes[2].gpus[0].uuid = uuid;
+            }),
+            ".uuid: repeats nodes[0] (\"gpu-h100-0\").gpus[0].uuid",
+        ),
+        (
+            Box::new(|s| s.nodes[1].gpus[0].nvlink_peers = vec![9]),
+            "nvlink_peers[0]: 9 is out of range",
+        ),
+    ];
+    for (i, (change, want)) in cases.into_iter().enumerate() {
+        let mut snapshot = base.clone();
+        change(&mut snapshot);
+        let path = temp_file(
+            &format!("invalid-{i}.json"),
+            serde_json::to_string(&snapshot).unwrap().as_bytes(),
+        );
+        let out = wasmgpu(&[
+            "policy",
+            "run",
+            &policy("binpack"),
+            "--snapshot",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{want}: {}", text(&out));
+        assert!(
+            text(&out).contains("is not a valid snapshot") && text(&out).contains(want),
+            "want: {want}\ngot:  {}",
+            text(&out)
+        );
+    }
+}
+
+#[test]
+fn a_policys_long_reason_is_cut_before_it_is_shown() {
+    let demo = repo("policies/snapshots/demo.json");
+    let mut snapshot: Snapshot =
+        serde_json::from_str(&std::fs::read_to_string(&demo).unwrap()).unwrap();
+    snapshot.config = "long-reason:100000".into();
+    let path = temp_file(
+        "long-reason.json",
+        serde_json::to_string(&snapshot).unwrap().as_bytes(),
+    );
+    let args = [
+        "policy",
+        "run",
+        &policy("hostile_policy"),
+        "--snapshot",
+        path.to_str().unwrap(),
+    ];
+    let out = wasmgpu(&[&args[..], &["--output", "json"]].concat());
+    assert!(out.status.success(), "{}", text(&out));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reason = json["decisions"][0]["reason"].as_str().unwrap();
+    assert_eq!(reason.len(), 1024 + "…".len());
+    let out = wasmgpu(&args);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.stdout.len() < 4096, "{}", out.stdout.len());
+}
+
+#[test]
+fn a_huge_table_cell_is_cut_not_a_panic() {
+    let inventory = std::fs::read_to_string(repo("deploy/inventory/a100-4.yaml")).unwrap();
+    let model = "X".repeat(70_000);
+    let path = temp_file(
+        "huge-model.yaml",
+        inventory
+            .replacen("NVIDIA A100-SXM4-40GB", &model, 1)
+            .as_bytes(),
+    );
+    let out = wasmgpu(&["agent", "--once", "--inventory", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", &text(&out)[..500]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains(&format!("{}…", "X".repeat(1023))),
+        "{}",
+        &shown[..500]
+    );
+    assert!(!shown.contains(&model));
+}
+
+#[test]
+fn limits_too_large_to_hold_are_refused_naming_the_flag() {
+    let out = wasmgpu(&[
+        "policy",
+        "run",
+        &policy("binpack"),
+        "--snapshot",
+        &repo("policies/snapshots/demo.json"),
+        "--memory-mib",
+        "18446744073709551615",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("--memory-mib: 18446744073709551615 is too large (at most"),
+        "{}",
+        text(&out)
+    );
 }

@@ -6,6 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{convert, policy_bytes};
+use wasmgpu::engine::bounds::REASON_BYTES;
 use wasmgpu::engine::types::{Decision, Snapshot};
 use wasmgpu::engine::{Engine, Limits, LoadedPolicy, PolicyError};
 use wasmgpu::validate::{Invalid, validate};
@@ -216,14 +217,56 @@ fn deep_recursion_is_a_stack_overflow_trap() {
 }
 
 #[test]
-fn a_huge_output_is_invalid() {
+fn a_huge_output_is_invalid_before_it_is_copied() {
     let engine = engine();
+    // 200,000 decisions do not fit the bytes 3 pending pods may return:
+    // refused while lifting, before the list's elements are read.
     let error = run_hostile(&engine, "huge-output").unwrap_err();
     assert!(
-        matches!(&error, PolicyError::InvalidOutput(m) if m.starts_with("200000 decisions for 3 pending pods")),
+        matches!(&error, PolicyError::InvalidOutput(m) if m.starts_with("more than 262144 bytes passed to the host at once")),
+        "{error}"
+    );
+    // 30 small decisions fit the bytes but not the count.
+    let error = run_hostile(&engine, "decisions:30").unwrap_err();
+    assert!(
+        matches!(&error, PolicyError::InvalidOutput(m) if m.starts_with("30 decisions for 3 pending pods (at most 22 accepted)")),
+        "{error}"
+    );
+    assert_eq!(
+        run_hostile(&engine, "decisions:22")
+            .unwrap()
+            .decisions
+            .len(),
+        22
+    );
+    assert_healthy(&engine);
+}
+
+#[test]
+fn long_reasons_are_cut_and_huge_ones_refused() {
+    let engine = engine();
+    let round = run_hostile(&engine, "long-reason:5000").unwrap();
+    let [Decision::Wait(wait)] = round.decisions.as_slice() else {
+        panic!("{:?}", round.decisions)
+    };
+    assert_eq!(wait.reason, format!("{}…", "x".repeat(REASON_BYTES)));
+    let error = run_hostile(&engine, "long-reason:20000000").unwrap_err();
+    assert!(
+        matches!(&error, PolicyError::InvalidOutput(m) if m.contains("bytes passed to the host at once")),
         "{error}"
     );
     assert_healthy(&engine);
+}
+
+#[test]
+fn an_assignment_of_no_gpus_is_refused() {
+    let engine = engine();
+    let mut snap = small();
+    snap.config = "no-gpus".into();
+    let round = hostile(&engine).allocate(&snap).unwrap();
+    let verdict = validate(&snap, &round.decisions);
+    assert!(verdict.accepted.is_empty());
+    assert_eq!(verdict.refused[0].reason, Invalid::NoGpus);
 }
 
 #[test]

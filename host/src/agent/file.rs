@@ -17,6 +17,8 @@ use super::source::{EventKind, GpuSource, HealthEvent, RawGpu, Reading, Signal, 
 use crate::api::MigMode;
 
 const MIB: u64 = 1024 * 1024;
+/// Most memory a GPU may have, in MiB: what bytes in a `u64` can hold.
+const MAX_MIB: u64 = u64::MAX / MIB;
 
 /// An inventory file, as written.
 #[derive(Clone, Debug, Deserialize)]
@@ -122,6 +124,12 @@ impl Inventory {
                 return Err(format!(
                     "gpus[{i}].pciBusId: {:?} repeats gpus[{j}].pciBusId",
                     gpu.pci_bus_id
+                ));
+            }
+            if gpu.memory_total_mib > MAX_MIB {
+                return Err(format!(
+                    "gpus[{i}].memoryTotalMiB: {} is too large (at most {MAX_MIB} MiB)",
+                    gpu.memory_total_mib
                 ));
             }
             if gpu.memory_used_mib > gpu.memory_total_mib {
@@ -378,10 +386,94 @@ gpus:
                 TWO.replace("uuid: GPU-a", "uuid: \" \""),
                 "gpus[0].uuid: must not be empty",
             ),
+            (
+                TWO.replace(
+                    "memoryTotalMiB: 40960\n    memoryUsedMiB",
+                    "memoryTotalMiB: 18446744073709551615\n    memoryUsedMiB",
+                ),
+                "gpus[1].memoryTotalMiB: 18446744073709551615 is too large (at most 17592186044415 MiB)",
+            ),
         ];
         for (text, want) in cases {
             let got = parsed(&text).expect_err(want);
             assert!(got.contains(want), "want: {want}\ngot:  {got}");
+        }
+    }
+
+    const KEYS: &[&str] = &[
+        "driverVersion",
+        "cudaVersion",
+        "gpus",
+        "index",
+        "uuid",
+        "name",
+        "memoryTotalMiB",
+        "memoryUsedMiB",
+        "utilizationPercent",
+        "temperatureC",
+        "pciBusId",
+        "numaNode",
+        "nvlinks",
+        "migMode",
+        "events",
+        "xid",
+        "doubleBitEcc",
+        "at",
+    ];
+
+    /// Reads `text` as an inventory and, when it is one, converts it to the
+    /// status the agent would publish.
+    fn read_and_convert(text: &str) {
+        if let Ok(reading) = parsed(text) {
+            let rules = crate::agent::HealthRules::ignoring([13]);
+            let faults = crate::agent::health::Faults::default();
+            crate::agent::convert::to_status(
+                &reading,
+                crate::agent::convert::Context {
+                    source: "test",
+                    read_error: None,
+                    rules: &rules,
+                    faults: &faults,
+                    now: MODIFIED.parse().unwrap(),
+                },
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn arbitrary_json_is_an_error_or_an_inventory(
+            json in crate::fixtures::arbitrary_json(KEYS),
+        ) {
+            read_and_convert(&json.to_string());
+        }
+
+        /// Any numbers and strings in the right places.
+        #[test]
+        fn arbitrary_values_are_an_error_or_an_inventory(
+            total in proptest::prelude::any::<u64>(),
+            used in proptest::prop_oneof![9 => 0u64..=40960, 1 => proptest::prelude::any::<u64>()],
+            percent in proptest::prop_oneof![9 => 0u32..=100, 1 => proptest::prelude::any::<u32>()],
+            index in proptest::prelude::any::<u32>(),
+            xid in proptest::prelude::any::<u64>(),
+            bus in "[0-9a-fA-F:.]{0,20}",
+            link in "[0-9a-fA-F:.]{0,20}",
+        ) {
+            let text = TWO
+                .replace("memoryTotalMiB: 40960\n    memoryUsedMiB", &format!("memoryTotalMiB: {total}\n    memoryUsedMiB"))
+                .replace("memoryUsedMiB: 1024", &format!("memoryUsedMiB: {used}"))
+                .replace("utilizationPercent: 37", &format!("utilizationPercent: {percent}"))
+                .replace("index: 1", &format!("index: {index}"))
+                .replace("xid: 79", &format!("xid: {xid}"))
+                .replace("0000:0f:00.0", &bus)
+                .replace("00000000:07:00.0\"]", &format!("{link}\"]"));
+            read_and_convert(&text);
+            // What is read is what the file says: no bits silently lost.
+            if let Ok(reading) = parsed(&text) {
+                proptest::prop_assert_eq!(reading.gpus[1].memory_total_bytes / MIB, total);
+            }
         }
     }
 

@@ -26,7 +26,7 @@ pub trait GpuSource: Send {
 }
 
 /// The node as one read saw it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Reading {
     /// NVIDIA driver version, e.g. `570.124.06`.
@@ -39,7 +39,7 @@ pub struct Reading {
 
 /// One GPU as the source reports it; optional facts are `None` where the
 /// GPU does not support the query.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RawGpu {
     /// Index on the node (NVML / nvidia-smi order).
@@ -83,19 +83,21 @@ pub enum Signal {
 }
 
 /// A critical error reported for one GPU.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthEvent {
     /// UUID of the GPU.
     pub uuid: String,
     /// What happened.
     pub kind: EventKind,
-    /// When the agent saw it (or when the inventory file says it happened).
+    /// When the agent saw it (or when the inventory file says it happened),
+    /// RFC 3339.
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub at: Timestamp,
 }
 
 /// The kinds of critical events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum EventKind {
     /// An XID error with its number (NVML reports 999 for an unknown one).

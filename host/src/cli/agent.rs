@@ -8,11 +8,13 @@ use anyhow::Context;
 use clap::Args;
 use tracing_subscriber::EnvFilter;
 
+use super::out;
+use super::output::AgentOnceOutput;
 use super::policy::Output;
 use super::table::Table;
 use crate::agent::file::FileSource;
 use crate::agent::nvml::NvmlSource;
-use crate::agent::{Agent, GpuSource, HealthRules, Publisher, Reading};
+use crate::agent::{Agent, GpuSource, HealthRules, Publisher};
 use crate::api::{GPUNodeStatus, GpuInfo};
 
 /// Publish this node's GPUs (read through NVML) as the status of the
@@ -53,7 +55,8 @@ pub struct AgentCommand {
     #[arg(long)]
     once: bool,
     /// Format of --once: a table, or JSON with the raw reading and the status
-    /// that would be published.
+    /// that would be published (its schema: `wasmgpu policy output-schema
+    /// agent-once`).
     #[arg(long, value_enum, default_value_t, requires = "once")]
     output: Output,
 }
@@ -111,11 +114,8 @@ impl AgentCommand {
         if self.once {
             let (reading, status) = agent.snapshot()?;
             match self.output {
-                Output::Table => print!("{}", table(&status)),
-                Output::Json => println!(
-                    "{}",
-                    serde_json::to_string_pretty(&Once { reading, status })?
-                ),
+                Output::Table => out::print(&table(&status))?,
+                Output::Json => out::json(&AgentOnceOutput { reading, status })?,
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -136,15 +136,6 @@ impl AgentCommand {
         })?;
         Ok(ExitCode::SUCCESS)
     }
-}
-
-/// The JSON of `--once`.
-#[derive(serde::Serialize)]
-struct Once {
-    /// The raw facts, as the source reported them.
-    reading: Reading,
-    /// The status the agent would publish.
-    status: GPUNodeStatus,
 }
 
 fn table(status: &GPUNodeStatus) -> String {

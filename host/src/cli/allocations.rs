@@ -35,7 +35,7 @@ impl AllocationsCommand {
                 .context("cannot reach the Kubernetes API (set KUBECONFIG)")?;
             render(client, self.namespace.as_deref()).await
         })?;
-        print!("{text}");
+        super::out::print(&text)?;
         Ok(ExitCode::SUCCESS)
     }
 }

@@ -22,12 +22,12 @@ impl CrdCommand {
         match self.write {
             Some(dir) => {
                 for path in api::write_dir(&dir)? {
-                    println!("wrote {}", path.display());
+                    super::out::println(&format!("wrote {}", path.display()))?;
                 }
             }
             None => {
                 let documents: Vec<String> = api::crds().iter().map(api::to_yaml).collect();
-                print!("---\n{}", documents.join("---\n"));
+                super::out::print(&format!("---\n{}", documents.join("---\n")))?;
             }
         }
         Ok(ExitCode::SUCCESS)

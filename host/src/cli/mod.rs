@@ -4,8 +4,12 @@ mod agent;
 mod allocations;
 mod controller;
 mod crd;
+mod out;
+mod output;
 mod policy;
 mod policy_cluster;
+mod policy_run;
+mod snapshot_file;
 mod table;
 
 use clap::{Parser, Subcommand};
@@ -41,13 +45,15 @@ enum Command {
 
 impl Cli {
     /// Runs the command; the returned code is the process's exit status.
+    /// When standard output is closed before the command is done (`| head`),
+    /// it stops quietly with status 141, as a Unix tool ended by SIGPIPE.
     pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
-        match self.command {
+        out::status(match self.command {
             Command::Policy(command) => command.run(),
             Command::Allocations(command) => command.run(),
             Command::Controller(command) => command.run(),
             Command::Crd(command) => command.run(),
             Command::Agent(command) => command.run(),
-        }
+        })
     }
 }

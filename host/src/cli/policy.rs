@@ -2,15 +2,17 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::table::Table;
-use crate::engine::types::{Decision, Snapshot};
-use crate::engine::{Engine, Limits, LoadedPolicy, RoundStats};
-use crate::validate::{Verdict, validate};
+use super::out;
+use super::output::{CheckOutput, SchemaOf};
+use super::policy_run;
+use super::snapshot_file;
+use crate::engine::types::Snapshot;
+use crate::engine::{Engine, Limits, LoadedPolicy};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PolicyCommand {
@@ -48,6 +50,8 @@ pub(crate) enum PolicyCommand {
         files: Vec<PathBuf>,
         #[command(flatten)]
         input: Input,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -96,6 +100,13 @@ pub(crate) enum PolicyCommand {
     },
     /// Print the JSON Schema of snapshot files.
     SnapshotSchema,
+    /// Print the JSON Schema of a command's `--output json` (see
+    /// docs/POLICIES.md, "JSON output").
+    OutputSchema {
+        /// The command whose output to describe.
+        #[arg(value_enum)]
+        command: SchemaOf,
+    },
     /// Write a large synthetic snapshot (for benchmarks): NODES nodes of 8 GPUs
     /// (H100 with full NVLink and A100 in NVLink pairs, alternating), about a
     /// quarter in use, and PODS pending pods of 1-8 GPUs.
@@ -115,7 +126,9 @@ pub(crate) enum PolicyCommand {
 /// The snapshot a round runs on.
 #[derive(Debug, Args)]
 pub(crate) struct Input {
-    /// A snapshot file (JSON; see `wasmgpu policy snapshot-schema`).
+    /// A snapshot file (JSON; see `wasmgpu policy snapshot-schema`). Besides
+    /// its shape, its contents are checked as the controller's snapshots
+    /// would be (unique names, indices in range, counts of 1 to 16, …).
     #[arg(long)]
     snapshot: PathBuf,
     /// Policy parameters (JSON) to hand to the policy instead of the snapshot's `config`.
@@ -152,8 +165,17 @@ impl LimitArgs {
         Ok(Limits {
             fuel: self.fuel,
             deadline: Duration::from_millis(self.deadline_ms),
-            memory_bytes: usize::try_from(self.memory_mib << 20)
-                .context("--memory-mib is too large")?,
+            memory_bytes: self
+                .memory_mib
+                .checked_mul(1 << 20)
+                .and_then(|bytes| usize::try_from(bytes).ok())
+                .with_context(|| {
+                    format!(
+                        "--memory-mib: {} is too large (at most {} MiB)",
+                        self.memory_mib,
+                        usize::MAX >> 20
+                    )
+                })?,
             ..Limits::default()
         })
     }
@@ -165,7 +187,7 @@ impl LimitArgs {
 
 impl Input {
     fn load(&self) -> anyhow::Result<Snapshot> {
-        let mut snapshot = read_snapshot(&self.snapshot)?;
+        let mut snapshot = snapshot_file::read(&self.snapshot)?;
         if let Some(path) = &self.config {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading --config {}", path.display()))?;
@@ -177,19 +199,7 @@ impl Input {
     }
 }
 
-/// Reads and parses a snapshot file.
-pub(crate) fn read_snapshot(path: &Path) -> anyhow::Result<Snapshot> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading snapshot {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{} is not a valid snapshot (see `wasmgpu policy snapshot-schema`)",
-            path.display()
-        )
-    })
-}
-
-fn load_policy(engine: &Engine, file: &Path) -> anyhow::Result<LoadedPolicy> {
+pub(crate) fn load_policy(engine: &Engine, file: &Path) -> anyhow::Result<LoadedPolicy> {
     let bytes =
         std::fs::read(file).with_context(|| format!("reading policy {}", file.display()))?;
     engine
@@ -227,33 +237,17 @@ impl PolicyCommand {
                 let engine = limits.engine()?;
                 let policy = load_policy(&engine, &file)?;
                 let snapshot = input.load()?;
-                let round = policy.allocate(&snapshot)?;
-                let started = Instant::now();
-                let verdict = validate(&snapshot, &round.decisions);
-                let validated = started.elapsed();
-                print_round(
-                    &policy,
-                    &snapshot,
-                    &round.decisions,
-                    &verdict,
-                    &round.stats,
-                    validated,
-                    output,
-                )?;
-                Ok(if fail_on_refused && !verdict.refused.is_empty() {
-                    ExitCode::from(2)
-                } else {
-                    ExitCode::SUCCESS
-                })
+                policy_run::run(&policy, &snapshot, output, fail_on_refused)
             }
             PolicyCommand::Compare {
                 files,
                 input,
+                output,
                 limits,
             } => {
                 let engine = limits.engine()?;
                 let snapshot = input.load()?;
-                compare(&engine, &files, &snapshot)
+                policy_run::compare(&engine, &files, &snapshot, output)
             }
             PolicyCommand::Bench {
                 file,
@@ -265,20 +259,27 @@ impl PolicyCommand {
                 let engine = limits.engine()?;
                 let policy = load_policy(&engine, &file)?;
                 let snapshot = input.load()?;
-                bench(&policy, &snapshot, rounds, output)
+                policy_run::bench(&policy, &snapshot, rounds, output)
             }
             PolicyCommand::SnapshotSchema => {
-                let schema = schemars::schema_for!(Snapshot);
-                println!("{}", serde_json::to_string_pretty(&schema)?);
+                out::json(&schemars::schema_for!(Snapshot))?;
                 Ok(ExitCode::SUCCESS)
             }
-            PolicyCommand::GenerateSnapshot { nodes, pods, out } => {
+            PolicyCommand::OutputSchema { command } => {
+                out::json(&command.schema())?;
+                Ok(ExitCode::SUCCESS)
+            }
+            PolicyCommand::GenerateSnapshot {
+                nodes,
+                pods,
+                out: file,
+            } => {
                 let snapshot = wasmgpu_policy_sdk::testing::large(nodes, pods);
                 let json = serde_json::to_string(&snapshot)?;
-                match out {
+                match file {
                     Some(path) => std::fs::write(&path, json)
                         .with_context(|| format!("writing {}", path.display()))?,
-                    None => println!("{json}"),
+                    None => out::println(&json)?,
                 }
                 Ok(ExitCode::SUCCESS)
             }
@@ -291,322 +292,30 @@ fn check(file: &Path, output: Output) -> anyhow::Result<ExitCode> {
     let policy = match load_policy(&engine, file) {
         Ok(policy) => policy,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "error: {error:#}");
             return Ok(ExitCode::FAILURE);
         }
     };
-    let info = policy.info();
     match output {
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "name": info.name,
-                "version": info.version,
-                "description": info.description,
-                "digest": policy.digest(),
-                "sizeBytes": policy.size(),
-                "imports": policy.imports(),
-            }))?
-        ),
+        Output::Json => out::json(&CheckOutput::of(&policy))?,
         Output::Table => {
-            println!("ok: {} is a wasmgpu:policy@0.1.0 component", file.display());
-            println!("name         {}", info.name);
-            println!("version      {}", info.version);
-            println!("description  {}", info.description);
-            println!("size         {} bytes", policy.size());
-            println!("digest       {}", policy.digest());
-            println!("imports      {}", policy.imports().join("\n             "));
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn print_round(
-    policy: &LoadedPolicy,
-    snapshot: &Snapshot,
-    decisions: &[Decision],
-    verdict: &Verdict,
-    stats: &RoundStats,
-    validated: Duration,
-    output: Output,
-) -> anyhow::Result<()> {
-    let info = policy.info();
-    if let Output::Json = output {
-        let json = serde_json::json!({
-            "policy": { "name": info.name, "version": info.version, "digest": policy.digest() },
-            "decisions": decisions,
-            "verdict": verdict,
-            "stats": {
-                "fuelUsed": stats.fuel_used,
-                "instantiateMicros": stats.instantiate.as_micros() as u64,
-                "callMicros": stats.call.as_micros() as u64,
-                "validateMicros": validated.as_micros() as u64,
-                "peakMemoryBytes": stats.peak_memory_bytes,
-                "log": stats.log,
-                "logDropped": stats.log_dropped,
-            },
-        });
-        println!("{}", serde_json::to_string_pretty(&json)?);
-        return Ok(());
-    }
-    let gpus: usize = snapshot.nodes.iter().map(|n| n.gpus.len()).sum();
-    println!(
-        "policy {} {} ({})",
-        info.name,
-        info.version,
-        policy.digest()
-    );
-    println!(
-        "round  {} pending pod(s), {} node(s), {} GPU(s)",
-        snapshot.pending.len(),
-        snapshot.nodes.len(),
-        gpus
-    );
-    println!();
-    let mut table = Table::new(&["POD", "DECISION", "NODE", "GPUS", "VERDICT"]);
-    let mut refusals = verdict.refused.iter();
-    let mut next_refusal = refusals.next();
-    for decision in decisions {
-        let (kind, node, gpus, reason) = match decision {
-            Decision::Assign(a) => ("assign", a.node.clone(), a.gpus.join(","), String::new()),
-            Decision::Wait(d) => ("wait", "-".into(), "-".into(), d.reason.clone()),
-            Decision::Reject(d) => ("reject", "-".into(), "-".into(), d.reason.clone()),
-        };
-        // Refusals come in decision order, so one cursor pairs them up.
-        let verdict_text = match next_refusal {
-            Some(r) if &r.decision == decision => {
-                next_refusal = refusals.next();
-                format!("REFUSED: {}", r.reason)
-            }
-            _ if kind == "assign" => "valid".into(),
-            _ => reason,
-        };
-        table.row(vec![
-            decision_pod(decision).into(),
-            kind.into(),
-            node,
-            gpus,
-            verdict_text,
-        ]);
-    }
-    print!("{}", table.render());
-    println!();
-    println!(
-        "{} assigned, {} waiting, {} rejected by the policy, {} refused by the host; {} pod(s) not mentioned",
-        verdict.accepted.len(),
-        verdict.waiting.len(),
-        verdict.rejected.len(),
-        verdict.refused.len(),
-        snapshot.pending.len().saturating_sub(decisions.len()),
-    );
-    println!(
-        "fuel {}  instantiate {:?}  call {:?}  validate {:?}  peak memory {:.1} MiB",
-        stats.fuel_used,
-        stats.instantiate,
-        stats.call,
-        validated,
-        stats.peak_memory_bytes as f64 / (1 << 20) as f64
-    );
-    for line in &stats.log {
-        println!("log: {line}");
-    }
-    if stats.log_dropped > 0 {
-        println!("log: … {} more line(s) dropped", stats.log_dropped);
-    }
-    Ok(())
-}
-
-fn decision_pod(decision: &Decision) -> &str {
-    match decision {
-        Decision::Assign(a) => &a.pod,
-        Decision::Wait(d) | Decision::Reject(d) => &d.pod,
-    }
-}
-
-fn compare(engine: &Engine, files: &[PathBuf], snapshot: &Snapshot) -> anyhow::Result<ExitCode> {
-    let mut header = vec!["POD".to_string(), "WANTS".to_string()];
-    let mut columns = Vec::new();
-    for file in files {
-        let policy = load_policy(engine, file)?;
-        let round = policy
-            .allocate(snapshot)
-            .with_context(|| format!("{} failed", policy.info().name))?;
-        let verdict = validate(snapshot, &round.decisions);
-        header.push(policy.info().name.to_uppercase());
-        columns.push((round.decisions, verdict));
-    }
-    let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    let mut table = Table::new(&header);
-    for request in &snapshot.pending {
-        let mut row = vec![request.pod.clone(), wants(request)];
-        for (_, verdict) in &columns {
-            row.push(placement(verdict, &request.pod, snapshot));
-        }
-        table.row(row);
-    }
-    print!("{}", table.render());
-    println!();
-    let mut summary = Table::new(&["POLICY", "PLACED", "NODES USED", "REFUSED BY HOST"]);
-    for ((_, verdict), name) in columns.iter().zip(&header[2..]) {
-        let mut nodes: Vec<&str> = verdict.accepted.iter().map(|a| a.node.as_str()).collect();
-        nodes.sort();
-        nodes.dedup();
-        summary.row(vec![
-            name.to_lowercase(),
-            format!("{}/{}", verdict.accepted.len(), snapshot.pending.len()),
-            nodes.len().to_string(),
-            verdict.refused.len().to_string(),
-        ]);
-    }
-    print!("{}", summary.render());
-    let reasons: Vec<String> =
-        columns
-            .iter()
-            .zip(&header[2..])
-            .flat_map(|((_, verdict), name)| {
-                let waiting = verdict.waiting.iter().map(move |d| {
-                    format!("{} {}: waits: {}", name.to_lowercase(), d.pod, d.reason)
-                });
-                let rejected = verdict.rejected.iter().map(move |d| {
-                    format!("{} {}: rejected: {}", name.to_lowercase(), d.pod, d.reason)
-                });
-                let refused = verdict.refused.iter().map(move |r| {
-                    format!(
-                        "{} {}: refused by the host: {}",
-                        name.to_lowercase(),
-                        decision_pod(&r.decision),
-                        r.reason
-                    )
-                });
-                waiting.chain(rejected).chain(refused)
-            })
-            .collect();
-    if !reasons.is_empty() {
-        println!();
-        for line in reasons {
-            println!("{line}");
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// What a request asks for, in a few words: `2× NVIDIA H100* ≥40000 MiB`.
-fn wants(request: &crate::engine::types::Request) -> String {
-    let model = request.model.as_deref().unwrap_or("any GPU");
-    let memory = match request.sharing {
-        crate::engine::types::Sharing::Exclusive if request.memory_mib > 0 => {
-            format!(" ≥{} MiB", request.memory_mib)
-        }
-        crate::engine::types::Sharing::Exclusive => String::new(),
-        crate::engine::types::Sharing::Shared => format!(" shared {} MiB", request.memory_mib),
-    };
-    format!("{}× {model}{memory}", request.count)
-}
-
-/// Where `pod` landed in `verdict`, in a few words: `node: gpu indices`.
-fn placement(verdict: &Verdict, pod: &str, snapshot: &Snapshot) -> String {
-    if let Some(a) = verdict.accepted.iter().find(|a| a.pod == pod) {
-        let indices: Vec<String> = snapshot
-            .nodes
-            .iter()
-            .find(|n| n.name == a.node)
-            .map(|n| {
-                a.gpus
-                    .iter()
-                    .filter_map(|u| n.gpus.iter().find(|g| &g.uuid == u))
-                    .map(|g| g.index.to_string())
-                    .collect()
-            })
-            .unwrap_or_default();
-        return format!("{} [{}]", a.node, indices.join(","));
-    }
-    if verdict.waiting.iter().any(|d| d.pod == pod) {
-        return "waits".into();
-    }
-    if verdict.rejected.iter().any(|d| d.pod == pod) {
-        return "rejected".into();
-    }
-    if verdict
-        .refused
-        .iter()
-        .any(|r| decision_pod(&r.decision) == pod)
-    {
-        return "refused by host".into();
-    }
-    "-".into()
-}
-
-fn bench(
-    policy: &LoadedPolicy,
-    snapshot: &Snapshot,
-    rounds: usize,
-    output: Output,
-) -> anyhow::Result<ExitCode> {
-    if rounds == 0 {
-        bail!("--rounds must be at least 1");
-    }
-    policy.allocate(snapshot)?;
-    let (mut instantiate, mut call, mut check, mut total) = (vec![], vec![], vec![], vec![]);
-    let mut fuel = 0;
-    for _ in 0..rounds {
-        let round = policy.allocate(snapshot)?;
-        let started = Instant::now();
-        let verdict = validate(snapshot, &round.decisions);
-        let validated = started.elapsed();
-        std::hint::black_box(verdict);
-        instantiate.push(round.stats.instantiate);
-        call.push(round.stats.call);
-        check.push(validated);
-        total.push(round.stats.instantiate + round.stats.call + validated);
-        fuel = round.stats.fuel_used;
-    }
-    let rows = [
-        ("instantiate", instantiate),
-        ("call", call),
-        ("validate", check),
-        ("round", total),
-    ]
-    .map(|(name, mut samples)| {
-        samples.sort();
-        (name, percentile(&samples, 50), percentile(&samples, 99))
-    });
-    match output {
-        Output::Json => {
-            let json: serde_json::Map<String, serde_json::Value> = rows
-                .iter()
-                .map(|(name, p50, p99)| {
-                    let v = serde_json::json!({ "medianMicros": p50.as_secs_f64() * 1e6, "p99Micros": p99.as_secs_f64() * 1e6 });
-                    (name.to_string(), v)
-                })
-                .collect();
-            println!(
-                "{}",
-                serde_json::to_string_pretty(
-                    &serde_json::json!({ "rounds": rounds, "fuelPerRound": fuel, "phases": json })
-                )?
+            let info = policy.info();
+            let mut text = format!(
+                "ok: {} is a wasmgpu:policy@0.1.0 component\n",
+                file.display()
             );
-        }
-        Output::Table => {
-            println!(
-                "{} over {} rounds: {} pending pods, {} nodes, fuel {} per round",
-                policy.info().name,
-                rounds,
-                snapshot.pending.len(),
-                snapshot.nodes.len(),
-                fuel
+            text += &format!("name         {}\n", info.name);
+            text += &format!("version      {}\n", info.version);
+            text += &format!("description  {}\n", info.description);
+            text += &format!("size         {} bytes\n", policy.size());
+            text += &format!("digest       {}\n", policy.digest());
+            text += &format!(
+                "imports      {}\n",
+                policy.imports().join("\n             ")
             );
-            let mut table = Table::new(&["PHASE", "MEDIAN", "P99"]);
-            for (name, p50, p99) in rows {
-                table.row(vec![name.into(), format!("{p50:?}"), format!("{p99:?}")]);
-            }
-            print!("{}", table.render());
+            out::print(&text)?;
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The `p`th percentile of sorted samples (nearest rank).
-pub(crate) fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    let rank = (sorted.len() * p).div_ceil(100).max(1);
-    sorted[rank.min(sorted.len()) - 1]
 }

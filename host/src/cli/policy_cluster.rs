@@ -114,12 +114,12 @@ pub(crate) fn publish(
         .binary_data
         .as_ref()
         .is_some_and(|b| b.contains_key(POLICY_GZ_KEY));
-    println!(
+    super::out::println(&format!(
         "published {namespace}/{name}: {} ({} bytes{})",
         Digest::of(&wasm),
         wasm.len(),
         if compressed { ", gzip-compressed" } else { "" }
-    );
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -156,7 +156,7 @@ pub(crate) fn list(namespace: String, output: Output) -> anyhow::Result<ExitCode
         })
         .collect();
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Output::Json => super::out::json(&rows)?,
         Output::Table => {
             let mut table = Table::new(&["NAME", "ACTIVE", "VERSION", "LOADED", "LAST ERROR"]);
             let none = || "-".to_string();
@@ -169,7 +169,7 @@ pub(crate) fn list(namespace: String, output: Output) -> anyhow::Result<ExitCode
                     row.status.last_error.unwrap_or_else(none),
                 ]);
             }
-            print!("{}", table.render());
+            super::out::print(&table.render())?;
         }
     }
     Ok(ExitCode::SUCCESS)

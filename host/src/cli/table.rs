@@ -1,5 +1,9 @@
 //! Plain-text tables for terminal output.
 
+/// Longest cell shown, in characters; longer cells are cut with `…`, so one
+/// huge value cannot widen every row of its column.
+pub(crate) const MAX_CELL_CHARS: usize = 1024;
+
 /// A table with a header row; columns are padded to their widest cell.
 pub(crate) struct Table {
     rows: Vec<Vec<String>>,
@@ -13,7 +17,7 @@ impl Table {
     }
 
     pub(crate) fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(cells.into_iter().map(cut).collect());
     }
 
     pub(crate) fn render(&self) -> String {
@@ -32,10 +36,12 @@ impl Table {
         for row in &self.rows {
             let mut line = String::new();
             for (c, cell) in row.iter().enumerate() {
-                if c + 1 == row.len() {
-                    line.push_str(cell);
-                } else {
-                    line.push_str(&format!("{cell:<width$}  ", width = widths[c]));
+                line.push_str(cell);
+                if c + 1 < row.len() {
+                    // Padded by hand: `format!("{:<w$}")` panics for widths
+                    // above 65,535.
+                    let pad = widths[c] - cell.chars().count() + 2;
+                    line.extend(std::iter::repeat_n(' ', pad));
                 }
             }
             out.push_str(line.trim_end());
@@ -45,12 +51,45 @@ impl Table {
     }
 }
 
+/// `cell`, cut to [`MAX_CELL_CHARS`] characters with `…` when longer.
+fn cut(cell: String) -> String {
+    match cell.char_indices().nth(MAX_CELL_CHARS - 1) {
+        Some((end, _)) if cell.chars().count() > MAX_CELL_CHARS => {
+            format!("{}…", &cell[..end])
+        }
+        _ => cell,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn pads_columns() {
-        let mut t = super::Table::new(&["POD", "NODE"]);
+        let mut t = Table::new(&["POD", "NODE"]);
         t.row(vec!["ns/a-long-name".into(), "n1".into()]);
         assert_eq!(t.render(), "POD             NODE\nns/a-long-name  n1\n");
+    }
+
+    #[test]
+    fn huge_cells_are_cut_not_a_panic() {
+        let mut t = Table::new(&["POD", "NODE", "REASON"]);
+        let huge = "é".repeat(70_000);
+        t.row(vec![huge.clone(), "n1".into(), huge]);
+        let text = t.render();
+        let row = text.lines().nth(1).unwrap();
+        let cells: Vec<&str> = row.split("  ").filter(|c| !c.is_empty()).collect();
+        assert_eq!(cells.len(), 3, "{}", &row[..80]);
+        for cell in [cells[0], cells[2]] {
+            assert_eq!(cell.chars().count(), MAX_CELL_CHARS);
+            assert!(cell.ends_with("é…"));
+        }
+        assert_eq!(cells[1], "n1");
+        // The header is padded to the cut width (in characters).
+        let header = text.lines().next().unwrap();
+        let column = |line: &str, cell: &str| line[..line.find(cell).unwrap()].chars().count();
+        assert_eq!(column(header, "NODE"), MAX_CELL_CHARS + 2);
+        assert_eq!(column(row, "n1"), MAX_CELL_CHARS + 2);
     }
 }

@@ -19,6 +19,7 @@
 //! between threads; every call gets its own store, so calls never share state.
 
 mod bindings;
+pub mod bounds;
 mod error;
 mod limits;
 mod policy;
@@ -38,10 +39,21 @@ pub use policy::{Digest, LoadedPolicy, Round, RoundStats};
 
 use sandbox::Sandbox;
 
-/// The contract's types, as the host sees them (serializable: snapshot files
-/// and CLI output use them).
+/// The contract's types, as the host sees them. Snapshot files are read
+/// into them; what the CLI prints is its own types (`cli/output.rs`), not
+/// these.
 pub mod types {
     pub use super::bindings::wasmgpu::policy::types::*;
+
+    impl Decision {
+        /// The pod this decision is about.
+        pub fn pod(&self) -> &str {
+            match self {
+                Decision::Assign(a) => &a.pod,
+                Decision::Wait(d) | Decision::Reject(d) => &d.pod,
+            }
+        }
+    }
 }
 
 /// Concurrent calls the pooling allocator has room for.

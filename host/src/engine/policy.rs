@@ -9,6 +9,7 @@ use wasmtime::component::Component;
 use wasmtime::{Store, Trap};
 
 use super::bindings::{Policy, PolicyPre};
+use super::bounds::{self, CALL_BYTES};
 use super::error::{PolicyError, Result};
 use super::sandbox::{LimitExceeded, Sandbox};
 use super::types::{Decision, Info, Snapshot};
@@ -103,8 +104,10 @@ impl LoadedPolicy {
             size,
             info: placeholder,
         };
-        let (info, _) = policy.call(|p, store| p.call_describe(store));
-        policy.info = info?;
+        let (info, _) = policy.call(CALL_BYTES, |p, store| p.call_describe(store));
+        let mut info = info?;
+        bounds::bound_info(&mut info);
+        policy.info = info;
         Ok(policy)
     }
 
@@ -140,30 +143,42 @@ impl LoadedPolicy {
     }
 
     /// Runs one round on a fresh instance. The decisions are returned as the
-    /// policy made them; check them with [`crate::validate`] before use.
+    /// policy made them, their reasons and names cut to the bounds of
+    /// [`super::bounds`]; check them with [`crate::validate`] before use.
+    ///
+    /// A policy that returns more than [`bounds::most_decisions`] decisions,
+    /// or more bytes than [`bounds::output_budget`] for the pending pods, fails
+    /// the round with [`PolicyError::InvalidOutput`]; the byte budget is
+    /// enforced while copying, before the list's elements are read.
     pub fn allocate(&self, snapshot: &Snapshot) -> Result<Round> {
-        let (decisions, stats) = self.call(|p, store| p.call_allocate(store, snapshot));
-        let decisions = decisions?;
-        let most = snapshot.pending.len() * 2 + 16;
+        let pending = snapshot.pending.len();
+        let budget = bounds::output_budget(pending);
+        let (decisions, stats) = self.call(budget, |p, store| p.call_allocate(store, snapshot));
+        let mut decisions = decisions?;
+        let most = bounds::most_decisions(pending);
         if decisions.len() > most {
             return Err(PolicyError::InvalidOutput(format!(
-                "{} decisions for {} pending pods (at most {most} accepted)",
+                "{} decisions for {pending} pending pods (at most {most} accepted)",
                 decisions.len(),
-                snapshot.pending.len()
             )));
         }
+        decisions.iter_mut().for_each(bounds::bound_decision);
         Ok(Round { decisions, stats })
     }
 
     /// Instantiates a fresh store and runs `f` in it, under the limits.
+    /// `transfer_bytes` bounds what one transfer from the policy to the host
+    /// (the result, or an argument of an import) may copy.
     fn call<R>(
         &self,
+        transfer_bytes: usize,
         f: impl FnOnce(&Policy, &mut Store<Sandbox>) -> wasmtime::Result<R>,
     ) -> (Result<R>, RoundStats) {
         let limits = &self.shared.limits;
         let start = Instant::now();
         let mut store = Store::new(&self.shared.engine, Sandbox::new(limits));
         store.limiter(|s| &mut s.limiter);
+        store.set_hostcall_fuel(transfer_bytes);
         let mut stats = RoundStats::default();
         if let Err(e) = store.set_fuel(limits.fuel) {
             return (Err(PolicyError::Engine(format!("{e:#}"))), stats);
@@ -188,7 +203,7 @@ impl LoadedPolicy {
         stats.peak_memory_bytes = data.limiter.peak_memory;
         stats.log = data.take_log();
         stats.log_dropped = data.log.dropped;
-        let result = result.map_err(|e| classify(e, limits, &stats.log));
+        let result = result.map_err(|e| classify(e, limits, transfer_bytes, &stats.log));
         (result, stats)
     }
 }
@@ -204,7 +219,19 @@ impl fmt::Debug for LoadedPolicy {
 }
 
 /// Turns what wasmtime reports into a [`PolicyError`].
-fn classify(error: wasmtime::Error, limits: &Limits, log: &[String]) -> PolicyError {
+fn classify(
+    error: wasmtime::Error,
+    limits: &Limits,
+    transfer_bytes: usize,
+    log: &[String],
+) -> PolicyError {
+    if bounds::is_over_budget(&error) {
+        return PolicyError::InvalidOutput(format!(
+            "more than {transfer_bytes} bytes passed to the host at once (the limit is {} bytes \
+             per decision the round may return, for its decisions and for each log line)",
+            bounds::DECISION_BYTES
+        ));
+    }
     if let Some(exceeded) = error.downcast_ref::<LimitExceeded>() {
         return PolicyError::MemoryLimit(exceeded.0.clone());
     }

@@ -1,6 +1,7 @@
 //! Shared helpers for the host's integration tests.
 #![allow(dead_code)]
 
+pub mod json_schema;
 pub mod rbac;
 
 use std::path::PathBuf;

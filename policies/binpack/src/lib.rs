@@ -119,17 +119,23 @@ mod tests {
 
     #[test]
     fn honours_eligible_nodes_and_nvlink_config() {
+        // n1's only NVLink pair is GPUs 2 and 3; the pod may run on n1 only,
+        // though n0 (all GPUs linked) is the fullest-fit candidate otherwise.
+        let mut n1 = node("n1", 4, "NVIDIA H100", 81920);
+        n1.gpus[2].nvlink_peers = vec![3];
+        n1.gpus[3].nvlink_peers = vec![2];
         let mut snap = snapshot(
-            vec![
-                with_full_nvlink(node("n0", 8, "NVIDIA H100", 81920)),
-                node("n1", 8, "NVIDIA H100", 81920),
-            ],
+            vec![with_full_nvlink(node("n0", 8, "NVIDIA H100", 81920)), n1],
             vec![request("ns/p", 2, Exclusive, 0)],
         );
         restrict(&mut snap, 0, &[1]);
-        assert_eq!(assigned(&allocate(&snap))[0].1, "n1");
+        let pair = |a: u32, b: u32| vec![format!("GPU-n1-{a}"), format!("GPU-n1-{b}")];
+        let got = assigned(&allocate(&snap));
+        assert_eq!((got[0].1.as_str(), &got[0].2), ("n1", &pair(2, 3)));
+        // Without the preference, the first free GPUs do.
         snap.config = r#"{"preferNvlink": false}"#.into();
-        assert_eq!(assigned(&allocate(&snap))[0].1, "n1");
+        let got = assigned(&allocate(&snap));
+        assert_eq!((got[0].1.as_str(), &got[0].2), ("n1", &pair(0, 1)));
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //! | `trap-over-2`    | panics with more than 2 pods pending, else decides nothing |
 //! | `recursion`      | recurses without end                                      |
 //! | `huge-output`    | returns 200,000 decisions                                 |
+//! | `decisions:N`    | returns N decisions (waits for made-up pods)              |
+//! | `long-reason:N`  | makes the first pod wait with a reason N bytes long       |
+//! | `no-gpus`        | assigns the first pod no GPUs on the first node           |
 //! | `ghost-gpu`      | assigns the first pod GPUs that do not exist              |
 //! | `taken-gpu`      | assigns a one-GPU pod a GPU another pod holds             |
 //! | `same-gpu-twice` | gives the first GPU to the first two pods                 |
@@ -75,6 +78,13 @@ impl Policy for Hostile {
             "huge-output" => (0..200_000)
                 .map(|i| wait(&format!("pod-{i}"), "x"))
                 .collect(),
+            "no-gpus" => vec![assign(&first_pod(), &first_node(), Vec::new())],
+            other if other.starts_with("decisions:") => (0..number(other))
+                .map(|i| wait(&format!("pod-{i}"), "x"))
+                .collect(),
+            other if other.starts_with("long-reason:") => {
+                vec![wait(&first_pod(), "x".repeat(number(other)))]
+            }
             "ghost-gpu" => {
                 let count = snapshot.pending.first().map_or(1, |r| r.count);
                 let ghosts = (0..count)
@@ -142,6 +152,14 @@ impl Policy for Hostile {
             other => wasmgpu_policy_sdk::fail(&format!("unknown misbehaviour {other:?}")),
         }
     }
+}
+
+/// The number after the `:` of a misbehaviour such as `decisions:30`.
+fn number(misbehaviour: &str) -> usize {
+    misbehaviour
+        .split_once(':')
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or_else(|| wasmgpu_policy_sdk::fail(&format!("no number in {misbehaviour:?}")))
 }
 
 #[allow(unconditional_recursion)]

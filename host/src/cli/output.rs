@@ -1,0 +1,480 @@
+//! What commands print with `--output json`: one format for every command.
+//!
+//! Each command serialises a named type of this file, never the contract's
+//! generated types: keys are camelCase, kinds are lower-case words
+//! (`"kind": "assign"`), durations are numbers with their unit in the key
+//! (`callMicros`), times are RFC 3339. `wasmgpu policy output-schema
+//! COMMAND` prints the JSON Schema of each, generated from these types, and
+//! `docs/POLICIES.md` ("JSON output") describes them.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::agent::Reading;
+use crate::api::GPUNodeStatus;
+use crate::engine::types::{Decision, Snapshot};
+use crate::engine::{LoadedPolicy, RoundStats};
+use crate::validate::Verdict;
+
+/// The commands with JSON output, for `wasmgpu policy output-schema`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum SchemaOf {
+    /// `wasmgpu policy check --output json`
+    Check,
+    /// `wasmgpu policy run --output json`
+    Run,
+    /// `wasmgpu policy compare --output json`
+    Compare,
+    /// `wasmgpu policy bench --output json`
+    Bench,
+    /// `wasmgpu agent --once --output json`
+    AgentOnce,
+}
+
+impl SchemaOf {
+    /// The JSON Schema of that command's output.
+    pub(crate) fn schema(self) -> schemars::Schema {
+        match self {
+            SchemaOf::Check => schemars::schema_for!(CheckOutput),
+            SchemaOf::Run => schemars::schema_for!(RunOutput),
+            SchemaOf::Compare => schemars::schema_for!(CompareOutput),
+            SchemaOf::Bench => schemars::schema_for!(BenchOutput),
+            SchemaOf::AgentOnce => schemars::schema_for!(AgentOnceOutput),
+        }
+    }
+}
+
+// === policy check ===
+
+/// `wasmgpu policy check --output json`: what a policy component is.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CheckOutput {
+    /// The policy's name, from `describe()`.
+    pub name: String,
+    /// Its version, from `describe()`.
+    pub version: String,
+    /// What it does, from `describe()`.
+    pub description: String,
+    /// `sha256:<hex>` of the component.
+    pub digest: String,
+    /// The component's size.
+    pub size_bytes: u64,
+    /// What it imports (WASI interfaces, `log`), sorted.
+    pub imports: Vec<String>,
+}
+
+impl CheckOutput {
+    pub(crate) fn of(policy: &LoadedPolicy) -> Self {
+        let info = policy.info();
+        CheckOutput {
+            name: info.name.clone(),
+            version: info.version.clone(),
+            description: info.description.clone(),
+            digest: policy.digest().to_string(),
+            size_bytes: policy.size() as u64,
+            imports: policy.imports(),
+        }
+    }
+}
+
+// === policy run ===
+
+/// `wasmgpu policy run --output json`: one round and the host's verdict.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunOutput {
+    /// The policy that decided.
+    pub policy: PolicyRef,
+    /// The snapshot it decided on.
+    pub snapshot: SnapshotSummary,
+    /// Its decisions, in its order, each with the host's verdict.
+    pub decisions: Vec<DecisionOutput>,
+    /// The decisions, counted.
+    pub summary: Summary,
+    /// What the call cost.
+    pub stats: Stats,
+}
+
+/// A policy, as outputs name it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PolicyRef {
+    /// From `describe()`.
+    pub name: String,
+    /// From `describe()`.
+    pub version: String,
+    /// `sha256:<hex>` of the component.
+    pub digest: String,
+}
+
+impl PolicyRef {
+    pub(crate) fn of(policy: &LoadedPolicy) -> Self {
+        PolicyRef {
+            name: policy.info().name.clone(),
+            version: policy.info().version.clone(),
+            digest: policy.digest().to_string(),
+        }
+    }
+}
+
+/// The size of a snapshot.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SnapshotSummary {
+    /// The snapshot's `round`.
+    pub round: u64,
+    /// Candidate nodes.
+    pub nodes: usize,
+    /// GPUs on those nodes.
+    pub gpus: usize,
+    /// Pending pods.
+    pub pending: usize,
+}
+
+impl SnapshotSummary {
+    pub(crate) fn of(snapshot: &Snapshot) -> Self {
+        SnapshotSummary {
+            round: snapshot.round,
+            nodes: snapshot.nodes.len(),
+            gpus: snapshot.nodes.iter().map(|n| n.gpus.len()).sum(),
+            pending: snapshot.pending.len(),
+        }
+    }
+}
+
+/// One decision of a policy and the host's verdict on it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DecisionOutput {
+    /// The decision, as the policy made it.
+    #[serde(flatten)]
+    pub decision: DecisionBody,
+    /// `valid`: the host would apply it (an assignment) or record it (a
+    /// wait or reject); `refused`: see `refusal`.
+    pub verdict: VerdictKind,
+    /// Why the host refused it; only when `verdict` is `refused`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<Refusal>,
+}
+
+/// What a policy decided for one pod, by `kind`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub(crate) enum DecisionBody {
+    /// Place the pod now.
+    Assign {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// The node chosen.
+        node: String,
+        /// UUIDs of the GPUs chosen on that node.
+        gpus: Vec<String>,
+    },
+    /// Leave the pod pending this round.
+    Wait {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// Why, for users.
+        reason: String,
+    },
+    /// The request can never be satisfied as posed.
+    Reject {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// Why, for users.
+        reason: String,
+    },
+}
+
+impl From<&Decision> for DecisionBody {
+    fn from(decision: &Decision) -> Self {
+        match decision {
+            Decision::Assign(a) => DecisionBody::Assign {
+                pod: a.pod.clone(),
+                node: a.node.clone(),
+                gpus: a.gpus.clone(),
+            },
+            Decision::Wait(d) => DecisionBody::Wait {
+                pod: d.pod.clone(),
+                reason: d.reason.clone(),
+            },
+            Decision::Reject(d) => DecisionBody::Reject {
+                pod: d.pod.clone(),
+                reason: d.reason.clone(),
+            },
+        }
+    }
+}
+
+/// The host's verdict on one decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum VerdictKind {
+    /// The decision is possible.
+    Valid,
+    /// The decision is not possible; nothing of it is applied.
+    Refused,
+}
+
+/// Why the host refused a decision.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Refusal {
+    /// A stable, lower-case label: `unknown-pod`, `decided-twice`,
+    /// `unknown-node`, `not-eligible`, `no-gpus`, `wrong-count`,
+    /// `duplicate-gpu`, `unknown-gpu`, `gpu-on-other-node`, `unhealthy-gpu`,
+    /// `model-mismatch`, `not-enough-memory`, `gpu-taken` or `shared-full`.
+    pub code: String,
+    /// The reason in words.
+    pub message: String,
+}
+
+/// Each decision of a round with the host's verdict, in the policy's order.
+pub(crate) fn decisions(decisions: &[Decision], verdict: &Verdict) -> Vec<DecisionOutput> {
+    let mut refused = verdict.refused.iter().peekable();
+    decisions
+        .iter()
+        .enumerate()
+        .map(|(index, decision)| {
+            let refusal = refused.next_if(|r| r.index == index).map(|r| Refusal {
+                code: r.reason.code().to_owned(),
+                message: r.reason.to_string(),
+            });
+            DecisionOutput {
+                decision: decision.into(),
+                verdict: match refusal {
+                    Some(_) => VerdictKind::Refused,
+                    None => VerdictKind::Valid,
+                },
+                refusal,
+            }
+        })
+        .collect()
+}
+
+/// The decisions of a round, counted.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Summary {
+    /// Valid assignments.
+    pub assigned: usize,
+    /// Valid waits.
+    pub waiting: usize,
+    /// Valid rejections.
+    pub rejected: usize,
+    /// Decisions the host refused.
+    pub refused: usize,
+    /// Pending pods no decision names (they wait too).
+    pub not_mentioned: usize,
+}
+
+impl Summary {
+    pub(crate) fn of(snapshot: &Snapshot, decisions: &[Decision], verdict: &Verdict) -> Self {
+        let named: HashSet<&str> = decisions.iter().map(Decision::pod).collect();
+        Summary {
+            assigned: verdict.accepted.len(),
+            waiting: verdict.waiting.len(),
+            rejected: verdict.rejected.len(),
+            refused: verdict.refused.len(),
+            not_mentioned: snapshot
+                .pending
+                .iter()
+                .filter(|r| !named.contains(r.pod.as_str()))
+                .count(),
+        }
+    }
+}
+
+/// What one call cost, and what the policy logged.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Stats {
+    /// Fuel used (about one unit per Wasm instruction; deterministic).
+    pub fuel_used: u64,
+    /// Creating the store and instantiating the component.
+    pub instantiate_micros: u64,
+    /// The call, marshalling included.
+    pub call_micros: u64,
+    /// Checking the decisions.
+    pub validate_micros: u64,
+    /// Largest linear memory seen.
+    pub peak_memory_bytes: u64,
+    /// The policy's log lines (at most 100 kept, each cut to 1 KiB).
+    pub log: Vec<String>,
+    /// Log lines over the limit, dropped.
+    pub log_dropped: usize,
+}
+
+impl Stats {
+    pub(crate) fn of(stats: &RoundStats, validated: Duration) -> Self {
+        Stats {
+            fuel_used: stats.fuel_used,
+            instantiate_micros: micros(stats.instantiate),
+            call_micros: micros(stats.call),
+            validate_micros: micros(validated),
+            peak_memory_bytes: stats.peak_memory_bytes as u64,
+            log: stats.log.clone(),
+            log_dropped: stats.log_dropped,
+        }
+    }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+// === policy compare ===
+
+/// `wasmgpu policy compare --output json`: several policies on one snapshot.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CompareOutput {
+    /// The snapshot they decided on.
+    pub snapshot: SnapshotSummary,
+    /// One entry per policy, in the order given.
+    pub policies: Vec<ComparedPolicy>,
+}
+
+/// One policy's round in a comparison.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ComparedPolicy {
+    /// The policy.
+    pub policy: PolicyRef,
+    /// Its decisions, each with the host's verdict.
+    pub decisions: Vec<DecisionOutput>,
+    /// The decisions, counted.
+    pub summary: Summary,
+    /// Distinct nodes its valid assignments use.
+    pub nodes_used: usize,
+}
+
+// === policy bench ===
+
+/// `wasmgpu policy bench --output json`: timings over repeated rounds.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct BenchOutput {
+    /// The policy timed.
+    pub policy: PolicyRef,
+    /// The snapshot of every round.
+    pub snapshot: SnapshotSummary,
+    /// Rounds timed (after one untimed warm-up round).
+    pub rounds: usize,
+    /// Fuel one round uses (the same every round).
+    pub fuel_per_round: u64,
+    /// Median and 99th percentile per phase.
+    pub phases: Phases,
+}
+
+/// The phases of a round.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Phases {
+    /// Creating the store and instantiating the component.
+    pub instantiate: Phase,
+    /// The call, marshalling included.
+    pub call: Phase,
+    /// Checking the decisions.
+    pub validate: Phase,
+    /// All three.
+    pub round: Phase,
+}
+
+/// Timings of one phase over the rounds.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Phase {
+    /// Median, microseconds.
+    pub median_micros: f64,
+    /// 99th percentile (nearest rank), microseconds.
+    pub p99_micros: f64,
+}
+
+impl Phase {
+    pub(crate) fn of(median: Duration, p99: Duration) -> Self {
+        Phase {
+            median_micros: median.as_secs_f64() * 1e6,
+            p99_micros: p99.as_secs_f64() * 1e6,
+        }
+    }
+}
+
+// === agent --once ===
+
+/// `wasmgpu agent --once --output json`: one reading of the node's GPUs.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AgentOnceOutput {
+    /// The raw facts, as the source reported them (memory in bytes).
+    pub reading: Reading,
+    /// The GPUNode status the agent would publish (as `kubectl get gpunode
+    /// -o json` shows it).
+    pub status: GPUNodeStatus,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::types::{Assignment, Deferral};
+    use crate::fixtures::{node, request, snapshot};
+    use crate::validate::validate;
+    use wasmgpu_policy_sdk::Sharing::Exclusive;
+
+    #[test]
+    fn decisions_are_tagged_by_kind_and_paired_with_their_verdict() {
+        let snap = snapshot(
+            vec![node("a", 2, "NVIDIA L4", 23034)],
+            vec![
+                request("ns/x", 1, Exclusive, 0),
+                request("ns/y", 1, Exclusive, 0),
+                request("ns/z", 1, Exclusive, 0),
+            ],
+        );
+        let assign = Decision::Assign(Assignment {
+            pod: "ns/x".into(),
+            node: "a".into(),
+            gpus: vec!["GPU-a-0".into()],
+        });
+        // The same decision twice: the second is the refused one.
+        let decided = vec![
+            assign.clone(),
+            assign,
+            Decision::Wait(Deferral {
+                pod: "ns/y".into(),
+                reason: "later".into(),
+            }),
+        ];
+        let verdict = validate(&snap, &decided);
+        let out = decisions(&decided, &verdict);
+        let json = serde_json::to_value(&out).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!([
+                {"kind": "assign", "pod": "ns/x", "node": "a", "gpus": ["GPU-a-0"], "verdict": "valid"},
+                {"kind": "assign", "pod": "ns/x", "node": "a", "gpus": ["GPU-a-0"], "verdict": "refused",
+                 "refusal": {"code": "decided-twice", "message": "the pod was already decided in this round"}},
+                {"kind": "wait", "pod": "ns/y", "reason": "later", "verdict": "valid"},
+            ])
+        );
+        let summary = serde_json::to_value(Summary::of(&snap, &decided, &verdict)).unwrap();
+        assert_eq!(
+            summary,
+            serde_json::json!({"assigned": 1, "waiting": 1, "rejected": 0, "refused": 1, "notMentioned": 1})
+        );
+    }
+
+    #[test]
+    fn every_schema_is_an_object_with_properties() {
+        for of in SchemaOf::value_variants() {
+            let schema = serde_json::to_value(of.schema()).unwrap();
+            assert_eq!(schema["type"], "object", "{of:?}");
+            assert!(schema["required"].as_array().is_some(), "{of:?}");
+        }
+    }
+}

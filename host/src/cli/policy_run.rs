@@ -1,0 +1,327 @@
+//! `wasmgpu policy run|compare|bench`: rounds against a snapshot file, as
+//! tables or as the JSON of `cli/output.rs`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use super::out;
+use super::output::{
+    BenchOutput, CompareOutput, ComparedPolicy, DecisionBody, DecisionOutput, Phase, Phases,
+    PolicyRef, RunOutput, SnapshotSummary, Stats, Summary, VerdictKind, decisions,
+};
+use super::policy::{Output, load_policy};
+use super::table::Table;
+use crate::engine::types::{Request, Sharing, Snapshot};
+use crate::engine::{Engine, LoadedPolicy};
+use crate::validate::{Verdict, validate};
+
+// === run ===
+
+/// One round of `policy`, printed with the host's verdict on each decision;
+/// status 2 with `fail_on_refused` when the host refused any.
+pub(crate) fn run(
+    policy: &LoadedPolicy,
+    snapshot: &Snapshot,
+    output: Output,
+    fail_on_refused: bool,
+) -> anyhow::Result<ExitCode> {
+    let round = policy.allocate(snapshot)?;
+    let started = Instant::now();
+    let verdict = validate(snapshot, &round.decisions);
+    let validated = started.elapsed();
+    let result = RunOutput {
+        policy: PolicyRef::of(policy),
+        snapshot: SnapshotSummary::of(snapshot),
+        decisions: decisions(&round.decisions, &verdict),
+        summary: Summary::of(snapshot, &round.decisions, &verdict),
+        stats: Stats::of(&round.stats, validated),
+    };
+    match output {
+        Output::Json => out::json(&result)?,
+        Output::Table => out::print(&run_table(&result))?,
+    }
+    Ok(if fail_on_refused && result.summary.refused > 0 {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn run_table(run: &RunOutput) -> String {
+    let RunOutput {
+        policy,
+        snapshot,
+        summary,
+        stats,
+        ..
+    } = run;
+    let mut text = format!(
+        "policy {} {} ({})\n",
+        policy.name, policy.version, policy.digest
+    );
+    text += &format!(
+        "round  {} pending pod(s), {} node(s), {} GPU(s)\n\n",
+        snapshot.pending, snapshot.nodes, snapshot.gpus
+    );
+    let mut table = Table::new(&["POD", "DECISION", "NODE", "GPUS", "VERDICT"]);
+    for decision in &run.decisions {
+        let (kind, node, gpus, reason) = match &decision.decision {
+            DecisionBody::Assign { node, gpus, .. } => {
+                ("assign", node.clone(), gpus.join(","), "valid")
+            }
+            DecisionBody::Wait { reason, .. } => ("wait", "-".into(), "-".into(), reason.as_str()),
+            DecisionBody::Reject { reason, .. } => {
+                ("reject", "-".into(), "-".into(), reason.as_str())
+            }
+        };
+        let verdict = match &decision.refusal {
+            Some(refusal) => format!("REFUSED: {}", refusal.message),
+            None => reason.to_owned(),
+        };
+        table.row(vec![pod(decision).into(), kind.into(), node, gpus, verdict]);
+    }
+    text += &table.render();
+    text += &format!(
+        "\n{} assigned, {} waiting, {} rejected by the policy, {} refused by the host; {} pod(s) not mentioned\n",
+        summary.assigned, summary.waiting, summary.rejected, summary.refused, summary.not_mentioned,
+    );
+    text += &format!(
+        "fuel {}  instantiate {:?}  call {:?}  validate {:?}  peak memory {:.1} MiB\n",
+        stats.fuel_used,
+        Duration::from_micros(stats.instantiate_micros),
+        Duration::from_micros(stats.call_micros),
+        Duration::from_micros(stats.validate_micros),
+        stats.peak_memory_bytes as f64 / (1 << 20) as f64
+    );
+    for line in &stats.log {
+        text += &format!("log: {line}\n");
+    }
+    if stats.log_dropped > 0 {
+        text += &format!("log: … {} more line(s) dropped\n", stats.log_dropped);
+    }
+    text
+}
+
+fn pod(decision: &DecisionOutput) -> &str {
+    match &decision.decision {
+        DecisionBody::Assign { pod, .. }
+        | DecisionBody::Wait { pod, .. }
+        | DecisionBody::Reject { pod, .. } => pod,
+    }
+}
+
+// === compare ===
+
+/// One round of each policy on `snapshot`, side by side.
+pub(crate) fn compare(
+    engine: &Engine,
+    files: &[PathBuf],
+    snapshot: &Snapshot,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    let mut policies = Vec::new();
+    for file in files {
+        let policy = load_policy(engine, file)?;
+        let round = policy
+            .allocate(snapshot)
+            .with_context(|| format!("{} failed", policy.info().name))?;
+        let verdict = validate(snapshot, &round.decisions);
+        policies.push(ComparedPolicy {
+            policy: PolicyRef::of(&policy),
+            decisions: decisions(&round.decisions, &verdict),
+            summary: Summary::of(snapshot, &round.decisions, &verdict),
+            nodes_used: nodes_used(&verdict),
+        });
+    }
+    let result = CompareOutput {
+        snapshot: SnapshotSummary::of(snapshot),
+        policies,
+    };
+    match output {
+        Output::Json => out::json(&result)?,
+        Output::Table => out::print(&compare_table(&result, snapshot))?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn nodes_used(verdict: &Verdict) -> usize {
+    let mut nodes: Vec<&str> = verdict.accepted.iter().map(|a| a.node.as_str()).collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes.len()
+}
+
+fn compare_table(compared: &CompareOutput, snapshot: &Snapshot) -> String {
+    let mut header = vec!["POD".to_string(), "WANTS".to_string()];
+    header.extend(
+        compared
+            .policies
+            .iter()
+            .map(|p| p.policy.name.to_uppercase()),
+    );
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut table = Table::new(&header);
+    for request in &snapshot.pending {
+        let mut row = vec![request.pod.clone(), wants(request)];
+        for compared in &compared.policies {
+            row.push(placement(&compared.decisions, &request.pod, snapshot));
+        }
+        table.row(row);
+    }
+    let mut text = table.render();
+    text.push('\n');
+    let mut summary = Table::new(&["POLICY", "PLACED", "NODES USED", "REFUSED BY HOST"]);
+    for compared in &compared.policies {
+        summary.row(vec![
+            compared.policy.name.clone(),
+            format!("{}/{}", compared.summary.assigned, snapshot.pending.len()),
+            compared.nodes_used.to_string(),
+            compared.summary.refused.to_string(),
+        ]);
+    }
+    text += &summary.render();
+    let mut reasons = String::new();
+    for compared in &compared.policies {
+        let name = &compared.policy.name;
+        for decision in &compared.decisions {
+            let line = match (&decision.refusal, &decision.decision) {
+                (Some(refusal), _) => format!("refused by the host: {}", refusal.message),
+                (None, DecisionBody::Wait { reason, .. }) => format!("waits: {reason}"),
+                (None, DecisionBody::Reject { reason, .. }) => format!("rejected: {reason}"),
+                (None, DecisionBody::Assign { .. }) => continue,
+            };
+            reasons += &format!("{name} {}: {line}\n", pod(decision));
+        }
+    }
+    if !reasons.is_empty() {
+        text.push('\n');
+        text += &reasons;
+    }
+    text
+}
+
+/// What a request asks for, in a few words: `2× NVIDIA H100* ≥40000 MiB`.
+fn wants(request: &Request) -> String {
+    let model = request.model.as_deref().unwrap_or("any GPU");
+    let memory = match request.sharing {
+        Sharing::Exclusive if request.memory_mib > 0 => format!(" ≥{} MiB", request.memory_mib),
+        Sharing::Exclusive => String::new(),
+        Sharing::Shared => format!(" shared {} MiB", request.memory_mib),
+    };
+    format!("{}× {model}{memory}", request.count)
+}
+
+/// Where `pod` landed, in a few words: `node [gpu indices]`, `waits`, …
+fn placement(decisions: &[DecisionOutput], pod_name: &str, snapshot: &Snapshot) -> String {
+    let mut about = decisions.iter().filter(|d| pod(d) == pod_name);
+    let Some(first) = about.next() else {
+        return "-".into();
+    };
+    // A pod's first decision is the one that counts; later ones are refused.
+    match (&first.decision, first.verdict) {
+        (_, VerdictKind::Refused) => "refused by host".into(),
+        (DecisionBody::Assign { node, gpus, .. }, VerdictKind::Valid) => {
+            let indices: Vec<String> = snapshot
+                .nodes
+                .iter()
+                .find(|n| &n.name == node)
+                .map(|n| {
+                    gpus.iter()
+                        .filter_map(|u| n.gpus.iter().find(|g| &g.uuid == u))
+                        .map(|g| g.index.to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!("{node} [{}]", indices.join(","))
+        }
+        (DecisionBody::Wait { .. }, VerdictKind::Valid) => "waits".into(),
+        (DecisionBody::Reject { .. }, VerdictKind::Valid) => "rejected".into(),
+    }
+}
+
+// === bench ===
+
+/// Times `rounds` rounds (after one untimed warm-up round).
+pub(crate) fn bench(
+    policy: &LoadedPolicy,
+    snapshot: &Snapshot,
+    rounds: usize,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    if rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
+    policy.allocate(snapshot)?;
+    let (mut instantiate, mut call, mut check, mut total) = (vec![], vec![], vec![], vec![]);
+    let mut fuel = 0;
+    for _ in 0..rounds {
+        let round = policy.allocate(snapshot)?;
+        let started = Instant::now();
+        let verdict = validate(snapshot, &round.decisions);
+        let validated = started.elapsed();
+        std::hint::black_box(verdict);
+        instantiate.push(round.stats.instantiate);
+        call.push(round.stats.call);
+        check.push(validated);
+        total.push(round.stats.instantiate + round.stats.call + validated);
+        fuel = round.stats.fuel_used;
+    }
+    let phase = |mut samples: Vec<Duration>| {
+        samples.sort();
+        Phase::of(percentile(&samples, 50), percentile(&samples, 99))
+    };
+    let result = BenchOutput {
+        policy: PolicyRef::of(policy),
+        snapshot: SnapshotSummary::of(snapshot),
+        rounds,
+        fuel_per_round: fuel,
+        phases: Phases {
+            instantiate: phase(instantiate),
+            call: phase(call),
+            validate: phase(check),
+            round: phase(total),
+        },
+    };
+    match output {
+        Output::Json => out::json(&result)?,
+        Output::Table => out::print(&bench_table(&result))?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bench_table(bench: &BenchOutput) -> String {
+    let mut text = format!(
+        "{} over {} rounds: {} pending pods, {} nodes, fuel {} per round\n",
+        bench.policy.name,
+        bench.rounds,
+        bench.snapshot.pending,
+        bench.snapshot.nodes,
+        bench.fuel_per_round
+    );
+    let mut table = Table::new(&["PHASE", "MEDIAN", "P99"]);
+    let phases = &bench.phases;
+    for (name, phase) in [
+        ("instantiate", &phases.instantiate),
+        ("call", &phases.call),
+        ("validate", &phases.validate),
+        ("round", &phases.round),
+    ] {
+        let shown = |micros: f64| format!("{:?}", Duration::from_secs_f64(micros / 1e6));
+        table.row(vec![
+            name.into(),
+            shown(phase.median_micros),
+            shown(phase.p99_micros),
+        ]);
+    }
+    text += &table.render();
+    text
+}
+
+/// The `p`th percentile of sorted samples (nearest rank).
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    let rank = (sorted.len() * p).div_ceil(100).max(1);
+    sorted[rank.min(sorted.len()) - 1]
+}

@@ -1,0 +1,160 @@
+//! Snapshot files: JSON read into the contract's `snapshot` record (see
+//! `docs/SNAPSHOTS.md`), then held to the rules the controller's snapshots
+//! obey ([`crate::validate::snapshot::check`]) before a policy sees them.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::engine::types::Snapshot;
+use crate::validate::snapshot::{SnapshotError, check};
+
+/// Why a snapshot file's text is not a snapshot.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ParseError {
+    /// Not JSON, or not of the snapshot's shape.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// Of the right shape, but no controller would build it.
+    #[error(transparent)]
+    Invalid(#[from] SnapshotError),
+}
+
+/// Parses and checks a snapshot file's text.
+pub(crate) fn parse(text: &str) -> Result<Snapshot, ParseError> {
+    let snapshot: Snapshot = serde_json::from_str(text)?;
+    check(&snapshot)?;
+    Ok(snapshot)
+}
+
+/// Reads, parses and checks a snapshot file; the error names the file and
+/// the offending entry.
+pub(crate) fn read(path: &Path) -> anyhow::Result<Snapshot> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading snapshot {}", path.display()))?;
+    parse(&text).with_context(|| {
+        format!(
+            "{} is not a valid snapshot (see docs/SNAPSHOTS.md and `wasmgpu policy snapshot-schema`)",
+            path.display()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::types::Sharing;
+    use crate::fixtures::{arbitrary_json, convert};
+    use proptest::prelude::*;
+
+    const KEYS: &[&str] = &[
+        "round",
+        "nodes",
+        "pending",
+        "eligible_sets",
+        "usage",
+        "config",
+        "name",
+        "labels",
+        "gpus",
+        "uuid",
+        "index",
+        "model",
+        "memory_mib",
+        "allocated_mib",
+        "exclusive_owner",
+        "shared_owners",
+        "numa_node",
+        "nvlink_peers",
+        "healthy",
+        "pod",
+        "namespace",
+        "resource",
+        "count",
+        "sharing",
+        "priority",
+        "created_ms",
+        "eligible_set",
+    ];
+
+    /// The demo snapshot with `changes` made to it: of the right shape,
+    /// with contents anywhere from valid to nonsense.
+    fn demo_with(changes: &[(u8, u64)]) -> String {
+        let demo = include_str!("../../../policies/snapshots/demo.json");
+        let mut snapshot: Snapshot = serde_json::from_str(demo).unwrap();
+        for &(what, value) in changes {
+            let small = (value % 24) as u32;
+            let nodes = snapshot.nodes.len().max(1);
+            let node = &mut snapshot.nodes[value as usize % nodes];
+            let gpus = node.gpus.len().max(1);
+            let gpu = node.gpus.get_mut(value as usize / 7 % gpus);
+            let pending = snapshot.pending.len().max(1);
+            let request = snapshot.pending.get_mut(value as usize / 3 % pending);
+            match (what % 12, gpu, request) {
+                (0, Some(gpu), _) => gpu.index = small,
+                (1, Some(gpu), _) => gpu.allocated_mib = value,
+                (2, Some(gpu), _) => gpu.shared_owners = small % 3,
+                (3, Some(gpu), _) => {
+                    gpu.exclusive_owner = gpu.exclusive_owner.take().xor(Some("ns/o".into()));
+                }
+                (4, Some(gpu), _) => gpu.nvlink_peers.push(small % 12),
+                (5, _, _) => snapshot.eligible_sets[0].push(small % 6),
+                (6, _, Some(request)) => request.count = small,
+                (7, _, Some(request)) => request.eligible_set = small % 4,
+                (8, _, Some(request)) => request.memory_mib = value,
+                (9, _, Some(request)) => {
+                    request.sharing = match request.sharing {
+                        Sharing::Exclusive => Sharing::Shared,
+                        Sharing::Shared => Sharing::Exclusive,
+                    }
+                }
+                (10, _, _) => {
+                    snapshot.nodes.remove(value as usize % nodes);
+                }
+                (11, Some(gpu), _) => gpu.memory_mib = value,
+                _ => {}
+            }
+        }
+        serde_json::to_string(&snapshot).unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn arbitrary_json_is_an_error_or_a_snapshot(json in arbitrary_json(KEYS)) {
+            let _ = parse(&json.to_string());
+        }
+
+        #[test]
+        fn arbitrary_text_is_an_error_or_a_snapshot(text in ".{0,64}") {
+            let _ = parse(&text);
+        }
+
+        /// Whatever passes the checks, the shipped policies and the
+        /// validator handle without a panic.
+        #[test]
+        fn arbitrary_contents_are_refused_or_decided(
+            changes in proptest::collection::vec(
+                (any::<u8>(), prop_oneof![0u64..100_000, any::<u64>()]), 0..4),
+        ) {
+            if let Ok(snapshot) = parse(&demo_with(&changes)) {
+                let sdk: wasmgpu_policy_sdk::Snapshot = convert(&snapshot);
+                for decisions in [wasmgpu_binpack::allocate(&sdk), wasmgpu_spread::allocate(&sdk)] {
+                    let decisions: Vec<crate::engine::types::Decision> = convert(&decisions);
+                    crate::validate::validate(&snapshot, &decisions);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_demo_snapshot_passes() {
+        let demo = include_str!("../../../policies/snapshots/demo.json");
+        assert!(parse(demo).is_ok());
+        assert!(matches!(
+            parse(&demo.replace("\"count\": 2", "\"count\": 0")),
+            Err(ParseError::Invalid(e)) if e.to_string().contains(".count: must be 1 to 16, got 0")
+        ));
+    }
+}

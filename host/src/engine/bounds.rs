@@ -1,0 +1,136 @@
+//! Bounds on what a policy hands back to the host.
+//!
+//! A policy's output is copied out of its memory ("lifted") into host
+//! strings and vectors. Two limits keep that small whatever the policy does:
+//!
+//! * Before lifting, wasmtime's hostcall fuel caps the bytes one transfer
+//!   may copy ([`output_budget`], proportional to the pending pods), so a
+//!   list of a million decisions or a 20 MB reason fails the call as
+//!   [`super::PolicyError::InvalidOutput`] without being copied. The length
+//!   of the decision list is checked against the same budget before any
+//!   element is read.
+//! * After lifting, each reason is cut to [`REASON_BYTES`] and each name
+//!   (pod, node, GPU) to [`NAME_BYTES`], with `…`, as the controller's
+//!   Events cut their notes. A cut name matches no pod, node or GPU, so the
+//!   validator refuses the decision; it can still be shown whole.
+
+use super::types::{Decision, Info};
+
+/// Longest reason kept from a `wait` or `reject` decision, in bytes.
+pub const REASON_BYTES: usize = 1024;
+/// Longest pod, node or GPU name kept from a decision, in bytes (a
+/// `namespace/name` is at most 317).
+pub const NAME_BYTES: usize = 512;
+/// Lifting budget per decision a round may return, in bytes: room for a
+/// pod and node name, 16 GPU UUIDs and a reason a few times
+/// [`REASON_BYTES`] long (the host's copy of each list entry counts too).
+pub const DECISION_BYTES: usize = 8 << 10;
+/// Lifting budget for `describe()` and for each call the policy makes to
+/// the host (`log`, WASI), in bytes.
+pub const CALL_BYTES: usize = 256 << 10;
+
+/// Most decisions accepted for `pending` pods: one each, a second one each
+/// (refused by the validator, but not an error of the round), and a few more.
+pub fn most_decisions(pending: usize) -> usize {
+    pending.saturating_mul(2).saturating_add(16)
+}
+
+/// Bytes the decisions of a round with `pending` pods may take when lifted.
+pub fn output_budget(pending: usize) -> usize {
+    most_decisions(pending)
+        .saturating_mul(DECISION_BYTES)
+        .max(CALL_BYTES)
+}
+
+/// `text`, cut to at most `max` bytes plus `…` at a character boundary.
+pub fn cut(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+}
+
+/// Cuts every reason and name of `decision` to its bound.
+pub(super) fn bound_decision(decision: &mut Decision) {
+    match decision {
+        Decision::Assign(a) => {
+            cut(&mut a.pod, NAME_BYTES);
+            cut(&mut a.node, NAME_BYTES);
+            for gpu in &mut a.gpus {
+                cut(gpu, NAME_BYTES);
+            }
+        }
+        Decision::Wait(d) | Decision::Reject(d) => {
+            cut(&mut d.pod, NAME_BYTES);
+            cut(&mut d.reason, REASON_BYTES);
+        }
+    }
+}
+
+/// Cuts what `describe()` said to the same bounds.
+pub(super) fn bound_info(info: &mut Info) {
+    cut(&mut info.name, NAME_BYTES);
+    cut(&mut info.version, NAME_BYTES);
+    cut(&mut info.description, REASON_BYTES);
+}
+
+/// Whether wasmtime refused to copy more than the hostcall budget.
+pub(super) fn is_over_budget(error: &wasmtime::Error) -> bool {
+    // wasmtime's error type for this is private; its message is stable
+    // within a major version (and a test fails if it changes).
+    error
+        .chain()
+        .any(|e| e.to_string().contains("fuel allocated for hostcalls"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::types::{Assignment, Deferral};
+
+    #[test]
+    fn reasons_and_names_are_cut_at_a_char_boundary() {
+        let mut text = "é".repeat(600);
+        cut(&mut text, 1023);
+        assert_eq!(text.len(), 1022 + "…".len());
+        assert!(text.ends_with("é…"));
+        let mut short = "fits".to_string();
+        cut(&mut short, 4);
+        assert_eq!(short, "fits");
+
+        let mut wait = Decision::Wait(Deferral {
+            pod: "p".repeat(10_000),
+            reason: "r".repeat(20 << 20),
+        });
+        bound_decision(&mut wait);
+        let Decision::Wait(d) = &wait else {
+            unreachable!()
+        };
+        assert_eq!(d.pod.len(), NAME_BYTES + "…".len());
+        assert_eq!(d.reason.len(), REASON_BYTES + "…".len());
+
+        let mut assign = Decision::Assign(Assignment {
+            pod: "ns/a".into(),
+            node: "n".repeat(600),
+            gpus: vec!["GPU-0".into(), "G".repeat(600)],
+        });
+        bound_decision(&mut assign);
+        let Decision::Assign(a) = &assign else {
+            unreachable!()
+        };
+        assert_eq!(a.pod, "ns/a");
+        assert!(a.node.ends_with('…') && a.gpus[1].ends_with('…'));
+        assert_eq!(a.gpus[0], "GPU-0");
+    }
+
+    #[test]
+    fn the_budget_grows_with_the_pending_pods() {
+        assert_eq!(output_budget(0), CALL_BYTES);
+        assert_eq!(output_budget(1000), 2016 * DECISION_BYTES);
+        assert_eq!(output_budget(usize::MAX), usize::MAX);
+    }
+}

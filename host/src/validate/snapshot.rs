@@ -1,0 +1,351 @@
+//! Checking a snapshot that did not come from the controller (a file given
+//! to `wasmgpu policy run|compare|bench`).
+//!
+//! Serde checks the types; [`check`] checks what the types cannot say and
+//! the controller's snapshots always obey, so that a policy is never tested
+//! against a round that cannot happen: names are unique, indices point at
+//! something, counts are in range, memory adds up, and a GPU is held either
+//! exclusively or in shares, not both. Names (nodes, GPUs, pods) are at most
+//! [`NAME_BYTES`] long, so that a decision naming them survives the engine's
+//! bounds. The error names the offending entry
+//! the way the file spells it: `pending[3] ("ml/train").count: must be 1 to
+//! 16, got 0`.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::api::MAX_COUNT;
+use crate::engine::bounds::NAME_BYTES;
+use crate::engine::types::{Gpu, Node, Request, Sharing, Snapshot};
+
+/// What is wrong with a snapshot, and where.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{at}: {reason}")]
+pub struct SnapshotError {
+    /// The entry and field, e.g. `nodes[0] ("a").gpus[1] ("GPU-x").allocated_mib`.
+    pub at: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Checks `snapshot` against the rules in the module docs; the first
+/// violation is the error.
+pub fn check(snapshot: &Snapshot) -> Result<(), SnapshotError> {
+    let mut node_names: HashMap<&str, usize> = HashMap::new();
+    let mut uuid_to_place: HashMap<&str, String> = HashMap::new();
+    for (n, node) in snapshot.nodes.iter().enumerate() {
+        let at = format!("nodes[{n}] ({:?})", node.name);
+        if node.name.trim().is_empty() {
+            return fail(format!("nodes[{n}].name"), "must not be empty");
+        }
+        too_long(&node.name, || format!("nodes[{n}].name"))?;
+        if let Some(first) = node_names.insert(&node.name, n) {
+            return fail(format!("{at}.name"), format!("repeats nodes[{first}].name"));
+        }
+        check_gpus(node, &at, &mut uuid_to_place)?;
+    }
+    let sets = snapshot.eligible_sets.len();
+    for (s, set) in snapshot.eligible_sets.iter().enumerate() {
+        for (i, &node) in set.iter().enumerate() {
+            let at = format!("eligible_sets[{s}][{i}]");
+            if node as usize >= snapshot.nodes.len() {
+                return fail(
+                    at,
+                    format!(
+                        "node index {node} is out of range ({} nodes)",
+                        snapshot.nodes.len()
+                    ),
+                );
+            }
+            if i > 0 && set[i - 1] >= node {
+                return fail(at, "node indices must be sorted, each once");
+            }
+        }
+    }
+    let mut pods: HashMap<&str, usize> = HashMap::new();
+    for (p, request) in snapshot.pending.iter().enumerate() {
+        too_long(&request.pod, || format!("pending[{p}].pod"))?;
+        let at = format!("pending[{p}] ({:?})", request.pod);
+        if let Some(first) = pods.insert(&request.pod, p) {
+            return fail(format!("{at}.pod"), format!("repeats pending[{first}].pod"));
+        }
+        check_request(request, &at, sets)?;
+    }
+    let mut namespaces: HashMap<&str, usize> = HashMap::new();
+    for (u, usage) in snapshot.usage.iter().enumerate() {
+        if let Some(first) = namespaces.insert(&usage.namespace, u) {
+            return fail(
+                format!("usage[{u}] ({:?}).namespace", usage.namespace),
+                format!("repeats usage[{first}].namespace"),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn check_gpus<'a>(
+    node: &'a Node,
+    node_at: &str,
+    uuid_to_place: &mut HashMap<&'a str, String>,
+) -> Result<(), SnapshotError> {
+    let mut indices: HashMap<u32, usize> = HashMap::new();
+    for (g, gpu) in node.gpus.iter().enumerate() {
+        let at = format!("{node_at}.gpus[{g}] ({:?})", gpu.uuid);
+        if gpu.uuid.trim().is_empty() {
+            return fail(format!("{node_at}.gpus[{g}].uuid"), "must not be empty");
+        }
+        too_long(&gpu.uuid, || format!("{node_at}.gpus[{g}].uuid"))?;
+        if let Some(first) = uuid_to_place.insert(&gpu.uuid, format!("{node_at}.gpus[{g}]")) {
+            return fail(format!("{at}.uuid"), format!("repeats {first}.uuid"));
+        }
+        if let Some(first) = indices.insert(gpu.index, g) {
+            return fail(
+                format!("{at}.index"),
+                format!("{} repeats gpus[{first}].index", gpu.index),
+            );
+        }
+        check_gpu(gpu, &at, node.gpus.len(), g)?;
+    }
+    Ok(())
+}
+
+fn check_gpu(gpu: &Gpu, at: &str, gpus: usize, position: usize) -> Result<(), SnapshotError> {
+    if gpu.allocated_mib > gpu.memory_mib {
+        return fail(
+            format!("{at}.allocated_mib"),
+            format!(
+                "{} is more than memory_mib ({})",
+                gpu.allocated_mib, gpu.memory_mib
+            ),
+        );
+    }
+    if let Some(owner) = &gpu.exclusive_owner {
+        if owner.trim().is_empty() {
+            return fail(
+                format!("{at}.exclusive_owner"),
+                "must be a pod (namespace/name) or null",
+            );
+        }
+        if gpu.shared_owners > 0 {
+            return fail(
+                format!("{at}.exclusive_owner"),
+                format!(
+                    "a GPU held exclusively (by {owner}) has no shared owners, got shared_owners {}",
+                    gpu.shared_owners
+                ),
+            );
+        }
+        if gpu.allocated_mib != gpu.memory_mib {
+            return fail(
+                format!("{at}.allocated_mib"),
+                format!(
+                    "a GPU held exclusively has all its memory allocated ({} MiB), got {}",
+                    gpu.memory_mib, gpu.allocated_mib
+                ),
+            );
+        }
+    }
+    for (i, &peer) in gpu.nvlink_peers.iter().enumerate() {
+        let at = format!("{at}.nvlink_peers[{i}]");
+        if peer as usize >= gpus {
+            return fail(
+                at,
+                format!("{peer} is out of range (positions in the node's gpus, {gpus} GPUs)"),
+            );
+        }
+        if peer as usize == position {
+            return fail(at, format!("{peer} is the GPU itself"));
+        }
+    }
+    Ok(())
+}
+
+fn check_request(request: &Request, at: &str, sets: usize) -> Result<(), SnapshotError> {
+    match request.pod.split_once('/') {
+        Some((namespace, name)) if namespace == request.namespace && !name.is_empty() => {}
+        _ => {
+            return fail(
+                format!("{at}.pod"),
+                format!(
+                    "must be namespace/name with the request's namespace ({:?})",
+                    request.namespace
+                ),
+            );
+        }
+    }
+    if !(1..=MAX_COUNT).contains(&request.count) {
+        return fail(
+            format!("{at}.count"),
+            format!("must be 1 to {MAX_COUNT}, got {}", request.count),
+        );
+    }
+    if request
+        .model
+        .as_deref()
+        .is_some_and(|m| m.trim().is_empty())
+    {
+        return fail(
+            format!("{at}.model"),
+            "must not be empty (null accepts any model)",
+        );
+    }
+    if request.sharing == Sharing::Shared && request.memory_mib == 0 {
+        return fail(
+            format!("{at}.memory_mib"),
+            "a shared request takes a share of each GPU: must be more than 0",
+        );
+    }
+    if request.eligible_set as usize >= sets {
+        return fail(
+            format!("{at}.eligible_set"),
+            format!(
+                "{} is out of range ({sets} eligible_sets)",
+                request.eligible_set
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// A name longer than [`NAME_BYTES`] is an error at `at()`.
+fn too_long(name: &str, at: impl FnOnce() -> String) -> Result<(), SnapshotError> {
+    if name.len() > NAME_BYTES {
+        return fail(
+            at(),
+            format!("is {} bytes long, at most {NAME_BYTES}", name.len()),
+        );
+    }
+    Ok(())
+}
+
+fn fail(at: String, reason: impl fmt::Display) -> Result<(), SnapshotError> {
+    Err(SnapshotError {
+        at,
+        reason: reason.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{convert, node, request, snapshot};
+    use wasmgpu_policy_sdk::Sharing as S;
+
+    fn valid() -> Snapshot {
+        let mut a = node("a", 4, "NVIDIA H100 80GB HBM3", 81920);
+        a.gpus[0].exclusive_owner = Some("ns/running".into());
+        a.gpus[0].allocated_mib = 81920;
+        a.gpus[1].shared_owners = 2;
+        a.gpus[1].allocated_mib = 16384;
+        a.gpus[2].nvlink_peers = vec![3];
+        a.gpus[3].nvlink_peers = vec![2];
+        snapshot(
+            vec![a, node("b", 2, "NVIDIA L4", 23034)],
+            vec![
+                request("ns/x", 2, S::Exclusive, 0),
+                request("ns/y", 1, S::Shared, 8192),
+            ],
+        )
+    }
+
+    /// The error for `valid()` changed by `change`.
+    fn error(change: impl FnOnce(&mut Snapshot)) -> String {
+        let mut snap = valid();
+        change(&mut snap);
+        check(&snap).expect_err("invalid").to_string()
+    }
+
+    #[test]
+    fn a_snapshot_like_the_controllers_passes() {
+        assert_eq!(check(&valid()), Ok(()));
+        let large: Snapshot = convert(&wasmgpu_policy_sdk::testing::large(30, 50));
+        assert_eq!(check(&large), Ok(()));
+    }
+
+    #[test]
+    fn each_rule_names_the_entry_and_field() {
+        type Change = Box<dyn FnOnce(&mut Snapshot)>;
+        let cases: Vec<(Change, &str)> = vec![
+            (
+                Box::new(|s| s.nodes[1].name = "a".into()),
+                "nodes[1] (\"a\").name: repeats nodes[0].name",
+            ),
+            (
+                Box::new(|s| s.nodes[1].gpus[0].uuid = "GPU-a-2".into()),
+                "nodes[1] (\"b\").gpus[0] (\"GPU-a-2\").uuid: repeats nodes[0] (\"a\").gpus[2].uuid",
+            ),
+            (
+                Box::new(|s| s.nodes[1].gpus[1].index = 0),
+                ".gpus[1] (\"GPU-b-1\").index: 0 repeats gpus[0].index",
+            ),
+            (
+                Box::new(|s| s.nodes[0].gpus[2].allocated_mib = 90000),
+                "nodes[0] (\"a\").gpus[2] (\"GPU-a-2\").allocated_mib: 90000 is more than memory_mib (81920)",
+            ),
+            (
+                Box::new(|s| s.nodes[0].gpus[0].shared_owners = 1),
+                ".gpus[0] (\"GPU-a-0\").exclusive_owner: a GPU held exclusively (by ns/running) has no shared owners",
+            ),
+            (
+                Box::new(|s| s.nodes[0].gpus[0].allocated_mib = 0),
+                ".gpus[0] (\"GPU-a-0\").allocated_mib: a GPU held exclusively has all its memory",
+            ),
+            (
+                Box::new(|s| s.nodes[0].gpus[2].nvlink_peers = vec![3, 4]),
+                ".gpus[2] (\"GPU-a-2\").nvlink_peers[1]: 4 is out of range",
+            ),
+            (
+                Box::new(|s| s.nodes[0].gpus[2].nvlink_peers = vec![2]),
+                "nvlink_peers[0]: 2 is the GPU itself",
+            ),
+            (
+                Box::new(|s| s.eligible_sets[0] = vec![0, 2]),
+                "eligible_sets[0][1]: node index 2 is out of range (2 nodes)",
+            ),
+            (
+                Box::new(|s| s.eligible_sets[0] = vec![1, 0]),
+                "eligible_sets[0][1]: node indices must be sorted",
+            ),
+            (
+                Box::new(|s| s.nodes[1].name = "b".repeat(513)),
+                "nodes[1].name: is 513 bytes long, at most 512",
+            ),
+            (
+                Box::new(|s| s.pending[0].pod = format!("ns/{}", "x".repeat(600))),
+                "pending[0].pod: is 603 bytes long, at most 512",
+            ),
+            (
+                Box::new(|s| s.pending[1].pod = "ns/x".into()),
+                "pending[1] (\"ns/x\").pod: repeats pending[0].pod",
+            ),
+            (
+                Box::new(|s| s.pending[1].pod = "other/y".into()),
+                "pending[1] (\"other/y\").pod: must be namespace/name with the request's namespace (\"ns\")",
+            ),
+            (
+                Box::new(|s| s.pending[0].count = 0),
+                "pending[0] (\"ns/x\").count: must be 1 to 16, got 0",
+            ),
+            (
+                Box::new(|s| s.pending[0].count = 17),
+                "pending[0] (\"ns/x\").count: must be 1 to 16, got 17",
+            ),
+            (
+                Box::new(|s| s.pending[0].model = Some(" ".into())),
+                "pending[0] (\"ns/x\").model: must not be empty",
+            ),
+            (
+                Box::new(|s| s.pending[1].memory_mib = 0),
+                "pending[1] (\"ns/y\").memory_mib: a shared request",
+            ),
+            (
+                Box::new(|s| s.pending[0].eligible_set = 1),
+                "pending[0] (\"ns/x\").eligible_set: 1 is out of range (1 eligible_sets)",
+            ),
+        ];
+        for (change, want) in cases {
+            let got = error(change);
+            assert!(got.contains(want), "want: {want}\ngot:  {got}");
+        }
+    }
+}
