@@ -258,7 +258,7 @@ impl Rounds {
         );
         outcome.decided.extend(resources);
         for refused in &verdict.refused {
-            let Some(pod) = decision_pod(&refused.decision) else {
+            let Some(pod) = ObjectKey::parse(refused.decision.pod()) else {
                 continue;
             };
             let message = format!(
@@ -341,14 +341,6 @@ fn resource_of(snapshot: &Snapshot, pod: &ObjectKey) -> Option<ObjectKey> {
         .iter()
         .find(|r| r.pod == pod)
         .and_then(|r| ObjectKey::parse(&r.resource))
-}
-
-fn decision_pod(decision: &crate::engine::types::Decision) -> Option<ObjectKey> {
-    use crate::engine::types::Decision;
-    match decision {
-        Decision::Assign(a) => ObjectKey::parse(&a.pod),
-        Decision::Wait(d) | Decision::Reject(d) => ObjectKey::parse(&d.pod),
-    }
 }
 
 fn describe(decision: &crate::engine::types::Decision) -> String {
