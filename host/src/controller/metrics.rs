@@ -10,6 +10,8 @@
 //! | `wasmgpu_policy_loads_total` | counter | `policy`, `result` (`loaded`, `rejected`) |
 //! | `wasmgpu_gpus` | gauge | `node`, `model`, `state` (`allocated`, `free`, `unhealthy`) |
 //! | `wasmgpu_leader` | gauge | 1 while this replica leads |
+//! | `wasmgpu_watch_connected` | gauge | `kind`: 1 while its last list or watch succeeded |
+//! | `wasmgpu_watch_failures_total` | counter | `kind` |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +49,11 @@ struct LoadLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GpuLabels {
     node: String,
     model: String,
@@ -65,6 +72,8 @@ pub struct Metrics {
     policy_loads: Family<LoadLabels, Counter>,
     gpus: Family<GpuLabels, Gauge>,
     leader: Gauge,
+    watch_connected: Family<KindLabels, Gauge>,
+    watch_failures: Family<KindLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -117,6 +126,18 @@ impl Metrics {
             "1 while this replica leads and applies decisions",
             leader.clone(),
         );
+        let watch_connected = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "watch_connected",
+            "1 while the watch of the kind is connected (its last list or watch succeeded)",
+            watch_connected.clone(),
+        );
+        let watch_failures = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "watch_failures",
+            "Failed lists and watches, by kind",
+            watch_failures.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             rounds,
@@ -127,6 +148,8 @@ impl Metrics {
             policy_loads,
             gpus,
             leader,
+            watch_connected,
+            watch_failures,
         }
     }
 
@@ -205,6 +228,20 @@ impl Metrics {
     pub fn leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
     }
+
+    /// Whether the watch of `kind` is connected.
+    pub fn watch_connected(&self, kind: &'static str, connected: bool) {
+        self.watch_connected
+            .get_or_create(&KindLabels { kind })
+            .set(i64::from(connected));
+    }
+
+    /// A list or watch of `kind` failed.
+    pub fn watch_failure(&self, kind: &'static str) {
+        self.watch_failures
+            .get_or_create(&KindLabels { kind })
+            .inc();
+    }
 }
 
 #[cfg(test)]
@@ -231,6 +268,8 @@ mod tests {
             },
         ]);
         metrics.leader(true);
+        metrics.watch_connected("Pod", false);
+        metrics.watch_failure("Pod");
         let text = metrics.encode();
         for line in [
             "wasmgpu_rounds_total 1",
@@ -239,6 +278,8 @@ mod tests {
             "wasmgpu_policy_call_seconds_count{policy=\"binpack\"} 1",
             "wasmgpu_gpus{node=\"n1\",model=\"H100\",state=\"free\"} 2",
             "wasmgpu_leader 1",
+            "wasmgpu_watch_connected{kind=\"Pod\"} 0",
+            "wasmgpu_watch_failures_total{kind=\"Pod\"} 1",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
