@@ -6,6 +6,7 @@
 mod common;
 mod configmaps;
 mod operate;
+mod outage;
 mod scale;
 mod support;
 
