@@ -79,7 +79,8 @@ pub struct ControllerCommand {
     write_timeout: Duration,
 
     /// Where to serve `/metrics` (Prometheus), `/healthz` and `/readyz`
-    /// (ready once every watched kind was listed). `off` serves nothing.
+    /// (ready once every watched kind was listed, and while every watch is
+    /// connected; else 503 and why). `off` serves nothing.
     #[arg(long, value_name = "ADDRESS", default_value = "0.0.0.0:8080", value_parser = parse_address)]
     http_address: HttpAddress,
 
@@ -180,10 +181,10 @@ impl ControllerCommand {
         };
         let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
         runtime.block_on(async {
-            let client = kube::Client::try_default()
-                .await
-                .context("cannot reach the Kubernetes API (set KUBECONFIG, or run in a pod)")?;
-            controller::run(client, config, shutdown_signal()).await
+            let kube = kube::Config::infer().await.context(
+                "cannot find how to reach the Kubernetes API (set KUBECONFIG, or run in a pod)",
+            )?;
+            controller::run(kube, config, shutdown_signal()).await
         })?;
         Ok(ExitCode::SUCCESS)
     }
@@ -222,12 +223,27 @@ fn parse_named_path(value: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
-/// Logs to stderr at `RUST_LOG` (default `info`).
+/// kube's client logs every failed request at `error`, without its URL or
+/// cause (`failed with error client error (Connect)`): a line per retry
+/// while the API server is away. The controller logs its failures itself,
+/// naming the server, the object and the cause, at a bounded rate.
+const KUBE_REQUEST_LOG: &str = "kube_client::client::builder";
+
+/// Logs to stderr at `RUST_LOG` (default `info`). kube's per-request
+/// failure lines are off unless `RUST_LOG` names `kube_client`.
 pub(crate) fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let asked = std::env::var("RUST_LOG").unwrap_or_default();
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if !asked.contains("kube_client")
+        && let Ok(directive) = format!("{KUBE_REQUEST_LOG}=off").parse()
+    {
+        filter = filter.add_directive(directive);
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colours only on a terminal: not in files or `kubectl logs`.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

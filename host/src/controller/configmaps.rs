@@ -17,21 +17,20 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher as watch_stream};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
 
+use super::connection::{Link, error_chain};
 use super::events::EventSink;
 use super::metrics::Metrics;
 use super::payload::{Payload, RejectError};
 use super::policies::Policies;
-use super::watch::Shared;
+use super::watch::{Shared, Sink, follow};
 use crate::api::policy::{
     CONFIG_KEY, DIGEST_ANNOTATION, POLICY_SELECTOR, PolicyStatus, STATUS_ANNOTATION,
 };
@@ -82,43 +81,16 @@ pub(super) struct Loader {
 
 impl Loader {
     /// Feeds the ConfigMaps of the watch into the policies until the watch
-    /// ends. Marks its kind listed once the first list is loaded.
-    pub(super) async fn run(mut self) {
+    /// ends; returns the kind. Marks its kind listed once the first list is
+    /// loaded.
+    pub(super) async fn run(self, link: Link) -> &'static str {
         let config = watcher::Config::default().labels(POLICY_SELECTOR);
-        let mut stream = watch_stream(self.api.clone(), config)
-            .default_backoff()
-            .boxed();
-        let mut buffer: Vec<ConfigMap> = Vec::new();
-        let mut listed = false;
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(Event::Init) => buffer.clear(),
-                Ok(Event::InitApply(configmap)) => buffer.push(configmap),
-                Ok(Event::InitDone) => {
-                    let names: BTreeSet<String> = buffer.iter().map(|c| c.name_any()).collect();
-                    for configmap in std::mem::take(&mut buffer) {
-                        self.apply(&configmap).await;
-                    }
-                    for name in self.policies.configmap_names() {
-                        if !names.contains(&name) {
-                            self.remove(&name);
-                        }
-                    }
-                    tracing::debug!(configmaps = names.len(), "Listed policy ConfigMaps");
-                    if !listed {
-                        listed = true;
-                        self.shared.mark_listed();
-                    }
-                }
-                Ok(Event::Apply(configmap)) => self.apply(&configmap).await,
-                Ok(Event::Delete(configmap)) => self.remove(&configmap.name_any()),
-                Err(error) => tracing::warn!(%error, "Policy ConfigMap watch failed; retrying"),
-            }
-        }
+        let (api, shared) = (self.api.clone(), Arc::clone(&self.shared));
+        follow(api, config, shared, link, self).await
     }
 
     /// Loads the version `configmap` carries, unless already tried.
-    async fn apply(&mut self, configmap: &ConfigMap) {
+    async fn load(&mut self, configmap: &ConfigMap) {
         let name = configmap.name_any();
         let fingerprint = fingerprint(configmap);
         if self.name_to_tried.get(&name) == Some(&fingerprint) {
@@ -251,7 +223,32 @@ impl Loader {
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            tracing::warn!(policy = %name, %error, "Cannot write the policy status annotation");
+            tracing::warn!(kind = "ConfigMap", policy = %name, error = %error_chain(&error), "Cannot write the policy status annotation");
         }
+    }
+}
+
+/// A list loads every ConfigMap in it and unloads the versions of those
+/// gone while the watch was away.
+impl Sink<ConfigMap> for Loader {
+    async fn reset(&mut self, configmaps: Vec<ConfigMap>) {
+        let names: BTreeSet<String> = configmaps.iter().map(|c| c.name_any()).collect();
+        for configmap in configmaps {
+            self.load(&configmap).await;
+        }
+        for name in self.policies.configmap_names() {
+            if !names.contains(&name) {
+                self.remove(&name);
+            }
+        }
+        tracing::debug!(configmaps = names.len(), "Listed policy ConfigMaps");
+    }
+
+    async fn apply(&mut self, configmap: ConfigMap) {
+        self.load(&configmap).await;
+    }
+
+    async fn delete(&mut self, configmap: ConfigMap) {
+        self.remove(&configmap.name_any());
     }
 }

@@ -11,6 +11,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
+use super::connection::error_chain;
 use crate::api::{GROUP, VERSION};
 use crate::index::ObjectKey;
 
@@ -153,8 +154,9 @@ async fn publish(client: Client, reporter: Reporter, mut receiver: mpsc::Receive
         };
         if let Err(error) = recorder.publish(&event, &queued.reference).await {
             tracing::warn!(
-                %error,
+                error = %error_chain(&error),
                 reason = queued.reason,
+                kind = queued.reference.kind.as_deref().unwrap_or_default(),
                 object = ?queued.reference.name,
                 "Cannot publish Event"
             );
@@ -202,8 +204,9 @@ async fn publish_distinct(client: &Client, reporter: &Reporter, queued: Queued) 
     let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
     if let Err(error) = api.create(&PostParams::default(), &event).await {
         tracing::warn!(
-            %error,
+            error = %error_chain(&error),
             reason = queued.reason,
+            kind = queued.reference.kind.as_deref().unwrap_or_default(),
             object = ?queued.reference.name,
             "Cannot publish Event"
         );

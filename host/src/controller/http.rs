@@ -1,33 +1,35 @@
 //! The controller's HTTP endpoints: `/metrics` (Prometheus), `/healthz`
-//! (the process serves), `/readyz` (the index is warm: every watched kind
-//! was listed once, so this replica could lead at once).
+//! (the process serves), `/readyz` (every watch is connected: each kind was
+//! listed and its last list or watch succeeded, so the index is warm and
+//! current and this replica could lead at once; otherwise 503 and why).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use tokio::sync::watch;
 
+use super::connection::Links;
 use super::metrics::Metrics;
 
 #[derive(Clone)]
 struct Endpoints {
     metrics: Metrics,
-    ready: watch::Receiver<bool>,
+    links: Arc<Links>,
 }
 
 /// Serves the endpoints on `address` until the task is dropped.
 pub async fn serve(
     address: SocketAddr,
     metrics: Metrics,
-    ready: watch::Receiver<bool>,
+    links: Arc<Links>,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(address).await?;
     tracing::info!(address = %listener.local_addr()?, "Serving /metrics, /healthz, /readyz");
-    axum::serve(listener, router(Endpoints { metrics, ready })).await
+    axum::serve(listener, router(Endpoints { metrics, links })).await
 }
 
 fn router(endpoints: Endpoints) -> Router {
@@ -49,12 +51,11 @@ async fn metrics(State(endpoints): State<Endpoints>) -> impl IntoResponse {
 }
 
 async fn readyz(State(endpoints): State<Endpoints>) -> impl IntoResponse {
-    if *endpoints.ready.borrow() {
-        (StatusCode::OK, "ok\n")
-    } else {
-        (
+    match endpoints.links.unready() {
+        None => (StatusCode::OK, "ok\n".to_string()),
+        Some(reasons) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            "the index is not warm yet: waiting for the first list of every watched kind\n",
-        )
+            format!("not ready:\n{reasons}\n"),
+        ),
     }
 }

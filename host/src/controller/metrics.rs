@@ -13,6 +13,8 @@
 //! | `wasmgpu_api_writes_total` | counter | `kind` (`binding`, `annotation`, `ledger`, `finalizer`, `status`), `result` (`ok`, an HTTP status code, `timeout`, `error`) |
 //! | `wasmgpu_round_phase_seconds` | histogram | `phase` (`snapshot`, `policy-call`, `validation`, `writes`) |
 //! | `wasmgpu_binding_seconds` | histogram | | from a decision's validation to its binding's answer |
+//! | `wasmgpu_watch_connected` | gauge | `kind`: 1 while its last list or watch succeeded |
+//! | `wasmgpu_watch_failures_total` | counter | `kind` |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,6 +63,11 @@ struct PhaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GpuLabels {
     node: String,
     model: String,
@@ -82,6 +89,8 @@ pub struct Metrics {
     writes: Family<WriteLabels, Counter>,
     phases: Family<PhaseLabels, Histogram>,
     binding: Histogram,
+    watch_connected: Family<KindLabels, Gauge>,
+    watch_failures: Family<KindLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -154,6 +163,18 @@ impl Metrics {
             "Time from a decision's validation to its binding's answer",
             binding.clone(),
         );
+        let watch_connected = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "watch_connected",
+            "1 while the watch of the kind is connected (its last list or watch succeeded)",
+            watch_connected.clone(),
+        );
+        let watch_failures = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "watch_failures",
+            "Failed lists and watches, by kind",
+            watch_failures.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             writes,
@@ -167,6 +188,8 @@ impl Metrics {
             policy_loads,
             gpus,
             leader,
+            watch_connected,
+            watch_failures,
         }
     }
 
@@ -268,6 +291,20 @@ impl Metrics {
     pub fn leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
     }
+
+    /// Whether the watch of `kind` is connected.
+    pub fn watch_connected(&self, kind: &'static str, connected: bool) {
+        self.watch_connected
+            .get_or_create(&KindLabels { kind })
+            .set(i64::from(connected));
+    }
+
+    /// A list or watch of `kind` failed.
+    pub fn watch_failure(&self, kind: &'static str) {
+        self.watch_failures
+            .get_or_create(&KindLabels { kind })
+            .inc();
+    }
 }
 
 #[cfg(test)]
@@ -297,6 +334,8 @@ mod tests {
         metrics.write("binding", "ok");
         metrics.write("binding", "409");
         metrics.phase("validation", Duration::from_micros(300));
+        metrics.watch_connected("Pod", false);
+        metrics.watch_failure("Pod");
         let text = metrics.encode();
         for line in [
             "wasmgpu_rounds_total 1",
@@ -307,6 +346,8 @@ mod tests {
             "wasmgpu_leader 1",
             "wasmgpu_api_writes_total{kind=\"binding\",result=\"409\"} 1",
             "wasmgpu_round_phase_seconds_count{phase=\"validation\"} 1",
+            "wasmgpu_watch_connected{kind=\"Pod\"} 0",
+            "wasmgpu_watch_failures_total{kind=\"Pod\"} 1",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }

@@ -23,10 +23,13 @@
 //!
 //! With several replicas (`leader.rs`), every replica watches, keeps its
 //! index warm and loads policies; only the holder of the Lease runs rounds.
-//! `http.rs` serves `/metrics` (`metrics.rs`), `/healthz` and `/readyz`.
+//! `http.rs` serves `/metrics` (`metrics.rs`), `/healthz` and `/readyz`;
+//! `connection.rs` tells `/readyz` and the log how each watch stands with
+//! the API server (`watch.rs` retries within a second of its return).
 
 mod apply;
 mod configmaps;
+mod connection;
 mod events;
 mod http;
 mod leader;
@@ -41,6 +44,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::runtime::events::Reporter as EventReporter;
 use kube::runtime::watcher;
@@ -59,6 +63,7 @@ use crate::engine::{Engine, Limits};
 use crate::index::Index;
 use apply::Applier;
 use configmaps::Loader;
+use connection::Links;
 use events::EventSink;
 use report::Reporter;
 use round::Rounds;
@@ -92,12 +97,16 @@ pub struct Config {
     pub writes: WriteSettings,
 }
 
-/// Runs the controller until `shutdown` completes or a watch ends.
+/// Runs the controller against the API server of `kube` until `shutdown`
+/// completes or a watch ends.
 pub async fn run(
-    client: Client,
+    kube: kube::Config,
     config: Config,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let server = kube.cluster_url.to_string();
+    let client = Client::try_from(kube)
+        .with_context(|| format!("cannot make a client for the API server at {server}"))?;
     let engine = Arc::new(Engine::new(config.limits.clone())?);
     let policies = Policies::new(PolicySet::from_files(&engine, &config.policies)?);
     let shared = Shared::new(Index::new(config.default_policy.clone()));
@@ -106,17 +115,7 @@ pub async fn run(
         Some(lease) => Leadership::elect(client.clone(), lease).await?,
         None => Leadership::always(),
     };
-    let (ready_sender, ready) = tokio::sync::watch::channel(false);
-    let http = config
-        .http_address
-        .map(|address| tokio::spawn(http::serve(address, metrics.clone(), ready.clone())));
-    {
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            shared.wait_listed(round::WATCHED_KINDS).await;
-            let _ = ready_sender.send(true);
-        });
-    }
+    let links = Links::new(server, metrics.clone());
     let (events, events_task) = EventSink::start(
         client.clone(),
         EventReporter {
@@ -130,25 +129,25 @@ pub async fn run(
             Api::<Node>::all(client.clone()),
             watcher::Config::default(),
             shared.clone(),
-            "Node",
+            links.link("Node"),
         )),
         tokio::spawn(feed(
             Api::<GPUNode>::all(client.clone()),
             watcher::Config::default(),
             shared.clone(),
-            "GPUNode",
+            links.link("GPUNode"),
         )),
         tokio::spawn(feed(
             Api::<GPUResource>::all(client.clone()),
             watcher::Config::default(),
             shared.clone(),
-            "GPUResource",
+            links.link("GPUResource"),
         )),
         tokio::spawn(feed(
             Api::<Pod>::all(client.clone()),
             pods,
             shared.clone(),
-            "Pod",
+            links.link("Pod"),
         )),
     ];
     let loader = Loader {
@@ -163,7 +162,11 @@ pub async fn run(
         leader: leadership.subscribe(),
     };
     tracing::info!(namespace = %config.policy_namespace, "Watching policy ConfigMaps");
-    watches.push(tokio::spawn(loader.run()));
+    watches.push(tokio::spawn(loader.run(links.link("ConfigMap"))));
+    // Every watch has its link: `/readyz` waits for all of them.
+    let http = config
+        .http_address
+        .map(|address| tokio::spawn(http::serve(address, metrics.clone(), links)));
     let rounds = Rounds {
         applier: Applier::new(
             client.clone(),
@@ -198,7 +201,10 @@ pub async fn run(
     tokio::select! {
         error = http_failed => anyhow::bail!("cannot serve metrics and health: {error}"),
         () = shutdown => tracing::info!("Shutting down"),
-        _ = any_watch_ended => anyhow::bail!("a watch ended unexpectedly"),
+        (ended, _, _) = any_watch_ended => match ended {
+            Ok(kind) => anyhow::bail!("the {kind} watch ended unexpectedly"),
+            Err(error) => anyhow::bail!("a watch task failed: {error}"),
+        },
         result = &mut rounds => {
             result?;
             anyhow::bail!("the round loop ended unexpectedly");

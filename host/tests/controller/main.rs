@@ -8,6 +8,7 @@ mod common;
 mod configmaps;
 mod holdings;
 mod operate;
+mod outage;
 mod scale;
 mod support;
 

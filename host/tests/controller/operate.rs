@@ -133,7 +133,7 @@ async fn a_standby_takes_over_when_the_leader_dies_and_nothing_is_bound_twice() 
 }
 
 /// A plain HTTP/1.0 GET: status code and body.
-async fn get(port: u16, path: &str) -> Result<(u16, String)> {
+pub(super) async fn get(port: u16, path: &str) -> Result<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     stream
         .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
@@ -149,7 +149,7 @@ async fn get(port: u16, path: &str) -> Result<(u16, String)> {
     Ok((status, body.to_string()))
 }
 
-fn free_port() -> Result<u16> {
+pub(super) fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())

@@ -15,7 +15,8 @@
 //! the test's own. No kubelet, scheduler or controller-manager runs: tests make
 //! their nodes with [`FakeNode`] and play the kubelet with [`set_pod_phase`].
 //! [`TestContext::service_account`] gives a client and a kubeconfig for a
-//! restricted identity, to exercise RBAC.
+//! restricted identity, to exercise RBAC. [`ApiProxy`] stands between a
+//! client and the server, to cut and restore its traffic.
 //!
 //! The binary comes from `make control-plane` (see `docs/CONTROL-PLANE.md`);
 //! `WASMGPU_CONTROL_PLANE` names it. Set `WASMGPU_TEST_KUBECONFIG` to run the
@@ -29,6 +30,7 @@ mod locate;
 mod node;
 mod pod;
 mod process;
+mod proxy;
 mod wait;
 
 use std::path::{Path, PathBuf};
@@ -46,6 +48,7 @@ pub use identity::ServiceAccountIdentity;
 pub use locate::{CONTROL_PLANE_ENV, KUBECTL_ENV, control_plane_binary, kubectl_binary};
 pub use node::FakeNode;
 pub use pod::{PodPhase, set_pod_phase};
+pub use proxy::ApiProxy;
 pub use wait::{DEFAULT_WAIT, wait_for};
 
 /// Use this running cluster instead of starting one.
