@@ -13,5 +13,11 @@ pub const INVALID: &str = "Invalid";
 pub const POLICY_ERROR: &str = "PolicyError";
 /// GPUResource: a request can never be met by any node.
 pub const UNSATISFIABLE: &str = "Unsatisfiable";
+/// GPUResource: a pod holds a GPU that turned unhealthy (it keeps it until it
+/// finishes).
+pub const DEGRADED: &str = "Degraded";
+/// GPUResource: pods hold GPUs allocated for an earlier spec (they keep
+/// them until they finish; new pods get the current shape).
+pub const SPEC_CHANGED: &str = "SpecChanged";
 /// GPUNode: every GPU of the node is healthy (`reason` says why not).
 pub const GPUS_HEALTHY: &str = "GPUsHealthy";

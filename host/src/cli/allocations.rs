@@ -12,7 +12,8 @@ use kube::{Client, ResourceExt};
 
 use super::table::Table;
 use crate::api::{
-    GPURESOURCE_ANNOTATION, GPUResource, PodAllocation, SCHEDULER_NAME, Sharing, conditions,
+    GPUNode, GPURESOURCE_ANNOTATION, GPUResource, PodAllocation, SCHEDULER_NAME, Sharing,
+    conditions,
 };
 
 /// Show the pods wasmgpu placed (node, GPUs, the policy and digest that
@@ -42,6 +43,28 @@ impl AllocationsCommand {
 
 /// The table for `namespace` (or all).
 pub async fn render(client: Client, namespace: Option<&str>) -> anyhow::Result<String> {
+    // Unhealthy GPUs, to mark the pods that hold one (nothing to mark when
+    // GPUNodes cannot be read).
+    let unhealthy: BTreeMap<(String, String), String> = Api::<GPUNode>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|list| list.items)
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|node| {
+            let name = node.name_any();
+            node.status
+                .into_iter()
+                .flat_map(|s| s.gpus)
+                .filter(|gpu| !gpu.healthy)
+                .map(move |gpu| {
+                    (
+                        (name.clone(), gpu.uuid),
+                        gpu.unhealthy_reason.unwrap_or_else(|| "unhealthy".into()),
+                    )
+                })
+        })
+        .collect();
     let (resources, pods): (Api<GPUResource>, Api<Pod>) = match namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
@@ -127,12 +150,22 @@ pub async fn render(client: Client, namespace: Option<&str>) -> anyhow::Result<S
                     .collect::<Vec<_>>()
                     .join(","),
                 format!("{} {}", held.policy.name, short_digest(&held.policy.digest)),
-                match held.sharing {
-                    Sharing::Exclusive => "exclusive".into(),
-                    Sharing::Shared => format!(
-                        "shared, {} MiB each",
-                        held.devices.first().map(|d| d.memory_mib).unwrap_or(0)
-                    ),
+                {
+                    let mut note = match held.sharing {
+                        Sharing::Exclusive => "exclusive".to_string(),
+                        Sharing::Shared => format!(
+                            "shared, {} MiB each",
+                            held.devices.first().map(|d| d.memory_mib).unwrap_or(0)
+                        ),
+                    };
+                    for device in &held.devices {
+                        if let Some(reason) =
+                            unhealthy.get(&(held.node.clone(), device.uuid.clone()))
+                        {
+                            note.push_str(&format!("; GPU {} unhealthy: {reason}", device.index));
+                        }
+                    }
+                    note
                 },
             ],
             Some(Err(error)) => vec!["-".into(), "-".into(), "-".into(), error.to_string()],

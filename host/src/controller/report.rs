@@ -12,7 +12,10 @@ use super::apply::Applier;
 use super::events::{EventSink, gpuresource_ref, pod_ref};
 use super::watch::Shared;
 use crate::api::{Phase, conditions};
-use crate::index::{ObjectKey, PodCounts, Problem, ResourceView, Subject};
+use crate::index::{
+    ObjectKey, OutdatedHoldings, PodCounts, Problem, ResourceView, Subject, UnhealthyHolding,
+};
+use std::collections::BTreeMap;
 
 /// Pods of one GPUResource told about a new policy error.
 const POD_EVENTS_PER_ERROR: usize = 20;
@@ -46,6 +49,9 @@ pub struct Reporter {
     /// Problems reported last round: a problem gets an Event when it
     /// appears, not every round.
     reported: HashSet<String>,
+    /// `(pod UID, GPU)` of pods told last round that a GPU they hold is
+    /// unhealthy.
+    unhealthy_reported: HashSet<(String, String)>,
 }
 
 // === impl Reporter ===
@@ -59,6 +65,7 @@ impl Reporter {
             key_to_summary: HashMap::new(),
             key_to_policy_error: HashMap::new(),
             reported: HashSet::new(),
+            unhealthy_reported: HashSet::new(),
         }
     }
 
@@ -68,7 +75,7 @@ impl Reporter {
         for key in &outcome.decided {
             self.key_to_policy_error.remove(key);
         }
-        let (views, problems, counts) = {
+        let (views, problems, counts, unhealthy, outdated) = {
             let index = self.shared.index();
             let views = index.resources();
             let key_to_counts = index.pod_counts();
@@ -76,8 +83,15 @@ impl Reporter {
                 .iter()
                 .map(|v| key_to_counts.get(&v.key).copied().unwrap_or_default())
                 .collect();
-            (views, index.problems(), counts)
+            (
+                views,
+                index.problems(),
+                counts,
+                index.unhealthy_holdings(),
+                index.outdated_holdings(),
+            )
         };
+        self.report_unhealthy(&unhealthy);
         for (key, error) in outcome.policy_errors {
             if self.key_to_policy_error.get(&key) != Some(&error) {
                 let uid = views
@@ -112,7 +126,12 @@ impl Reporter {
             if view.deleting {
                 continue;
             }
-            let summary = self.summarize(view, counts, &problems);
+            let unhealthy: Vec<&UnhealthyHolding> = unhealthy
+                .iter()
+                .filter(|u| u.resource == view.key)
+                .collect();
+            let summary =
+                self.summarize(view, counts, &problems, &unhealthy, outdated.get(&view.key));
             if self.key_to_summary.get(&view.key).map(|(s, _)| s) == Some(&summary) {
                 continue;
             }
@@ -156,7 +175,38 @@ impl Reporter {
         self.reported = reported;
     }
 
-    fn summarize(&self, view: &ResourceView, counts: PodCounts, problems: &[Problem]) -> Summary {
+    /// A Warning on each pod whose GPU turned unhealthy, once.
+    fn report_unhealthy(&mut self, unhealthy: &[UnhealthyHolding]) {
+        let mut reported = HashSet::new();
+        for held in unhealthy {
+            let key = (held.uid.clone(), held.gpu.clone());
+            if !self.unhealthy_reported.contains(&key) {
+                let message = format!(
+                    "GPU {} (index {}) on node {}, which this pod holds, is unhealthy: {}; \
+                     the pod keeps it until it finishes (delete the pod to be placed again)",
+                    held.gpu, held.index, held.node, held.reason
+                );
+                tracing::warn!(pod = %held.pod, gpu = %held.gpu, node = %held.node, reason = %held.reason, "A held GPU is unhealthy");
+                self.events.warning(
+                    pod_ref(&held.pod, Some(&held.uid)),
+                    "GPUUnhealthy",
+                    "Allocate",
+                    message,
+                );
+            }
+            reported.insert(key);
+        }
+        self.unhealthy_reported = reported;
+    }
+
+    fn summarize(
+        &self,
+        view: &ResourceView,
+        counts: PodCounts,
+        problems: &[Problem],
+        unhealthy: &[&UnhealthyHolding],
+        outdated: Option<&OutdatedHoldings>,
+    ) -> Summary {
         let unsatisfiable = problems.iter().find_map(|p| match p {
             Problem::Unsatisfiable {
                 resource, reason, ..
@@ -215,6 +265,46 @@ impl Reporter {
             ));
             Phase::Pending
         };
+        if !unhealthy.is_empty() {
+            let pods: BTreeMap<&str, String> = unhealthy
+                .iter()
+                .map(|u| {
+                    (
+                        u.pod.name.as_str(),
+                        format!("GPU {} on {}: {}", u.index, u.node, u.reason),
+                    )
+                })
+                .collect();
+            conditions.push((
+                conditions::DEGRADED,
+                true,
+                "GPUUnhealthy".into(),
+                format!(
+                    "{} pod(s) hold an unhealthy GPU and keep it until they finish: {}",
+                    pods.len(),
+                    first_few(pods.iter().map(|(pod, gpu)| format!("{pod} ({gpu})")))
+                ),
+            ));
+        }
+        if let Some(outdated) = outdated {
+            conditions.push((
+                conditions::SPEC_CHANGED,
+                true,
+                "AllocatedForAnEarlierSpec".into(),
+                format!(
+                    "{} pod(s) hold GPUs allocated for an earlier spec and keep them until they \
+                     finish; new pods get {}: {}",
+                    outdated.pod_to_shape.len(),
+                    outdated.now,
+                    first_few(
+                        outdated
+                            .pod_to_shape
+                            .iter()
+                            .map(|(pod, shape)| format!("{pod} ({shape})"))
+                    )
+                ),
+            ));
+        }
         if let Some((reason, message)) = self.key_to_policy_error.get(&view.key) {
             conditions.push((
                 conditions::POLICY_ERROR,
@@ -282,6 +372,16 @@ fn to_conditions(summary: &Summary, previous: &[Condition]) -> Vec<Condition> {
             }
         })
         .collect()
+}
+
+/// The first five items, comma-separated, and how many more.
+fn first_few(items: impl Iterator<Item = String>) -> String {
+    let items: Vec<String> = items.collect();
+    let mut text = items.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    if items.len() > 5 {
+        text.push_str(&format!(" and {} more", items.len() - 5));
+    }
+    text
 }
 
 /// `memoryMiB` → `MemoryMiB`.

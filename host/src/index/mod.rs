@@ -32,6 +32,7 @@
 //! Pods are `namespace/name`; a ledger entry belongs to a pod only while the
 //! UIDs match, so a pod recreated under the same name is another pod.
 
+mod drift;
 mod eligibility;
 mod holdings;
 mod inventory;
@@ -49,6 +50,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+pub use drift::{OutdatedHoldings, UnhealthyHolding};
 pub use eligibility::Ineligible;
 pub use holdings::{GpuState, PendingBinding, Release, ReleaseReason};
 pub use key::ObjectKey;

@@ -306,3 +306,84 @@ async fn an_earlier_versions_ledger_is_moved_onto_its_pods_without_moving_them()
     drop(controller);
     remove_nodes(&ctx, &[node]).await
 }
+
+#[tokio::test]
+async fn what_changes_under_running_pods_is_told_and_frees_nothing() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("hold-drift").await?;
+    install_crds(&ctx).await?;
+    let node = format!("{}-n1", ctx.namespace);
+    gpu_node(&ctx, &node, 2).await?;
+    gpuresource(&ctx, "one", 1, Sharing::Exclusive, 0, None).await?;
+    let controller = Controller::start(&ctx).await?;
+    let pods = ctx.api::<Pod>();
+    create_pod(&ctx, "run", "one").await?;
+    let run = wait_bound(&ctx, "run").await?;
+    set_pod_phase(&pods, "run", PodPhase::Running).await?;
+    let held: u32 = allocation(&run).expect("recorded").devices[0].index;
+
+    // The GPU the pod holds turns unhealthy: the pod hears it, the
+    // GPUResource says it, and the GPU stays the pod's.
+    publish_gpunode_with(&ctx, &node, 2, &[held]).await?;
+    let degraded = super::wait_resource(&ctx, "one", "Degraded", |r| {
+        condition(r, "Degraded").is_some_and(|c| c.status == "True")
+    })
+    .await?;
+    let message = &condition(&degraded, "Degraded").expect("condition").message;
+    assert!(
+        message.contains("run") && message.contains("XID 79"),
+        "{message}"
+    );
+    let deadline = Instant::now() + ACT;
+    loop {
+        let events = super::events_for(&ctx, "run").await?;
+        if events.iter().any(|(reason, note)| {
+            reason == "GPUUnhealthy" && note.contains(&format!("index {held}"))
+        }) {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no GPUUnhealthy Event: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(allocation(&pods.get("run").await?), allocation(&run));
+
+    // The spec changes under the running pod: the status says so; the
+    // pod keeps its GPU.
+    ctx.api::<GPUResource>()
+        .patch(
+            "one",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": { "count": 2 } })),
+        )
+        .await?;
+    let changed = super::wait_resource(&ctx, "one", "SpecChanged", |r| {
+        condition(r, "SpecChanged").is_some_and(|c| c.status == "True")
+    })
+    .await?;
+    let message = &condition(&changed, "SpecChanged")
+        .expect("condition")
+        .message;
+    assert!(
+        message.contains("run (1 exclusive GPU(s))")
+            && message.contains("new pods get 2 exclusive"),
+        "{message}"
+    );
+    // Healthy again, back to one GPU: both conditions go.
+    publish_gpunode(&ctx, &node, 2).await?;
+    ctx.api::<GPUResource>()
+        .patch(
+            "one",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": { "count": 1 } })),
+        )
+        .await?;
+    super::wait_resource(&ctx, "one", "conditions cleared", |r| {
+        condition(r, "Degraded").is_none() && condition(r, "SpecChanged").is_none()
+    })
+    .await?;
+    drop(controller);
+    remove_nodes(&ctx, &[node]).await
+}

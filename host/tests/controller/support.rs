@@ -42,6 +42,16 @@ pub async fn gpu_node(ctx: &TestContext, name: &str, gpus: u32) -> Result<()> {
 /// Publishes (or publishes again) the GPUNode of Node `name`, as its agent
 /// would.
 pub async fn publish_gpunode(ctx: &TestContext, name: &str, gpus: u32) -> Result<()> {
+    publish_gpunode_with(ctx, name, gpus, &[]).await
+}
+
+/// [`publish_gpunode`] with the GPUs at `unhealthy` indices unhealthy (XID 79).
+pub async fn publish_gpunode_with(
+    ctx: &TestContext,
+    name: &str,
+    gpus: u32,
+    unhealthy: &[u32],
+) -> Result<()> {
     let uuids: Vec<String> = (0..gpus).map(|i| format!("GPU-{name}-{i}")).collect();
     let infos: Vec<GpuInfo> = (0..gpus)
         .map(|index| GpuInfo {
@@ -55,7 +65,10 @@ pub async fn publish_gpunode(ctx: &TestContext, name: &str, gpus: u32) -> Result
                 .filter(|u| **u != uuids[index as usize])
                 .cloned()
                 .collect(),
-            healthy: true,
+            healthy: !unhealthy.contains(&index),
+            unhealthy_reason: unhealthy
+                .contains(&index)
+                .then(|| "XID 79 (GPU has fallen off the bus)".to_string()),
             ..Default::default()
         })
         .collect();
@@ -75,7 +88,7 @@ pub async fn publish_gpunode(ctx: &TestContext, name: &str, gpus: u32) -> Result
         "status": {
             "gpus": infos,
             "gpusTotal": gpus,
-            "gpusHealthy": gpus,
+            "gpusHealthy": gpus - unhealthy.len() as u32,
             "model": H100,
         },
     });

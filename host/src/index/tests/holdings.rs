@@ -253,3 +253,30 @@ fn a_deleted_gpunode_keeps_held_gpus_held_and_its_pods_waiting() {
     index.reset_gpunodes(&[]);
     assert!(index.problems().is_empty(), "{:?}", index.problems());
 }
+
+#[test]
+fn held_gpus_that_turn_unhealthy_are_found() {
+    let mut index = cluster();
+    assert!(index.unhealthy_holdings().is_empty());
+    index.apply_gpunode(&gpunode("n").with_gpus(2).unhealthy(0).build());
+    let found = index.unhealthy_holdings();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].pod, ObjectKey::new("ml", "run"));
+    assert_eq!((found[0].gpu.as_str(), found[0].index), ("GPU-n-0", 0));
+    assert_eq!(found[0].resource, ObjectKey::new("ml", "r"));
+    // Still held.
+    assert_eq!(owner(&index, "GPU-n-0").as_deref(), Some("ml/run"));
+}
+
+#[test]
+fn pods_holding_an_earlier_shape_are_found() {
+    let mut index = cluster();
+    assert!(index.outdated_holdings().is_empty());
+    index.apply_gpuresource(&gpuresource("ml", "r").count(2).build());
+    let outdated = &index.outdated_holdings()[&ObjectKey::new("ml", "r")];
+    assert_eq!(outdated.now, "2 exclusive GPU(s)");
+    assert_eq!(outdated.pod_to_shape["run"], "1 exclusive GPU(s)");
+    index.apply_gpuresource(&gpuresource("ml", "r").shared(1000).build());
+    let outdated = &index.outdated_holdings()[&ObjectKey::new("ml", "r")];
+    assert_eq!(outdated.now, "1 shared GPU(s), 1000 MiB each");
+}
