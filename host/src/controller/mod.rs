@@ -122,32 +122,33 @@ pub async fn run(
         },
     );
     let pods = watcher::Config::default().fields(&format!("spec.schedulerName={SCHEDULER_NAME}"));
-    let mut watches = vec![
-        tokio::spawn(feed(
-            Api::<Node>::all(client.clone()),
-            watcher::Config::default(),
-            shared.clone(),
-            "Node",
-        )),
-        tokio::spawn(feed(
-            Api::<GPUNode>::all(client.clone()),
-            watcher::Config::default(),
-            shared.clone(),
-            "GPUNode",
-        )),
-        tokio::spawn(feed(
-            Api::<GPUResource>::all(client.clone()),
-            watcher::Config::default(),
-            shared.clone(),
-            "GPUResource",
-        )),
-        tokio::spawn(feed(
-            Api::<Pod>::all(client.clone()),
-            pods,
-            shared.clone(),
-            "Pod",
-        )),
-    ];
+    // Tracked, not detached: on shutdown they stop before the Lease is
+    // released (the loader holds a leadership receiver).
+    let mut watches = tokio::task::JoinSet::new();
+    watches.spawn(feed(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        shared.clone(),
+        "Node",
+    ));
+    watches.spawn(feed(
+        Api::<GPUNode>::all(client.clone()),
+        watcher::Config::default(),
+        shared.clone(),
+        "GPUNode",
+    ));
+    watches.spawn(feed(
+        Api::<GPUResource>::all(client.clone()),
+        watcher::Config::default(),
+        shared.clone(),
+        "GPUResource",
+    ));
+    watches.spawn(feed(
+        Api::<Pod>::all(client.clone()),
+        pods,
+        shared.clone(),
+        "Pod",
+    ));
     let loader = Loader {
         api: Api::<ConfigMap>::namespaced(client.clone(), &config.policy_namespace),
         engine,
@@ -160,7 +161,7 @@ pub async fn run(
         leader: leadership.subscribe(),
     };
     tracing::info!(namespace = %config.policy_namespace, "Watching policy ConfigMaps");
-    watches.push(tokio::spawn(loader.run()));
+    watches.spawn(loader.run());
     let rounds = Rounds {
         applier: Applier::new(client.clone(), shared.clone(), events.clone()),
         reporter: Reporter::new(client.clone(), shared.clone(), events.clone()),
@@ -175,7 +176,6 @@ pub async fn run(
         leader: leadership.subscribe(),
     };
     let mut rounds = tokio::spawn(rounds.run());
-    let any_watch_ended = futures::future::select_all(watches);
     let http_failed = async {
         match http {
             Some(task) => match task.await {
@@ -189,7 +189,7 @@ pub async fn run(
     tokio::select! {
         error = http_failed => anyhow::bail!("cannot serve metrics and health: {error}"),
         () = shutdown => tracing::info!("Shutting down"),
-        _ = any_watch_ended => anyhow::bail!("a watch ended unexpectedly"),
+        _ = watches.join_next() => anyhow::bail!("a watch ended unexpectedly"),
         result = &mut rounds => {
             result?;
             anyhow::bail!("the round loop ended unexpectedly");
@@ -197,6 +197,7 @@ pub async fn run(
     }
     rounds.abort();
     let _ = rounds.await;
+    watches.shutdown().await;
     events_task.abort();
     leadership.step_down().await;
     Ok(())
