@@ -39,7 +39,9 @@ build: toolchain ## Build the wasmgpu binary (release)
 	@echo "==> building wasmgpu"
 	@$(CARGO) build --quiet --release -p wasmgpu
 
-demo: policies build control-plane ## The whole product on the local control plane: agents, controller, policies as ConfigMaps, a live swap
+demo: toolchain control-plane ## The whole product on the local control plane: agents, controller, policies as ConfigMaps, a live swap
+	@echo "==> building wasmgpu and the policies (output only on warnings or errors)"
+	@$(MAKE) --no-print-directory -s policies build >/dev/null
 	@WASMGPU=$(WASMGPU) CONTROL_PLANE=$(CONTROL_PLANE_BIN) KUBECTL=$(KUBECTL_BIN) POLICY_DIR=$(WASMGPU_POLICY_DIR) tests/demo/run.sh
 
 demo-offline: policies build ## Run binpack and spread on the demo snapshot and compare their placements (no cluster)

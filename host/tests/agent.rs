@@ -33,16 +33,21 @@ struct Agent {
 
 impl Agent {
     fn start(node: &str, inventory: &Path, kubeconfig: &Path, log: PathBuf) -> Result<Self> {
+        Self::start_every(Duration::from_secs(1), node, inventory, kubeconfig, log)
+    }
+
+    fn start_every(
+        interval: Duration,
+        node: &str,
+        inventory: &Path,
+        kubeconfig: &Path,
+        log: PathBuf,
+    ) -> Result<Self> {
         let stderr = std::fs::File::create(&log)?;
         let child = Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
-            .args([
-                "agent",
-                "--node-name",
-                node,
-                "--interval",
-                "1s",
-                "--inventory",
-            ])
+            .args(["agent", "--node-name", node, "--interval"])
+            .arg(format!("{}ms", interval.as_millis()))
+            .arg("--inventory")
             .arg(inventory)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info")
@@ -200,6 +205,94 @@ async fn two_agents_publish_follow_their_files_and_do_not_rewrite_after_a_restar
 
     agent_a.stop().await?;
     agent_b.stop().await?;
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_deleted_gpunode_is_created_again_with_its_status_within_an_interval() -> Result<()> {
+    let ctx = TestContext::new("agent-recreate").await?;
+    common::install_crds(&ctx).await?;
+    let dir = std::env::temp_dir().join(format!("wasmgpu-agent-test-{}", ctx.namespace));
+    std::fs::create_dir_all(&dir)?;
+    let kubeconfig = agent_identity(&ctx, &dir).await?;
+    let node = format!("{}-n3", ctx.namespace);
+    let file = dir.join("n3.yaml");
+    std::fs::copy(repo("deploy/inventory/a100-4.yaml"), &file)?;
+    let interval = Duration::from_secs(2);
+    let mut agent = Agent::start_every(interval, &node, &file, &kubeconfig, dir.join("n3.log"))?;
+
+    let api: Api<GPUNode> = ctx.cluster_api();
+    let published = |n: &GPUNode| n.status.as_ref().is_some_and(|s| s.gpus_total == 4);
+    let first = wait_node(&api, &node, &agent, "published", published).await?;
+    // Quiet intervals (nothing changed) must not write.
+    tokio::time::sleep(interval * 2).await;
+    assert_eq!(
+        api.get(&node).await?.resource_version(),
+        first.resource_version(),
+        "an unchanged node was written again:\n{}",
+        agent.log()
+    );
+
+    // `kubectl delete gpunode`, as an operator would: the agent notices on
+    // its next interval and publishes a new object with the same status.
+    let deleted_at = Instant::now();
+    ctx.cluster()
+        .run_kubectl(&dir, &["delete", "gpunode", &node, "--wait=true"])
+        .await?;
+    let old_uid = first.uid();
+    let back = wait_node(&api, &node, &agent, "created again, with its status", |n| {
+        n.uid() != old_uid && published(n)
+    })
+    .await?;
+    let took = deleted_at.elapsed();
+    eprintln!("GPUNode back {took:.2?} after its deletion (interval {interval:?})");
+    assert!(
+        took < interval * 2,
+        "the GPUNode came back only after {took:?} (interval {interval:?}):\n{}",
+        agent.log()
+    );
+    assert_eq!(back.status.as_ref().unwrap().gpus_healthy, 4);
+    assert_eq!(
+        back.status.as_ref().unwrap().gpus,
+        first.status.as_ref().unwrap().gpus
+    );
+    agent
+        .wait_for_log("GPUNode was deleted; creating it again")
+        .await?;
+
+    // Deleted and at once created again by someone else, without a status:
+    // the agent publishes its status to the new object too.
+    api.delete(&node, &Default::default()).await?;
+    let bare: GPUNode = serde_json::from_value(json!({
+        "apiVersion": "wasmgpu.io/v1alpha1",
+        "kind": "GPUNode",
+        "metadata": { "name": node },
+        "spec": {},
+    }))?;
+    match api.create(&Default::default(), &bare).await {
+        // The agent's interval fell between the two calls: it made the object.
+        Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+        result => {
+            result?;
+        }
+    }
+    let replaced_at = Instant::now();
+    let again = wait_node(&api, &node, &agent, "the status on the new object", |n| {
+        n.uid() != back.uid() && published(n)
+    })
+    .await?;
+    let took = replaced_at.elapsed();
+    eprintln!("status republished {took:.2?} after the GPUNode was replaced");
+    assert!(took < interval * 2, "{took:?}:\n{}", agent.log());
+    assert_eq!(again.status.as_ref().unwrap().gpus_healthy, 4);
+    assert!(
+        !agent.log().contains("Forbidden") && !agent.log().contains("forbidden"),
+        "{}",
+        agent.log()
+    );
+
+    agent.stop().await?;
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }

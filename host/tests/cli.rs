@@ -630,3 +630,210 @@ fn limits_too_large_to_hold_are_refused_naming_the_flag() {
         text(&out)
     );
 }
+
+// === `policy publish` against a real API server ===
+
+/// `bytes` with a custom section of `pad` zero bytes appended: a component
+/// that still loads, of any size (over 900 KiB, `publish` gzips it).
+fn padded(bytes: &[u8], pad: usize) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"padding";
+    let mut body = Vec::new();
+    leb(name.len(), &mut body);
+    body.extend_from_slice(name);
+    body.resize(body.len() + pad, 0);
+    let mut out = bytes.to_vec();
+    out.push(0); // custom section
+    leb(body.len(), &mut out);
+    out.extend_from_slice(&body);
+    out
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// A policy ConfigMap as a user would write it for kubectl: only `key`.
+fn policy_configmap_json(name: &str, key: &str, bytes: Vec<u8>) -> Vec<u8> {
+    let configmap = k8s_openapi::api::core::v1::ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([("wasmgpu.io/policy".to_owned(), "true".to_owned())].into()),
+            ..Default::default()
+        },
+        binary_data: Some([(key.to_owned(), k8s_openapi::ByteString(bytes))].into()),
+        ..Default::default()
+    };
+    let mut value = serde_json::to_value(&configmap).unwrap();
+    value["apiVersion"] = "v1".into();
+    value["kind"] = "ConfigMap".into();
+    serde_json::to_vec(&value).unwrap()
+}
+
+/// `kubectl VERB -f` of a policy ConfigMap holding only `key`.
+async fn kubectl_put(
+    ctx: &wasmgpu_test_harness::TestContext,
+    dir: &Path,
+    verb: &str,
+    name: &str,
+    key: &str,
+    bytes: Vec<u8>,
+) -> anyhow::Result<()> {
+    let file = dir.join(format!("{name}-{verb}.json"));
+    std::fs::write(&file, policy_configmap_json(name, key, bytes))?;
+    let file = file.to_string_lossy();
+    ctx.cluster()
+        .run_kubectl(dir, &[verb, "-n", &ctx.namespace, "-f", &file])
+        .await?;
+    Ok(())
+}
+
+/// A ConfigMap's payload keys, and what the controller's check makes of it.
+type PayloadKeys = (
+    Vec<String>,
+    Result<wasmgpu::controller::Payload, wasmgpu::controller::RejectError>,
+);
+
+/// The payload keys of ConfigMap `name`, and what the controller's check
+/// makes of it.
+async fn payload_of(
+    ctx: &wasmgpu_test_harness::TestContext,
+    name: &str,
+) -> anyhow::Result<PayloadKeys> {
+    let configmap = ctx
+        .api::<k8s_openapi::api::core::v1::ConfigMap>()
+        .get(name)
+        .await?;
+    let keys = configmap
+        .binary_data
+        .iter()
+        .flat_map(|b| b.keys().cloned())
+        .collect();
+    Ok((
+        keys,
+        wasmgpu::controller::Payload::from_configmap(&configmap),
+    ))
+}
+
+#[tokio::test]
+async fn publish_leaves_exactly_one_payload_key_whoever_wrote_the_other() -> anyhow::Result<()> {
+    use wasmgpu::engine::Digest;
+    let ctx = wasmgpu_test_harness::TestContext::new("publish-keys").await?;
+    let cluster = ctx.cluster();
+    let dir = std::env::temp_dir().join(format!("wasmgpu-publish-test-{}", ctx.namespace));
+    std::fs::create_dir_all(&dir)?;
+    let small = std::fs::read(policy("binpack"))?;
+    let large = padded(&small, 1 << 20);
+    let small_file = dir.join("binpack.wasm");
+    let large_file = dir.join("binpack-large.wasm");
+    std::fs::write(&small_file, &small)?;
+    std::fs::write(&large_file, &large)?;
+    let publish = |file: &Path, name: &str| {
+        Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
+            .args(["policy", "publish"])
+            .arg(file)
+            .args(["--name", name, "--namespace", &ctx.namespace])
+            .env("KUBECONFIG", cluster.kubeconfig_path())
+            .output()
+            .unwrap()
+    };
+    let assert_only = |name: &str, key: &str, wasm: &[u8], (keys, payload): PayloadKeys| {
+        assert_eq!(keys, [key], "{name}: payload keys");
+        let payload = payload.unwrap_or_else(|e| panic!("{name}: the controller refuses it: {e}"));
+        assert_eq!(payload.digest, Digest::of(wasm), "{name}");
+    };
+
+    // Published, then replaced by kubectl with only the compressed key (and
+    // no pin): publishing again must not leave both keys.
+    let out = publish(&small_file, "default");
+    assert!(out.status.success(), "{}", text(&out));
+    kubectl_put(
+        &ctx,
+        &dir,
+        "replace",
+        "default",
+        "policy.wasm.gz",
+        gzip(&small),
+    )
+    .await?;
+    let out = publish(&small_file, "default");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("published"),
+        "{}",
+        text(&out)
+    );
+    assert_only(
+        "default",
+        "policy.wasm",
+        &small,
+        payload_of(&ctx, "default").await?,
+    );
+
+    // Created by kubectl (another field manager) with the compressed key;
+    // publish of a small component: plain key only.
+    kubectl_put(
+        &ctx,
+        &dir,
+        "create",
+        "gz-first",
+        "policy.wasm.gz",
+        gzip(&small),
+    )
+    .await?;
+    let out = publish(&small_file, "gz-first");
+    assert!(out.status.success(), "{}", text(&out));
+    assert_only(
+        "gz-first",
+        "policy.wasm",
+        &small,
+        payload_of(&ctx, "gz-first").await?,
+    );
+
+    // Created by kubectl with the plain key; publish of a large component:
+    // compressed key only.
+    kubectl_put(
+        &ctx,
+        &dir,
+        "create",
+        "plain-first",
+        "policy.wasm",
+        small.clone(),
+    )
+    .await?;
+    let out = publish(&large_file, "plain-first");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("gzip-compressed"), "{}", text(&out));
+    assert_only(
+        "plain-first",
+        "policy.wasm.gz",
+        &large,
+        payload_of(&ctx, "plain-first").await?,
+    );
+
+    // publish's own writes, both directions.
+    for (file, key, wasm) in [
+        (&small_file, "policy.wasm", &small),
+        (&large_file, "policy.wasm.gz", &large),
+        (&small_file, "policy.wasm", &small),
+    ] {
+        let out = publish(file, "own");
+        assert!(out.status.success(), "{}", text(&out));
+        assert_only("own", key, wasm, payload_of(&ctx, "own").await?);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}

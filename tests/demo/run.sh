@@ -46,7 +46,9 @@ trap 'exit 130' INT TERM
 
 kubectl() { "$KUBECTL" "$@"; }
 
-# Runs "$@" until it succeeds, for at most TIMEOUT seconds.
+# Runs "$@" until it succeeds, for at most TIMEOUT seconds. The condition is
+# a command (often a function below), run afresh on every try: never pass
+# "$(...)" here, it would be expanded once, before the first try.
 until_ok() {
     local what=$1 deadline=$((SECONDS + TIMEOUT))
     shift
@@ -91,13 +93,23 @@ EOF
     kubectl patch node "$name" --type=merge -p '{"spec":{"taints":null}}' >/dev/null
 }
 
+# How many sample pods are bound (have spec.nodeName).
 bound_count() {
     kubectl get pods -n "$SAMPLES" -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep -c . || true
 }
 
+# The conditions the demo waits for, each evaluated anew on every try.
+at_least_bound() { (($(bound_count) >= $1)); }
+gpunodes_published() {
+    [[ "$(kubectl get gpunodes -o jsonpath='{.items[*].status.gpusTotal}')" == "4 8" ]]
+}
+policy_loaded() { # NAME [DIGEST-PREFIX]
+    "$WASMGPU" policy list --namespace "$NS" | grep "^$1 " | grep -q "sha256:${2:-}"
+}
+
 wait_bound() {
     local want=$1
-    until_ok "$want pods bound" test "$(bound_count)" -ge "$want"
+    until_ok "$want pods bound" at_least_bound "$want"
 }
 
 step "starting the local control plane (kube-apiserver + etcd)"
@@ -107,9 +119,12 @@ until_ok "the API server to be ready" kubectl get --raw /readyz
 note "ready; KUBECONFIG=$KUBECONFIG"
 
 step "installing wasmgpu from deploy/: CRDs, namespace, least-privilege RBAC"
-kubectl apply --server-side -k "$ROOT/deploy/crds" | sed 's/^/    /'
-kubectl apply --server-side -f "$ROOT/deploy/namespace.yaml" | sed 's/^/    /'
-kubectl apply --server-side -k "$ROOT/deploy/rbac" | sed 's/^/    /'
+{
+    kubectl apply --server-side -k "$ROOT/deploy/crds"
+    kubectl apply --server-side -f "$ROOT/deploy/namespace.yaml"
+    kubectl apply --server-side -k "$ROOT/deploy/rbac"
+} >"$WORK/install.log" 2>&1
+note "$(grep -c " serverside-applied" "$WORK/install.log") objects applied (list: $WORK/install.log)"
 kubectl wait --for=condition=Established --timeout=60s crd/gpuresources.wasmgpu.io crd/gpunodes.wasmgpu.io >/dev/null
 note "(the controller Deployment and agent DaemonSet need real nodes: here they run as local processes, as the same ServiceAccounts)"
 CONTROLLER_KUBECONFIG=$(identity wasmgpu-controller)
@@ -128,8 +143,7 @@ pids+=($!)
 KUBECONFIG=$AGENT_KUBECONFIG "$WASMGPU" agent --node-name gpu-a100 \
     --inventory "$ROOT/deploy/inventory/a100-4.yaml" >"$WORK/agent-a100.log" 2>&1 &
 pids+=($!)
-until_ok "both GPUNodes published" bash -c \
-    "test \"\$('$KUBECTL' get gpunodes -o jsonpath='{.items[*].status.gpusTotal}')\" = '4 8'"
+until_ok "both GPUNodes published" gpunodes_published
 kubectl get gpunodes | sed 's/^/    /'
 
 step "starting the controller (default policy: the ConfigMap 'default')"
@@ -139,8 +153,8 @@ KUBECONFIG=$CONTROLLER_KUBECONFIG "$WASMGPU" controller \
     --http-address "127.0.0.1:$CONTROLLER_PORT" >"$WORK/controller.log" 2>&1 &
 pids+=($!)
 until_ok "the controller to be ready" curl -sf "http://127.0.0.1:$CONTROLLER_PORT/readyz"
-until_ok "the policies to be loaded" bash -c \
-    "'$WASMGPU' policy list --namespace '$NS' | grep -q '^spread .*sha256' && '$WASMGPU' policy list --namespace '$NS' | grep -q '^default .*sha256'"
+until_ok "policy spread to be loaded" policy_loaded spread
+until_ok "policy default to be loaded" policy_loaded default
 "$WASMGPU" policy list --namespace "$NS" | sed 's/^/    /'
 
 step "applying the samples (deploy/samples) and a second notebook: a 2x H100 trainer, two shared notebooks, one GPU placed by spread"
@@ -155,8 +169,7 @@ step "swapping the default policy: binpack -> spread, by updating its ConfigMap"
 "$WASMGPU" policy publish "$POLICY_DIR/wasmgpu_spread.wasm" --name default --namespace "$NS" | sed 's/^/    /'
 SPREAD_DIGEST=$(sha256sum "$POLICY_DIR/wasmgpu_spread.wasm" | cut -c1-12)
 BINPACK_DIGEST=$(sha256sum "$POLICY_DIR/wasmgpu_binpack.wasm" | cut -c1-12)
-until_ok "the controller to load the new version" bash -c \
-    "'$WASMGPU' policy list --namespace '$NS' | grep '^default ' | grep -q 'sha256:$SPREAD_DIGEST'"
+until_ok "the controller to load the new version" policy_loaded default "$SPREAD_DIGEST"
 "$WASMGPU" policy list --namespace "$NS" | sed 's/^/    /'
 
 step "applying more pods: two more notebooks and a trainer, now placed by spread"
@@ -166,8 +179,8 @@ wait_bound 7
 echo
 note "Before the swap, binpack (default, sha256:${BINPACK_DIGEST}) stacked both shared notebooks"
 note "on one GPU; after it, spread (default, sha256:${SPREAD_DIGEST}) gave each new notebook"
-note "the emptiest GPU. Every row names the policy version that decided it (the ledger:"
-note "kubectl get gpur -n $SAMPLES -o yaml). Waiting pods would show why in NOTE."
+note "the emptiest GPU. Every row names the policy version that decided it."
+note "Waiting pods would show why in NOTE."
 echo
 note "the controller's metrics (non-zero):"
 curl -s "http://127.0.0.1:$CONTROLLER_PORT/metrics" \

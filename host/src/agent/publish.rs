@@ -4,7 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{GPUNode, GPUNodeStatus};
@@ -31,6 +31,9 @@ pub enum PublishError {
 pub struct Publisher {
     api: Api<GPUNode>,
     node: String,
+    /// The uid of the `GPUNode` last read or written: another uid, or none,
+    /// means it was deleted (and perhaps created again by someone else).
+    uid: Option<String>,
     published: Option<GPUNodeStatus>,
 }
 
@@ -39,64 +42,48 @@ impl Publisher {
     /// remembers its current status, so that an unchanged status is not
     /// written again after a restart.
     pub async fn start(client: Client, node: &str) -> Result<Self, PublishError> {
-        let api: Api<GPUNode> = Api::all(client);
-        let error = |action| {
-            let node = node.to_owned();
-            move |error| PublishError::Api {
-                action,
-                node,
-                error,
-            }
-        };
-        let existing = api.get_opt(node).await.map_err(error("reading"))?;
-        let published = match existing {
-            Some(object) => object.status,
-            None => {
-                let body = json!({
-                    "apiVersion": GPUNode::api_version(&()),
-                    "kind": GPUNode::kind(&()),
-                    "metadata": { "name": node },
-                    "spec": {},
-                });
-                api.patch(node, &params(), &Patch::Apply(body))
-                    .await
-                    .map_err(error("creating"))?;
-                tracing::info!(%node, "Created GPUNode");
-                None
-            }
-        };
-        Ok(Self {
-            api,
+        let mut publisher = Self {
+            api: Api::all(client),
             node: node.to_owned(),
-            published,
-        })
+            uid: None,
+            published: None,
+        };
+        let existing = publisher
+            .api
+            .get_opt(node)
+            .await
+            .map_err(|error| publisher.error("reading", error))?;
+        match existing {
+            Some(object) => {
+                publisher.uid = object.uid();
+                publisher.published = object.status;
+            }
+            None => publisher.create().await?,
+        }
+        Ok(publisher)
     }
 
-    /// Publishes `status` unless it says what the last published one said;
-    /// true when it wrote.
+    /// Publishes `status` unless it says what the last published one said
+    /// and the `GPUNode` is still the one it was published to; true when it
+    /// wrote. A `GPUNode` deleted since is created again, with the status.
     pub async fn publish(&mut self, mut status: GPUNodeStatus) -> Result<bool, PublishError> {
         keep_transition_times(&mut status, self.published.as_ref());
-        if self
+        let unchanged = self
             .published
             .as_ref()
-            .is_some_and(|published| same(published, &status))
-        {
+            .is_some_and(|published| same(published, &status));
+        if unchanged && self.still_there().await? {
             return Ok(false);
         }
         status.last_updated = Some(Time(Timestamp::now()));
-        let body = json!({
-            "apiVersion": GPUNode::api_version(&()),
-            "kind": GPUNode::kind(&()),
-            "status": status,
-        });
-        self.api
-            .patch_status(&self.node, &params(), &Patch::Apply(body))
-            .await
-            .map_err(|error| PublishError::Api {
-                action: "updating the status of",
-                node: self.node.clone(),
-                error,
-            })?;
+        match self.apply_status(&status).await {
+            Err(error) if is_not_found(&error) => {
+                tracing::warn!(node = %self.node, "GPUNode was deleted; creating it again");
+                self.create().await?;
+                self.apply_status(&status).await?;
+            }
+            result => result?,
+        }
         tracing::info!(
             node = %self.node,
             gpus = status.gpus_total,
@@ -106,6 +93,82 @@ impl Publisher {
         self.published = Some(status);
         Ok(true)
     }
+
+    /// Whether the `GPUNode` last written is still there (one read of its
+    /// metadata). When it is gone it is created again, and the status must
+    /// be published anew; so must it when another object took its name.
+    async fn still_there(&mut self) -> Result<bool, PublishError> {
+        let current = self
+            .api
+            .get_metadata_opt(&self.node)
+            .await
+            .map_err(|error| self.error("reading", error))?;
+        match current {
+            Some(meta) if meta.uid() == self.uid => Ok(true),
+            Some(meta) => {
+                tracing::warn!(
+                    node = %self.node,
+                    uid = ?meta.uid(),
+                    "GPUNode was replaced; publishing the status again"
+                );
+                self.uid = meta.uid();
+                Ok(false)
+            }
+            None => {
+                tracing::warn!(node = %self.node, "GPUNode was deleted; creating it again");
+                self.create().await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Creates `GPUNode/<node>` (an apply of the object, without status).
+    async fn create(&mut self) -> Result<(), PublishError> {
+        let body = json!({
+            "apiVersion": GPUNode::api_version(&()),
+            "kind": GPUNode::kind(&()),
+            "metadata": { "name": self.node },
+            "spec": {},
+        });
+        let created = self
+            .api
+            .patch(&self.node, &params(), &Patch::Apply(body))
+            .await
+            .map_err(|error| self.error("creating", error))?;
+        tracing::info!(node = %self.node, "Created GPUNode");
+        self.uid = created.uid();
+        Ok(())
+    }
+
+    async fn apply_status(&mut self, status: &GPUNodeStatus) -> Result<(), PublishError> {
+        let body = json!({
+            "apiVersion": GPUNode::api_version(&()),
+            "kind": GPUNode::kind(&()),
+            "status": status,
+        });
+        let written = self
+            .api
+            .patch_status(&self.node, &params(), &Patch::Apply(body))
+            .await
+            .map_err(|error| self.error("updating the status of", error))?;
+        self.uid = written.uid();
+        Ok(())
+    }
+
+    fn error(&self, action: &'static str, error: kube::Error) -> PublishError {
+        PublishError::Api {
+            action,
+            node: self.node.clone(),
+            error,
+        }
+    }
+}
+
+fn is_not_found(error: &PublishError) -> bool {
+    matches!(
+        error,
+        PublishError::Api { error: kube::Error::Api(status), .. } if status.is_not_found()
+    )
 }
 
 fn params() -> PatchParams {

@@ -22,8 +22,9 @@ use crate::api::{GPUNodeStatus, GpuInfo};
 ///
 /// The agent reads the GPUs every --interval and on every critical XID or
 /// double-bit ECC event, and writes the GPUNode (server-side apply, field
-/// manager `wasmgpu-agent`) only when something changed. It finds the API
-/// server as kubectl does: KUBECONFIG, ~/.kube/config, or the in-cluster
+/// manager `wasmgpu-agent`) only when something changed; a GPUNode deleted
+/// while the agent runs is created again within one interval. It finds the
+/// API server as kubectl does: KUBECONFIG, ~/.kube/config, or the in-cluster
 /// service account.
 ///
 /// Without NVIDIA's library (libnvidia-ml.so.1) it refuses to start, unless

@@ -74,6 +74,10 @@ pub(crate) enum PolicyCommand {
     /// `binaryData["policy.wasm"]` (`["policy.wasm.gz"]`, gzip-compressed,
     /// when the component is over 900 KiB), the digest pinned in annotation
     /// `wasmgpu.io/sha256`, and `data["config.json"]` from --config.
+    /// A payload key of the other kind (written by kubectl, say) is
+    /// replaced in the same step, so exactly one remains; `published` is
+    /// printed only when the controller's payload check passes on the
+    /// result.
     Publish {
         /// The policy component (.wasm).
         file: PathBuf,

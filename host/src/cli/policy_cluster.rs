@@ -11,6 +11,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
+use serde_json::json;
 
 use super::policy::Output;
 use super::table::Table;
@@ -18,6 +19,7 @@ use crate::api::policy::{
     CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY, POLICY_LABEL, POLICY_SELECTOR,
     PolicyStatus, STATUS_ANNOTATION,
 };
+use crate::controller::Payload;
 use crate::engine::Digest;
 
 /// Field manager of `wasmgpu policy publish`.
@@ -96,31 +98,147 @@ pub(crate) fn publish(
         }
     };
     let configmap = policy_configmap(name, &namespace, &wasm, config)?;
-    let mut value = serde_json::to_value(&configmap)?;
-    value["apiVersion"] = "v1".into();
-    value["kind"] = "ConfigMap".into();
-    block_on(async {
+    let digest = Digest::of(&wasm);
+    let written = block_on(async {
         let api: Api<ConfigMap> = Api::namespaced(client().await?, &namespace);
-        api.patch(
-            name,
-            &PatchParams::apply(PUBLISH_MANAGER).force(),
-            &Patch::Apply(&value),
-        )
-        .await
-        .with_context(|| format!("applying ConfigMap {namespace}/{name}"))?;
-        anyhow::Ok(())
+        write(&api, &configmap).await
     })?;
+    // The controller's own check of what is now in the cluster: never report
+    // a version it would refuse before even compiling it.
+    match Payload::from_configmap(&written) {
+        Ok(payload) if payload.digest == digest => {}
+        Ok(payload) => anyhow::bail!(
+            "ConfigMap {namespace}/{name} now holds {}, not {digest}: someone else wrote it at the same time; publish again",
+            payload.digest
+        ),
+        Err(reason) => anyhow::bail!(
+            "ConfigMap {namespace}/{name} was written, but the controller refuses it ({}): {reason}",
+            reason.kind()
+        ),
+    }
     let compressed = configmap
         .binary_data
         .as_ref()
         .is_some_and(|b| b.contains_key(POLICY_GZ_KEY));
     super::out::println(&format!(
-        "published {namespace}/{name}: {} ({} bytes{})",
-        Digest::of(&wasm),
+        "published {namespace}/{name}: {digest} ({} bytes{})",
         wasm.len(),
         if compressed { ", gzip-compressed" } else { "" }
     ))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// How many times a payload key swap is tried when the ConfigMap changes
+/// between reading and patching it.
+const SWAP_ATTEMPTS: usize = 3;
+
+/// Writes `configmap` by server-side apply; returns the object written.
+///
+/// An apply removes only the keys its own field manager set, and the
+/// controller refuses a ConfigMap with both `policy.wasm` and
+/// `policy.wasm.gz`. So when the existing ConfigMap holds the other payload
+/// key (written by kubectl, or by an earlier publish of the other size), one
+/// JSON patch first swaps it for the new component, with its pin, in a
+/// single write guarded by the `resourceVersion` read: the controller never
+/// sees both keys, nor neither.
+async fn write(api: &Api<ConfigMap>, configmap: &ConfigMap) -> anyhow::Result<ConfigMap> {
+    let name = configmap.name_any();
+    let namespace = configmap.namespace().unwrap_or_default();
+    for attempt in 1..=SWAP_ATTEMPTS {
+        match swap_payload_key(api, configmap).await {
+            Ok(()) => break,
+            Err(kube::Error::Api(status))
+                if (status.is_conflict() || status.code == 422) && attempt < SWAP_ATTEMPTS =>
+            {
+                continue;
+            }
+            Err(error) => {
+                return Err(error).with_context(|| {
+                    format!("replacing the other payload key of ConfigMap {namespace}/{name}")
+                });
+            }
+        }
+    }
+    let mut value = serde_json::to_value(configmap)?;
+    value["apiVersion"] = "v1".into();
+    value["kind"] = "ConfigMap".into();
+    api.patch(
+        &name,
+        &PatchParams::apply(PUBLISH_MANAGER).force(),
+        &Patch::Apply(&value),
+    )
+    .await
+    .with_context(|| format!("applying ConfigMap {namespace}/{name}"))
+}
+
+/// When the existing ConfigMap holds the payload key `configmap` does not
+/// use, replaces it by the new one (one guarded JSON patch).
+async fn swap_payload_key(api: &Api<ConfigMap>, configmap: &ConfigMap) -> Result<(), kube::Error> {
+    let name = configmap.name_any();
+    let Some(existing) = api.get_opt(&name).await? else {
+        return Ok(());
+    };
+    let Some(ops) = payload_swap(&existing, configmap) else {
+        return Ok(());
+    };
+    // `Patch::Json` holds a `json_patch::Patch`, deserialised from the ops.
+    let patch = Patch::<()>::Json(serde_json::from_value(ops).map_err(kube::Error::SerdeError)?);
+    let params = PatchParams {
+        field_manager: Some(PUBLISH_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    api.patch(&name, &params, &patch).await?;
+    tracing::info!(
+        namespace = %configmap.namespace().unwrap_or_default(),
+        %name,
+        "Replaced the other payload key"
+    );
+    Ok(())
+}
+
+/// The JSON patch (RFC 6902) that turns `existing`, when it holds the other
+/// payload key than `wanted`, into a ConfigMap with `wanted`'s component and
+/// pin (and config, when `wanted` has one); `None` when there is nothing to
+/// swap. It fails if the object changed since it was read.
+pub(crate) fn payload_swap(existing: &ConfigMap, wanted: &ConfigMap) -> Option<serde_json::Value> {
+    let wanted_binary = wanted.binary_data.as_ref()?;
+    let (key, bytes) = wanted_binary.iter().next()?;
+    let other = if key == POLICY_KEY {
+        POLICY_GZ_KEY
+    } else {
+        POLICY_KEY
+    };
+    if !existing
+        .binary_data
+        .as_ref()
+        .is_some_and(|b| b.contains_key(other))
+    {
+        return None;
+    }
+    let pointer = |segment: &str| segment.replace('~', "~0").replace('/', "~1");
+    let mut ops = vec![
+        json!({ "op": "test", "path": "/metadata/resourceVersion",
+                "value": existing.resource_version() }),
+        json!({ "op": "remove", "path": format!("/binaryData/{}", pointer(other)) }),
+        json!({ "op": "add", "path": format!("/binaryData/{}", pointer(key)), "value": bytes }),
+    ];
+    let mut set = |map_path: &str, present: bool, entries: Option<&BTreeMap<String, String>>| {
+        let Some(entries) = entries else { return };
+        if present {
+            for (k, v) in entries {
+                ops.push(json!({ "op": "add", "path": format!("{map_path}/{}", pointer(k)), "value": v }));
+            }
+        } else {
+            ops.push(json!({ "op": "add", "path": map_path, "value": entries }));
+        }
+    };
+    set(
+        "/metadata/annotations",
+        existing.metadata.annotations.is_some(),
+        wanted.metadata.annotations.as_ref(),
+    );
+    set("/data", existing.data.is_some(), wanted.data.as_ref());
+    Some(serde_json::Value::Array(ops))
 }
 
 /// One row of `policy list`.
@@ -183,7 +301,6 @@ fn short(digest: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::Payload;
 
     #[test]
     fn published_configmaps_load_back_compressed_or_not() {

@@ -124,32 +124,33 @@ pub async fn run(
         },
     );
     let pods = watcher::Config::default().fields(&format!("spec.schedulerName={SCHEDULER_NAME}"));
-    let mut watches = vec![
-        tokio::spawn(feed(
-            Api::<Node>::all(client.clone()),
-            watcher::Config::default(),
-            shared.clone(),
-            links.link("Node"),
-        )),
-        tokio::spawn(feed(
-            Api::<GPUNode>::all(client.clone()),
-            watcher::Config::default(),
-            shared.clone(),
-            links.link("GPUNode"),
-        )),
-        tokio::spawn(feed(
-            Api::<GPUResource>::all(client.clone()),
-            watcher::Config::default(),
-            shared.clone(),
-            links.link("GPUResource"),
-        )),
-        tokio::spawn(feed(
-            Api::<Pod>::all(client.clone()),
-            pods,
-            shared.clone(),
-            links.link("Pod"),
-        )),
-    ];
+    // Tracked, not detached: on shutdown they stop before the Lease is
+    // released (the loader holds a leadership receiver).
+    let mut watches = tokio::task::JoinSet::new();
+    watches.spawn(feed(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        shared.clone(),
+        links.link("Node"),
+    ));
+    watches.spawn(feed(
+        Api::<GPUNode>::all(client.clone()),
+        watcher::Config::default(),
+        shared.clone(),
+        links.link("GPUNode"),
+    ));
+    watches.spawn(feed(
+        Api::<GPUResource>::all(client.clone()),
+        watcher::Config::default(),
+        shared.clone(),
+        links.link("GPUResource"),
+    ));
+    watches.spawn(feed(
+        Api::<Pod>::all(client.clone()),
+        pods,
+        shared.clone(),
+        links.link("Pod"),
+    ));
     let loader = Loader {
         api: Api::<ConfigMap>::namespaced(client.clone(), &config.policy_namespace),
         engine,
@@ -162,7 +163,7 @@ pub async fn run(
         leader: leadership.subscribe(),
     };
     tracing::info!(namespace = %config.policy_namespace, "Watching policy ConfigMaps");
-    watches.push(tokio::spawn(loader.run(links.link("ConfigMap"))));
+    watches.spawn(loader.run(links.link("ConfigMap")));
     // Every watch has its link: `/readyz` waits for all of them.
     let http = config
         .http_address
@@ -187,7 +188,6 @@ pub async fn run(
         leader: leadership.subscribe(),
     };
     let mut rounds = tokio::spawn(rounds.run());
-    let any_watch_ended = futures::future::select_all(watches);
     let http_failed = async {
         match http {
             Some(task) => match task.await {
@@ -201,9 +201,10 @@ pub async fn run(
     tokio::select! {
         error = http_failed => anyhow::bail!("cannot serve metrics and health: {error}"),
         () = shutdown => tracing::info!("Shutting down"),
-        (ended, _, _) = any_watch_ended => match ended {
-            Ok(kind) => anyhow::bail!("the {kind} watch ended unexpectedly"),
-            Err(error) => anyhow::bail!("a watch task failed: {error}"),
+        ended = watches.join_next() => match ended {
+            Some(Ok(kind)) => anyhow::bail!("the {kind} watch ended unexpectedly"),
+            Some(Err(error)) => anyhow::bail!("a watch task failed: {error}"),
+            None => anyhow::bail!("no watch runs"),
         },
         result = &mut rounds => {
             result?;
@@ -212,6 +213,7 @@ pub async fn run(
     }
     rounds.abort();
     let _ = rounds.await;
+    watches.shutdown().await;
     events_task.abort();
     leadership.step_down().await;
     Ok(())

@@ -132,6 +132,83 @@ async fn a_standby_takes_over_when_the_leader_dies_and_nothing_is_bound_twice() 
     remove_nodes(&ctx, &[node]).await
 }
 
+#[tokio::test]
+async fn sigterm_releases_the_lease_at_once_and_the_standby_binds_the_next_pod() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("ctl-sigterm").await?;
+    install_crds(&ctx).await?;
+    let node = format!("{}-n1", ctx.namespace);
+    gpu_node(&ctx, &node, 8).await?;
+    gpuresource(&ctx, "one", 1, Sharing::Exclusive, 0, None).await?;
+    // A lease long enough that waiting for it to expire would show.
+    let flags = |identity: &str| {
+        let mut flags = lease_flags(&ctx, identity);
+        let duration = flags.iter().position(|f| f == "--lease-duration").unwrap() + 1;
+        flags[duration] = "15s".into();
+        flags
+    };
+
+    let mut leader = Controller::start_with(&ctx, &flags("ctl-a")).await?;
+    wait_holder(&ctx, "ctl-a").await?;
+    let mut standby = Controller::start_with(&ctx, &flags("ctl-b")).await?;
+    create_pod(&ctx, "before", "one").await?;
+    bound_devices(&ctx, &["before".to_string()]).await?;
+    let deadline = Instant::now() + ACT;
+    while !standby.log_tail().contains("Not the leader") {
+        standby.check_alive()?;
+        if Instant::now() > deadline {
+            bail!(
+                "the standby does not wait for the lead:\n{}",
+                standby.log_tail()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let pid = leader.pid().context("the leader has exited")?;
+    let terminated_at = Instant::now();
+    let status = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .await?;
+    assert!(status.success());
+    // The leader exits, and the Lease no longer names it, within 2 s.
+    let exited = loop {
+        if leader.check_alive().is_err() {
+            break terminated_at.elapsed();
+        }
+        if terminated_at.elapsed() > Duration::from_secs(10) {
+            bail!(
+                "the leader still runs 10 s after SIGTERM:\n{}",
+                leader.log_tail()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let log = leader.log_tail();
+    assert!(log.contains("Released the lease"), "{log}");
+    assert_ne!(holder(&ctx).await?.as_deref(), Some("ctl-a"));
+    create_pod(&ctx, "after", "one").await?;
+    bound_devices(&ctx, &["after".to_string()]).await?;
+    let bound = terminated_at.elapsed();
+    eprintln!(
+        "SIGTERM: the leader exited after {exited:.2?}; the standby bound the next pod {bound:.2?} after the signal (lease 15 s)"
+    );
+    assert!(
+        exited < Duration::from_secs(2),
+        "exit took {exited:?}:\n{log}"
+    );
+    assert!(
+        bound < Duration::from_secs(3),
+        "the standby bound the next pod {bound:?} after SIGTERM:\n{}",
+        standby.log_tail()
+    );
+    standby.check_alive()?;
+    assert_eq!(holder(&ctx).await?.as_deref(), Some("ctl-b"));
+    drop(standby);
+    remove_nodes(&ctx, &[node]).await
+}
+
 /// A plain HTTP/1.0 GET: status code and body.
 pub(super) async fn get(port: u16, path: &str) -> Result<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;

@@ -235,6 +235,11 @@ impl Controller {
         Ok(self.log_tail())
     }
 
+    /// The process id (to send it a signal).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// The end of the controller's log.
     pub fn log_tail(&self) -> String {
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
