@@ -307,7 +307,7 @@ impl Applier {
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(%resource, %error, "Cannot update the ledger; retrying next round")
+                    tracing::warn!(kind = "GPUResource", %resource, %error, "Cannot update the ledger; retrying next round")
                 }
             }
         }
@@ -343,7 +343,7 @@ impl Applier {
                 )
                 .await;
             if let Err(error) = self.recorded(&view.key, result).await {
-                tracing::warn!(resource = %view.key, %error, "Cannot remove the finalizer; retrying next round");
+                tracing::warn!(kind = "GPUResource", resource = %view.key, %error, "Cannot remove the finalizer; retrying next round");
             }
         }
     }
@@ -410,10 +410,10 @@ impl Applier {
                     Ok(Ok(Some(current))) => self.writer.shared.index().record_write(&current),
                     Ok(Ok(None)) => {}
                     Ok(Err(read_error)) => {
-                        tracing::warn!(resource = %key, %read_error, "Cannot read the GPUResource back after a failed write")
+                        tracing::warn!(kind = "GPUResource", resource = %key, %read_error, "Cannot read the GPUResource back after a failed write")
                     }
                     Err(_) => {
-                        tracing::warn!(resource = %key, "Cannot read the GPUResource back after a failed write: no answer")
+                        tracing::warn!(kind = "GPUResource", resource = %key, "Cannot read the GPUResource back after a failed write: no answer")
                     }
                 }
                 Err(error)
@@ -473,12 +473,12 @@ impl Writer {
                 );
             }
             Outcome::NotBound(why) => {
-                tracing::info!(%pod, %why, "Not bound; the pod is decided again");
+                tracing::info!(kind = "Pod", %pod, %why, "Not bound; the pod is decided again");
                 self.shared.index().end_binding(pod, uid);
                 self.shared.changed.notify_one();
             }
             Outcome::Unknown(why) => {
-                tracing::warn!(%pod, %why, "Binding outcome unknown; its GPUs stay held and it is sent again");
+                tracing::warn!(kind = "Pod", %pod, %why, "Binding outcome unknown; its GPUs stay held and it is sent again");
                 self.shared.index().retry_binding(pod, uid);
                 self.shared.changed.notify_one();
             }

@@ -12,6 +12,7 @@ use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use super::connection::error_chain;
+use super::metrics::Metrics;
 use crate::api::{GROUP, VERSION};
 use crate::index::ObjectKey;
 
@@ -65,9 +66,13 @@ pub fn gpuresource_ref(resource: &ObjectKey, uid: Option<&str>) -> ObjectReferen
 
 impl EventSink {
     /// A sink and the task that publishes what it receives as `reporter`.
-    pub fn start(client: Client, reporter: Reporter) -> (Self, tokio::task::JoinHandle<()>) {
+    pub fn start(
+        client: Client,
+        reporter: Reporter,
+        metrics: Metrics,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
         let (sender, receiver) = mpsc::channel(QUEUE);
-        let task = tokio::spawn(publish(client, reporter, receiver));
+        let task = tokio::spawn(publish(client, reporter, metrics, receiver));
         (Self { sender }, task)
     }
 
@@ -133,11 +138,45 @@ impl EventSink {
     }
 }
 
-async fn publish(client: Client, reporter: Reporter, mut receiver: mpsc::Receiver<Queued>) {
+/// How long one Event write may take: Events never hold up anything else,
+/// but a hung write must not hold up the Events behind it.
+const EVENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs one Event write under [`EVENT_TIMEOUT`] and counts it in
+/// `wasmgpu_api_writes_total{kind="event"}`.
+async fn timed<T>(
+    metrics: &Metrics,
+    write: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<(), String> {
+    let result = match tokio::time::timeout(EVENT_TIMEOUT, write).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(error),
+        Err(_) => {
+            metrics.write("event", "timeout");
+            return Err(format!("no answer within {EVENT_TIMEOUT:?}"));
+        }
+    };
+    metrics.write(
+        "event",
+        match &result {
+            Ok(()) => "ok".to_string(),
+            Err(kube::Error::Api(status)) => status.code.to_string(),
+            Err(_) => "error".to_string(),
+        },
+    );
+    result.map_err(|error| error_chain(&error))
+}
+
+async fn publish(
+    client: Client,
+    reporter: Reporter,
+    metrics: Metrics,
+    mut receiver: mpsc::Receiver<Queued>,
+) {
     let recorder = Recorder::new(client.clone(), reporter.clone());
     while let Some(queued) = receiver.recv().await {
         if queued.distinct {
-            publish_distinct(&client, &reporter, queued).await;
+            publish_distinct(&client, &reporter, &metrics, queued).await;
             continue;
         }
         let event = Event {
@@ -152,9 +191,9 @@ async fn publish(client: Client, reporter: Reporter, mut receiver: mpsc::Receive
             action: queued.action.into(),
             secondary: None,
         };
-        if let Err(error) = recorder.publish(&event, &queued.reference).await {
+        if let Err(error) = timed(&metrics, recorder.publish(&event, &queued.reference)).await {
             tracing::warn!(
-                error = %error_chain(&error),
+                %error,
                 reason = queued.reason,
                 kind = queued.reference.kind.as_deref().unwrap_or_default(),
                 object = ?queued.reference.name,
@@ -165,7 +204,7 @@ async fn publish(client: Client, reporter: Reporter, mut receiver: mpsc::Receive
 }
 
 /// Creates `queued` as an Event of its own.
-async fn publish_distinct(client: &Client, reporter: &Reporter, queued: Queued) {
+async fn publish_distinct(client: &Client, reporter: &Reporter, metrics: &Metrics, queued: Queued) {
     let namespace = queued
         .reference
         .namespace
@@ -202,9 +241,9 @@ async fn publish_distinct(client: &Client, reporter: &Reporter, queued: Queued) 
         ..Default::default()
     };
     let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
-    if let Err(error) = api.create(&PostParams::default(), &event).await {
+    if let Err(error) = timed(metrics, api.create(&PostParams::default(), &event)).await {
         tracing::warn!(
-            error = %error_chain(&error),
+            %error,
             reason = queued.reason,
             kind = queued.reference.kind.as_deref().unwrap_or_default(),
             object = ?queued.reference.name,

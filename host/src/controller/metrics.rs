@@ -10,7 +10,7 @@
 //! | `wasmgpu_policy_loads_total` | counter | `policy`, `result` (`loaded`, `rejected`) |
 //! | `wasmgpu_gpus` | gauge | `node`, `model`, `state` (`allocated`, `free`, `unhealthy`) |
 //! | `wasmgpu_leader` | gauge | 1 while this replica leads |
-//! | `wasmgpu_api_writes_total` | counter | `kind` (`binding`, `annotation`, `ledger`, `finalizer`, `status`), `result` (`ok`, an HTTP status code, `timeout`, `error`) |
+//! | `wasmgpu_api_writes_total` | counter | `kind` (`binding`, `annotation`, `ledger`, `finalizer`, `status`, `event`), `result` (`ok`, an HTTP status code, `timeout`, `error`) |
 //! | `wasmgpu_round_phase_seconds` | histogram | `phase` (`snapshot`, `policy-call`, `validation`, `writes`) |
 //! | `wasmgpu_binding_seconds` | histogram | | from a decision's validation to its binding's answer |
 //! | `wasmgpu_watch_connected` | gauge | `kind`: 1 while its last list or watch succeeded |

@@ -122,6 +122,7 @@ pub async fn run(
             controller: FIELD_MANAGER.into(),
             instance: config.instance.clone(),
         },
+        metrics.clone(),
     );
     let pods = watcher::Config::default().fields(&format!("spec.schedulerName={SCHEDULER_NAME}"));
     // Tracked, not detached: on shutdown they stop before the Lease is

@@ -341,7 +341,7 @@ impl Reporter {
         match applier.write_status(&view.key, &patch).await {
             Ok(()) => true,
             Err(error) => {
-                tracing::warn!(resource = %view.key, %error, "Cannot write status; retrying next round");
+                tracing::warn!(kind = "GPUResource", resource = %view.key, %error, "Cannot write status; retrying next round");
                 false
             }
         }
