@@ -19,6 +19,8 @@ pub mod snapshot;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
+use ahash::RandomState;
+
 use wasmgpu_policy_sdk::glob_match;
 
 use crate::engine::types::{Assignment, Decision, Deferral, Gpu, Request, Sharing, Snapshot};
@@ -170,47 +172,56 @@ pub struct Verdict {
     pub refused: Vec<Refused>,
 }
 
-/// What one GPU has left during the replay.
-struct GpuLeft {
+/// The maps of the replay hash with aHash: fast, and seeded at random, so
+/// tenants cannot pick pod or node names that collide.
+type Map<K, V> = HashMap<K, V, RandomState>;
+
+fn map<K, V>(capacity: usize) -> Map<K, V> {
+    HashMap::with_capacity_and_hasher(capacity, RandomState::new())
+}
+
+/// One GPU during the replay: what it is and what it has left.
+struct GpuLeft<'a> {
+    gpu: &'a Gpu,
     node: usize,
     free_mib: u64,
-    holder: Option<String>,
+    holder: Option<&'a str>,
     shares: u32,
 }
 
 /// Checks `decisions` against `snapshot`; see the module docs.
+///
+/// Built for rounds of thousands of GPUs: the maps hash with aHash, the
+/// per-GPU state lives in one vector indexed by position and borrows its
+/// strings instead of copying them.
 pub fn validate(snapshot: &Snapshot, decisions: &[Decision]) -> Verdict {
-    let pod_to_request: HashMap<&str, &Request> = snapshot
-        .pending
-        .iter()
-        .map(|r| (r.pod.as_str(), r))
-        .collect();
-    let node_by_name: HashMap<&str, usize> = snapshot
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.as_str(), i))
-        .collect();
-    let mut gpus: HashMap<&str, GpuLeft> = HashMap::new();
+    let mut pod_to_request: Map<&str, usize> = map(snapshot.pending.len());
+    for (i, r) in snapshot.pending.iter().enumerate() {
+        pod_to_request.insert(r.pod.as_str(), i);
+    }
+    let mut node_by_name: Map<&str, usize> = map(snapshot.nodes.len());
+    for (i, n) in snapshot.nodes.iter().enumerate() {
+        node_by_name.insert(n.name.as_str(), i);
+    }
+    let gpu_count = snapshot.nodes.iter().map(|n| n.gpus.len()).sum();
+    let mut gpus: Vec<GpuLeft> = Vec::with_capacity(gpu_count);
+    let mut uuid_to_gpu: Map<&str, usize> = map(gpu_count);
     for (n, node) in snapshot.nodes.iter().enumerate() {
         for gpu in &node.gpus {
-            gpus.entry(gpu.uuid.as_str()).or_insert_with(|| GpuLeft {
+            // A UUID is one GPU: the first occurrence stands for all.
+            uuid_to_gpu.entry(gpu.uuid.as_str()).or_insert(gpus.len());
+            gpus.push(GpuLeft {
+                gpu,
                 node: n,
                 free_mib: gpu.memory_mib.saturating_sub(gpu.allocated_mib),
-                holder: gpu.exclusive_owner.clone(),
+                holder: gpu.exclusive_owner.as_deref(),
                 shares: gpu.shared_owners,
             });
         }
     }
-    let gpu_info: HashMap<&str, &Gpu> = snapshot
-        .nodes
-        .iter()
-        .flat_map(|n| &n.gpus)
-        .map(|g| (g.uuid.as_str(), g))
-        .collect();
 
     let mut verdict = Verdict::default();
-    let mut decided: HashSet<&str> = HashSet::new();
+    let mut decided = vec![false; snapshot.pending.len()];
     for (index, decision) in decisions.iter().enumerate() {
         let pod = decision.pod();
         let refuse = |reason| Refused {
@@ -218,26 +229,27 @@ pub fn validate(snapshot: &Snapshot, decisions: &[Decision]) -> Verdict {
             decision: decision.clone(),
             reason,
         };
-        let Some(request) = pod_to_request.get(pod) else {
+        let Some(&position) = pod_to_request.get(pod) else {
             verdict.refused.push(refuse(Invalid::UnknownPod));
             continue;
         };
-        if !decided.insert(pod) {
+        if std::mem::replace(&mut decided[position], true) {
             verdict.refused.push(refuse(Invalid::DecidedTwice));
             continue;
         }
+        let request = &snapshot.pending[position];
         match decision {
             Decision::Wait(d) => verdict.waiting.push(d.clone()),
             Decision::Reject(d) => verdict.rejected.push(d.clone()),
             Decision::Assign(a) => {
-                match check(snapshot, a, request, &node_by_name, &gpu_info, &gpus) {
+                match check(snapshot, a, request, &node_by_name, &uuid_to_gpu, &gpus) {
                     Err(reason) => verdict.refused.push(refuse(reason)),
                     Ok(()) => {
                         for uuid in &a.gpus {
-                            let left = gpus.get_mut(uuid.as_str()).expect("checked above");
+                            let left = &mut gpus[uuid_to_gpu[uuid.as_str()]];
                             match request.sharing {
                                 Sharing::Exclusive => {
-                                    left.holder = Some(a.pod.clone());
+                                    left.holder = Some(a.pod.as_str());
                                     left.free_mib = 0;
                                 }
                                 Sharing::Shared => {
@@ -259,9 +271,9 @@ fn check(
     snapshot: &Snapshot,
     a: &Assignment,
     request: &Request,
-    node_by_name: &HashMap<&str, usize>,
-    gpu_info: &HashMap<&str, &Gpu>,
-    gpus: &HashMap<&str, GpuLeft>,
+    node_by_name: &Map<&str, usize>,
+    uuid_to_gpu: &Map<&str, usize>,
+    gpus: &[GpuLeft],
 ) -> Result<(), Invalid> {
     let node = *node_by_name
         .get(a.node.as_str())
@@ -283,56 +295,62 @@ fn check(
             want: request.count,
         });
     }
-    let mut seen = HashSet::new();
-    for uuid in &a.gpus {
-        let gpu = uuid.clone();
-        if !seen.insert(uuid.as_str()) {
-            return Err(Invalid::DuplicateGpu { gpu });
-        }
-        let (Some(info), Some(left)) = (gpu_info.get(uuid.as_str()), gpus.get(uuid.as_str()))
-        else {
-            return Err(Invalid::UnknownGpu { gpu });
+    let mut seen: HashSet<&str, RandomState> = HashSet::default();
+    for (k, uuid) in a.gpus.iter().enumerate() {
+        // A handful of GPUs: comparing with the earlier ones beats hashing.
+        let duplicate = if a.gpus.len() <= 16 {
+            a.gpus[..k].contains(uuid)
+        } else {
+            !seen.insert(uuid.as_str())
         };
+        if duplicate {
+            return Err(Invalid::DuplicateGpu { gpu: uuid.clone() });
+        }
+        let Some(left) = uuid_to_gpu.get(uuid.as_str()).map(|&g| &gpus[g]) else {
+            return Err(Invalid::UnknownGpu { gpu: uuid.clone() });
+        };
+        let info = left.gpu;
+        let gpu = || uuid.clone();
         if left.node != node {
             let node = snapshot.nodes[left.node].name.clone();
-            return Err(Invalid::GpuOnOtherNode { gpu, node });
+            return Err(Invalid::GpuOnOtherNode { gpu: gpu(), node });
         }
         if !info.healthy {
-            return Err(Invalid::UnhealthyGpu { gpu });
+            return Err(Invalid::UnhealthyGpu { gpu: gpu() });
         }
         if let Some(pattern) = &request.model
             && !glob_match(pattern, &info.model)
         {
             return Err(Invalid::ModelMismatch {
-                gpu,
+                gpu: gpu(),
                 model: info.model.clone(),
                 pattern: pattern.clone(),
             });
         }
-        if let Some(holder) = &left.holder {
+        if let Some(holder) = left.holder {
             return Err(Invalid::GpuTaken {
-                gpu,
-                by: holder.clone(),
+                gpu: gpu(),
+                by: holder.to_owned(),
             });
         }
         match request.sharing {
             Sharing::Exclusive => {
                 if info.memory_mib < request.memory_mib {
                     return Err(Invalid::NotEnoughMemory {
-                        gpu,
+                        gpu: gpu(),
                         has_mib: info.memory_mib,
                         want_mib: request.memory_mib,
                     });
                 }
                 if left.shares > 0 || left.free_mib < info.memory_mib {
                     let by = format!("{} shared allocation(s)", left.shares.max(1));
-                    return Err(Invalid::GpuTaken { gpu, by });
+                    return Err(Invalid::GpuTaken { gpu: gpu(), by });
                 }
             }
             Sharing::Shared => {
                 if left.free_mib < request.memory_mib {
                     return Err(Invalid::SharedFull {
-                        gpu,
+                        gpu: gpu(),
                         free_mib: left.free_mib,
                         want_mib: request.memory_mib,
                     });

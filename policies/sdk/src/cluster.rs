@@ -1,7 +1,15 @@
 //! Round state: what is free on each node, updated as a policy places pods, so
 //! a policy never hands out the same GPU twice within its own round.
+//!
+//! Finding a node does not scan the cluster per request: exclusive requests on
+//! nodes of one GPU type go through free-count buckets, shared requests through
+//! an index per request shape (model, memory, count) that orders the nodes by
+//! headroom and catches up with the nodes commits touched since it was last
+//! used, and whether a request could ever fit is worked out once per shape and
+//! eligible set.
 
-use std::collections::{BTreeSet, HashMap};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::{Decision, Request, Sharing, Snapshot, assign, glob_match, reject, wait};
 
@@ -116,6 +124,8 @@ struct NodeState {
     gpus: Vec<GpuState>,
     /// GPUs nobody holds any part of.
     free_whole: u32,
+    /// Healthy GPUs.
+    healthy: u32,
     /// Set when every GPU has the same model and memory: exclusive fit checks
     /// are then O(1), and the node sits in a free-count bucket of its class.
     uniform: Option<(usize, u64)>,
@@ -134,6 +144,50 @@ struct Class {
     free_to_nodes: Vec<BTreeSet<u32>>,
 }
 
+/// What a request asks for, as far as fitting goes: requests of one shape fit
+/// the same nodes, with the same headroom.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Shape<'s> {
+    /// The model glob; it decides `Want::model_ok`.
+    model: Option<&'s str>,
+    memory_mib: u64,
+    count: u32,
+}
+
+impl<'s> Shape<'s> {
+    fn of(request: &'s Request) -> Self {
+        Shape {
+            model: request.model.as_deref(),
+            memory_mib: request.memory_mib,
+            count: request.count,
+        }
+    }
+}
+
+/// Eligible sets this small are scanned node by node instead of walking a
+/// shared index past the nodes outside the set.
+const SCAN_AT_MOST: usize = 64;
+
+/// The nodes a shared request of one shape fits, ordered by headroom.
+#[derive(Clone, Debug)]
+struct SharedIndex {
+    /// How much of `Cluster::touched` this index has caught up with.
+    seen: usize,
+    /// Per node: its headroom when it fits, else `None`.
+    room: Vec<Option<u64>>,
+    /// `(headroom, node)` for every node whose `room` is `Some`.
+    by_room: BTreeSet<(u64, u32)>,
+}
+
+/// Indexes built on first use during a round.
+#[derive(Clone, Debug, Default)]
+struct ShapeIndexes<'s> {
+    shared: BTreeMap<Shape<'s>, SharedIndex>,
+    /// Whether a node of the eligible set could hold the shape once idle;
+    /// `None` when the set has no node at all. Commits do not change it.
+    ever_fits: BTreeMap<(u32, Shape<'s>), Option<bool>>,
+}
+
 /// The snapshot's nodes and what is free on them, updated by [`Cluster::commit`].
 #[derive(Clone, Debug)]
 pub struct Cluster<'s> {
@@ -145,6 +199,10 @@ pub struct Cluster<'s> {
     mixed_nodes: Vec<u32>,
     /// One bitset over nodes per `snapshot.eligible_sets` entry.
     eligible_bits: Vec<Vec<u64>>,
+    /// Nodes in the order commits changed them (with repeats).
+    touched: Vec<u32>,
+    /// Built lazily by `&self` methods, hence the cell.
+    shapes: RefCell<ShapeIndexes<'s>>,
 }
 
 // === impl Cluster ===
@@ -154,11 +212,14 @@ impl<'s> Cluster<'s> {
     pub fn new(snapshot: &'s Snapshot) -> Self {
         let mut model_to_id: HashMap<&'s str, usize> = HashMap::new();
         let mut models = Vec::new();
+        // Neighbouring GPUs are nearly always the same model: skip the hash.
+        let mut last_model: Option<(&'s str, usize)> = None;
+        let mut groups = UnionFind(Vec::new());
         let mut nodes: Vec<NodeState> = snapshot
             .nodes
             .iter()
             .map(|node| {
-                let mut groups = UnionFind::new(node.gpus.len());
+                groups.reset(node.gpus.len());
                 for (i, gpu) in node.gpus.iter().enumerate() {
                     for &peer in &gpu.nvlink_peers {
                         if (peer as usize) < node.gpus.len() {
@@ -171,10 +232,18 @@ impl<'s> Cluster<'s> {
                     .iter()
                     .enumerate()
                     .map(|(i, g)| {
-                        let model = *model_to_id.entry(g.model.as_str()).or_insert_with(|| {
-                            models.push(g.model.as_str());
-                            models.len() - 1
-                        });
+                        let model = match last_model {
+                            Some((name, id)) if name == g.model => id,
+                            _ => {
+                                let id =
+                                    *model_to_id.entry(g.model.as_str()).or_insert_with(|| {
+                                        models.push(g.model.as_str());
+                                        models.len() - 1
+                                    });
+                                last_model = Some((g.model.as_str(), id));
+                                id
+                            }
+                        };
                         GpuState {
                             model,
                             memory_mib: g.memory_mib,
@@ -197,9 +266,11 @@ impl<'s> Cluster<'s> {
                     _ => None,
                 };
                 let free_whole = gpus.iter().filter(|g| g.whole_free()).count() as u32;
+                let healthy = gpus.iter().filter(|g| g.healthy).count() as u32;
                 NodeState {
                     gpus,
                     free_whole,
+                    healthy,
                     uniform,
                     class: None,
                 }
@@ -254,6 +325,8 @@ impl<'s> Cluster<'s> {
             classes,
             mixed_nodes,
             eligible_bits,
+            touched: Vec::new(),
+            shapes: RefCell::default(),
         }
     }
 
@@ -304,8 +377,9 @@ impl<'s> Cluster<'s> {
     /// The eligible node that fits `want` with the least (`Fit::Tightest`) or
     /// most (`Fit::Loosest`) [`Cluster::headroom`]; ties go to the lowest
     /// index. Exclusive requests on nodes of one GPU type are found through
-    /// free-count buckets, without scanning every node.
-    pub fn choose_node(&self, want: &Want, fit: Fit) -> Option<u32> {
+    /// free-count buckets, shared requests through an index of their shape
+    /// ordered by headroom: neither scans every node.
+    pub fn choose_node(&self, want: &Want<'s>, fit: Fit) -> Option<u32> {
         let better = |a: (u64, u32), b: Option<(u64, u32)>| match (b, fit) {
             (None, _) => true,
             (Some(b), Fit::Tightest) => a.0 < b.0 || (a.0 == b.0 && a.1 < b.1),
@@ -345,14 +419,90 @@ impl<'s> Cluster<'s> {
                     consider((self.headroom(node, want), node));
                 }
             }
-        } else {
+        } else if self.eligible(want.request).len() <= SCAN_AT_MOST {
             for &node in self.eligible(want.request) {
-                if (node as usize) < self.nodes.len() && self.fits(node, want) {
-                    consider((self.headroom(node, want), node));
+                if (node as usize) < self.nodes.len()
+                    && let Some(room) = self.shared_room(node, want)
+                {
+                    consider((room, node));
                 }
+            }
+        } else {
+            let mut shapes = self.shapes.borrow_mut();
+            let index = shapes
+                .shared
+                .entry(Shape::of(want.request))
+                .or_insert_with(|| self.shared_index(want));
+            self.catch_up(index, want);
+            // Walk from the preferred end, past the nodes outside the set.
+            let eligible = |&&(_, node): &&(u64, u32)| self.is_eligible(want.request, node);
+            let found = match fit {
+                Fit::Tightest => index.by_room.iter().find(eligible).copied(),
+                // The most room, then the lowest index with that room.
+                Fit::Loosest => index
+                    .by_room
+                    .iter()
+                    .rev()
+                    .find(eligible)
+                    .and_then(|&(room, _)| {
+                        let same = index.by_room.range((room, 0)..=(room, u32::MAX));
+                        same.clone().find(eligible).copied()
+                    }),
+            };
+            if let Some(candidate) = found {
+                consider(candidate);
             }
         }
         best.map(|(_, node)| node)
+    }
+
+    /// Headroom of `node` for the shared request `want` when it fits there
+    /// (`count` GPUs with the memory free), else `None`.
+    fn shared_room(&self, node: u32, want: &Want<'s>) -> Option<u64> {
+        let (mut fitting, mut room) = (0u32, 0u64);
+        for gpu in &self.nodes[node as usize].gpus {
+            if gpu.fits(want) {
+                fitting += 1;
+                room += gpu.free_mib;
+            }
+        }
+        (fitting >= want.request.count).then_some(room)
+    }
+
+    /// A fresh index of every node for shared requests shaped like `want`.
+    fn shared_index(&self, want: &Want<'s>) -> SharedIndex {
+        let room: Vec<Option<u64>> = (0..self.nodes.len() as u32)
+            .map(|node| self.shared_room(node, want))
+            .collect();
+        let by_room = room
+            .iter()
+            .enumerate()
+            .filter_map(|(node, room)| room.map(|room| (room, node as u32)))
+            .collect();
+        SharedIndex {
+            seen: self.touched.len(),
+            room,
+            by_room,
+        }
+    }
+
+    /// Brings `index` up to date with the nodes committed to since it was
+    /// built or last used.
+    fn catch_up(&self, index: &mut SharedIndex, want: &Want<'s>) {
+        for &node in &self.touched[index.seen..] {
+            let room = self.shared_room(node, want);
+            let slot = &mut index.room[node as usize];
+            if *slot != room {
+                if let Some(old) = slot.take() {
+                    index.by_room.remove(&(old, node));
+                }
+                if let Some(new) = room {
+                    index.by_room.insert((new, node));
+                }
+                *slot = room;
+            }
+        }
+        index.seen = self.touched.len();
     }
 
     /// Number of nodes in the snapshot.
@@ -372,11 +522,7 @@ impl<'s> Cluster<'s> {
 
     /// Healthy GPUs on the node.
     pub fn healthy(&self, node: u32) -> u32 {
-        self.nodes[node as usize]
-            .gpus
-            .iter()
-            .filter(|g| g.healthy)
-            .count() as u32
+        self.nodes[node as usize].healthy
     }
 
     /// Room left on the node for requests like `want`: free whole GPUs for an
@@ -417,24 +563,41 @@ impl<'s> Cluster<'s> {
     }
 
     /// Why `want` fits on none of its eligible nodes.
-    pub fn shortfall(&self, want: &Want) -> Shortfall {
-        let eligible = self.eligible(want.request);
-        let valid = eligible
+    pub fn shortfall(&self, want: &Want<'s>) -> Shortfall {
+        let ever = *self
+            .shapes
+            .borrow_mut()
+            .ever_fits
+            .entry((want.request.eligible_set, Shape::of(want.request)))
+            .or_insert_with(|| self.ever_fits(want));
+        match ever {
+            None => Shortfall::NoEligibleNode,
+            Some(true) => Shortfall::NotNow(want.describe()),
+            Some(false) => Shortfall::Never(want.describe()),
+        }
+    }
+
+    /// Whether an eligible node could hold `want` once idle; `None` when no
+    /// node is eligible.
+    fn ever_fits(&self, want: &Want<'s>) -> Option<bool> {
+        let mut valid = self
+            .eligible(want.request)
             .iter()
-            .filter(|&&n| (n as usize) < self.nodes.len());
-        if valid.clone().next().is_none() {
-            return Shortfall::NoEligibleNode;
-        }
+            .filter(|&&n| (n as usize) < self.nodes.len())
+            .peekable();
+        valid.peek()?;
         let count = want.request.count as usize;
-        let ever = valid.into_iter().any(|&n| {
-            let gpus = &self.nodes[n as usize].gpus;
-            gpus.iter().filter(|g| g.could_ever_fit(want)).count() >= count
-        });
-        if ever {
-            Shortfall::NotNow(want.describe())
-        } else {
-            Shortfall::Never(want.describe())
-        }
+        Some(valid.any(|&n| {
+            let node = &self.nodes[n as usize];
+            match node.uniform {
+                Some((model, memory_mib)) => {
+                    want.model_ok[model]
+                        && memory_mib >= want.request.memory_mib
+                        && node.healthy as usize >= count
+                }
+                None => node.gpus.iter().filter(|g| g.could_ever_fit(want)).count() >= count,
+            }
+        }))
     }
 
     /// Chooses `count` GPUs on `node` for `want`, as positions in the node's GPU
@@ -456,25 +619,30 @@ impl<'s> Cluster<'s> {
         }
         if want.exclusive() {
             if prefer_nvlink && count > 1 {
-                let mut by_group: Vec<(u32, Vec<usize>)> = Vec::new();
-                for &i in &candidates {
-                    match by_group.iter_mut().find(|(g, _)| *g == gpus[i].group) {
-                        Some((_, members)) => members.push(i),
-                        None => by_group.push((gpus[i].group, vec![i])),
+                // The NVLink groups among the candidates, in order of first
+                // appearance; the first of the tightest (loosest) that holds
+                // `count` wins. A node has a handful of GPUs: counting in
+                // place beats building lists.
+                let group_of = |i: usize| gpus[i].group;
+                let mut best: Option<(u32, usize)> = None;
+                for (k, &i) in candidates.iter().enumerate() {
+                    let group = group_of(i);
+                    if candidates[..k].iter().any(|&j| group_of(j) == group) {
+                        continue;
+                    }
+                    let size = candidates.iter().filter(|&&j| group_of(j) == group).count();
+                    let better = match (best, fit) {
+                        _ if size < count => false,
+                        (None, _) => true,
+                        (Some((_, b)), Fit::Tightest) => size < b,
+                        (Some((_, b)), Fit::Loosest) => size > b,
+                    };
+                    if better {
+                        best = Some((group, size));
                     }
                 }
-                let best = by_group
-                    .into_iter()
-                    .filter(|(_, m)| m.len() >= count)
-                    .reduce(|a, b| {
-                        let better = match fit {
-                            Fit::Tightest => b.1.len() < a.1.len(),
-                            Fit::Loosest => b.1.len() > a.1.len(),
-                        };
-                        if better { b } else { a }
-                    });
-                if let Some((_, members)) = best {
-                    candidates = members;
+                if let Some((group, _)) = best {
+                    candidates.retain(|&i| group_of(i) == group);
                 }
             }
         } else {
@@ -514,6 +682,9 @@ impl<'s> Cluster<'s> {
             buckets[free_before].remove(&node);
             buckets[free_after].insert(node);
         }
+        if !positions.is_empty() {
+            self.touched.push(node);
+        }
     }
 
     /// Places `want` on `node` if it fits: picks the GPUs (see
@@ -536,7 +707,7 @@ impl<'s> Cluster<'s> {
 
     /// The decision for a request no node can take this round: `wait` when
     /// GPUs may free up, `reject` when it can never fit an eligible node.
-    pub fn unplaced(&self, want: &Want) -> Decision {
+    pub fn unplaced(&self, want: &Want<'s>) -> Decision {
         let shortfall = self.shortfall(want);
         if shortfall.is_permanent() {
             reject(&want.request.pod, shortfall.reason())
@@ -556,8 +727,10 @@ impl<'s> Cluster<'s> {
 struct UnionFind(Vec<usize>);
 
 impl UnionFind {
-    fn new(n: usize) -> Self {
-        UnionFind((0..n).collect())
+    /// Every position its own group, reusing the buffer.
+    fn reset(&mut self, n: usize) {
+        self.0.clear();
+        self.0.extend(0..n);
     }
 
     fn find(&mut self, mut i: usize) -> usize {
@@ -714,6 +887,233 @@ mod tests {
             name: "cpu".into(),
             labels: vec![],
             gpus: vec![],
+        }
+    }
+
+    /// The straightforward algorithm the indexes must agree with: every
+    /// request scans every eligible node and every GPU, with its own state.
+    fn reference(snapshot: &Snapshot, fit: Fit, prefer_nvlink: bool) -> Vec<Decision> {
+        struct G {
+            model: String,
+            memory: u64,
+            free: u64,
+            exclusive: bool,
+            shares: u32,
+            healthy: bool,
+            group: usize,
+        }
+        let mut nodes: Vec<Vec<G>> = snapshot
+            .nodes
+            .iter()
+            .map(|node| {
+                let mut groups = UnionFind(Vec::new());
+                groups.reset(node.gpus.len());
+                for (i, gpu) in node.gpus.iter().enumerate() {
+                    for &peer in &gpu.nvlink_peers {
+                        if (peer as usize) < node.gpus.len() {
+                            groups.union(i, peer as usize);
+                        }
+                    }
+                }
+                let gpus = node.gpus.iter().enumerate();
+                gpus.map(|(i, g)| G {
+                    model: g.model.clone(),
+                    memory: g.memory_mib,
+                    free: g.memory_mib.saturating_sub(g.allocated_mib),
+                    exclusive: g.exclusive_owner.is_some(),
+                    shares: g.shared_owners,
+                    healthy: g.healthy,
+                    group: groups.find(i),
+                })
+                .collect()
+            })
+            .collect();
+        let mut pending: Vec<&Request> = snapshot.pending.iter().collect();
+        pending.sort_by(|a, b| {
+            (b.priority, &a.created_ms, &a.pod).cmp(&(a.priority, &b.created_ms, &b.pod))
+        });
+        let model_ok =
+            |r: &Request, g: &G| r.model.as_deref().is_none_or(|p| glob_match(p, &g.model));
+        let fits = |r: &Request, g: &G| {
+            g.healthy
+                && !g.exclusive
+                && model_ok(r, g)
+                && match r.sharing {
+                    Sharing::Exclusive => {
+                        g.shares == 0 && g.free == g.memory && g.memory >= r.memory_mib
+                    }
+                    Sharing::Shared => g.free >= r.memory_mib,
+                }
+        };
+        let mut decisions = Vec::new();
+        for r in pending {
+            let describe = Cluster::new(snapshot).want(r).describe();
+            let eligible: Vec<usize> = snapshot
+                .eligible_sets
+                .get(r.eligible_set as usize)
+                .map_or(vec![], |set| set.iter().map(|&n| n as usize).collect())
+                .into_iter()
+                .filter(|&n| n < nodes.len())
+                .collect();
+            let mut best: Option<(u64, usize)> = None;
+            for &n in &eligible {
+                let fitting: Vec<&G> = nodes[n].iter().filter(|g| fits(r, g)).collect();
+                if fitting.len() < r.count as usize {
+                    continue;
+                }
+                let room = match r.sharing {
+                    Sharing::Exclusive => nodes[n]
+                        .iter()
+                        .filter(|g| {
+                            g.healthy && !g.exclusive && g.shares == 0 && g.free == g.memory
+                        })
+                        .count() as u64,
+                    Sharing::Shared => fitting.iter().map(|g| g.free).sum(),
+                };
+                let better = match (best, fit) {
+                    (None, _) => true,
+                    (Some((b, bn)), Fit::Tightest) => room < b || (room == b && n < bn),
+                    (Some((b, bn)), Fit::Loosest) => room > b || (room == b && n < bn),
+                };
+                if better {
+                    best = Some((room, n));
+                }
+            }
+            let Some((_, n)) = best else {
+                let count = r.count as usize;
+                let shortfall = if eligible.is_empty() {
+                    Shortfall::NoEligibleNode
+                } else if eligible.iter().any(|&n| {
+                    let ever = |g: &&G| g.healthy && model_ok(r, g) && g.memory >= r.memory_mib;
+                    nodes[n].iter().filter(ever).count() >= count
+                }) {
+                    Shortfall::NotNow(describe)
+                } else {
+                    Shortfall::Never(describe)
+                };
+                decisions.push(if shortfall.is_permanent() {
+                    reject(&r.pod, shortfall.reason())
+                } else {
+                    wait(&r.pod, shortfall.reason())
+                });
+                continue;
+            };
+            let gpus = &mut nodes[n];
+            let mut picked: Vec<usize> = (0..gpus.len()).filter(|&i| fits(r, &gpus[i])).collect();
+            match r.sharing {
+                Sharing::Exclusive if prefer_nvlink && r.count > 1 => {
+                    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+                    for &i in &picked {
+                        match groups.iter_mut().find(|(g, _)| *g == gpus[i].group) {
+                            Some((_, members)) => members.push(i),
+                            None => groups.push((gpus[i].group, vec![i])),
+                        }
+                    }
+                    let mut chosen: Option<Vec<usize>> = None;
+                    for (_, members) in groups {
+                        if members.len() < r.count as usize {
+                            continue;
+                        }
+                        let better = chosen.as_ref().is_none_or(|c| match fit {
+                            Fit::Tightest => members.len() < c.len(),
+                            Fit::Loosest => members.len() > c.len(),
+                        });
+                        if better {
+                            chosen = Some(members);
+                        }
+                    }
+                    if let Some(members) = chosen {
+                        picked = members;
+                    }
+                }
+                Sharing::Exclusive => {}
+                Sharing::Shared => match fit {
+                    Fit::Tightest => picked.sort_by_key(|&i| gpus[i].free),
+                    Fit::Loosest => picked.sort_by_key(|&i| std::cmp::Reverse(gpus[i].free)),
+                },
+            }
+            picked.truncate(r.count as usize);
+            picked.sort_unstable();
+            for &i in &picked {
+                let g = &mut gpus[i];
+                match r.sharing {
+                    Sharing::Exclusive => {
+                        g.exclusive = true;
+                        g.free = 0;
+                    }
+                    Sharing::Shared => {
+                        g.shares += 1;
+                        g.free = g.free.saturating_sub(r.memory_mib);
+                    }
+                }
+            }
+            let node = &snapshot.nodes[n];
+            let uuids = picked.iter().map(|&i| node.gpus[i].uuid.clone()).collect();
+            decisions.push(assign(&r.pod, &node.name, uuids));
+        }
+        decisions
+    }
+
+    /// `testing::large` with what it lacks: mixed and unhealthy GPUs, shared
+    /// requests for several GPUs, model globs that match nothing, requests
+    /// with no eligible node.
+    fn varied_large(nodes: u32, pods: u32) -> Snapshot {
+        let mut snap = crate::testing::large(nodes, pods);
+        snap.nodes[1].gpus[0].memory_mib = 16384;
+        snap.nodes[3].gpus[5].model = "NVIDIA L4".into();
+        for (n, node) in snap.nodes.iter_mut().enumerate() {
+            if n % 11 == 0 {
+                node.gpus[n % 8].healthy = false;
+            }
+        }
+        snap.eligible_sets.push(vec![]);
+        snap.eligible_sets.push(vec![2, 5, 9, 40, nodes + 3]);
+        let empty = snap.eligible_sets.len() as u32 - 2;
+        for (p, r) in snap.pending.iter_mut().enumerate() {
+            match p % 23 {
+                3 if r.sharing == Sharing::Shared => r.count = 2,
+                5 if r.sharing == Sharing::Shared => r.count = 3,
+                7 => r.model = Some("NVIDIA B200*".into()),
+                11 => r.eligible_set = empty,
+                13 | 17 => r.eligible_set = empty + 1,
+                19 => r.memory_mib = 79000,
+                _ => {}
+            }
+        }
+        snap
+    }
+
+    /// The indexed placement decides exactly what the plain scans decide.
+    #[test]
+    fn place_each_agrees_with_the_reference_on_a_large_snapshot() {
+        for snap in [
+            crate::testing::large(200, 300),
+            varied_large(200, 300),
+            varied_large(31, 400),
+        ] {
+            for fit in [Fit::Tightest, Fit::Loosest] {
+                for nvlink in [true, false] {
+                    let mut snap = snap.clone();
+                    if !nvlink {
+                        snap.config = r#"{"preferNvlink": false}"#.into();
+                    }
+                    let got = crate::place_each(&snap, fit);
+                    let want = reference(&snap, fit, nvlink);
+                    assert_eq!(got.len(), want.len());
+                    for (g, w) in got.iter().zip(&want) {
+                        assert_eq!(g, w, "{fit:?}, preferNvlink {nvlink}");
+                    }
+                    let placed = got
+                        .iter()
+                        .filter(|d| matches!(d, Decision::Assign(_)))
+                        .count();
+                    assert!(
+                        placed > 0 && placed < got.len(),
+                        "{placed} of {} placed",
+                        got.len()
+                    );
+                }
+            }
         }
     }
 

@@ -11,27 +11,35 @@
 /// assert!(!glob_match("NVIDIA H100*", "NVIDIA A100-SXM4-40GB"));
 /// ```
 pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
     // Greedy matching with backtracking to the last `*`: linear in practice,
-    // O(len(p) * len(t)) at worst.
+    // O(len(p) * len(t)) at worst. Positions are byte offsets at character
+    // boundaries, so nothing is allocated (the host calls this per GPU).
+    let next = |s: &str, at: usize| s[at..].chars().next();
     let (mut pi, mut ti) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
+    while let Some(t) = next(text, ti) {
+        match next(pattern, pi) {
+            Some(p) if p == '?' || p == t => {
+                pi += p.len_utf8();
+                ti += t.len_utf8();
+            }
+            Some('*') => {
+                star = Some((pi, ti));
+                pi += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    // Let the last `*` swallow one more character of the text.
+                    let st = st + next(text, st).map_or(1, char::len_utf8);
+                    pi = sp + 1;
+                    ti = st;
+                    star = Some((sp, st));
+                }
+                None => return false,
+            },
         }
     }
-    p[pi..].iter().all(|&c| c == '*')
+    pattern[pi..].chars().all(|c| c == '*')
 }
 
 #[cfg(test)]
@@ -56,5 +64,8 @@ mod tests {
             !glob_match("nvidia*", "NVIDIA H100"),
             "matching is case-sensitive"
         );
+        assert!(glob_match("GPU-?é*", "GPU-xé-ü"), "characters, not bytes");
+        assert!(!glob_match("GPU-?-*", "GPU-éé-x"));
+        assert!(glob_match("*ü", "aüü"));
     }
 }

@@ -55,7 +55,22 @@ mod cluster;
 mod config;
 mod glob;
 mod placement;
+#[cfg_attr(
+    not(all(feature = "allocator", target_arch = "wasm32")),
+    allow(dead_code)
+)]
+mod round_alloc;
 pub mod testing;
+
+/// Policies compiled to WebAssembly allocate with [`round_alloc`]'s size
+/// classes unless the SDK's `allocator` feature is turned off.
+#[cfg(all(
+    feature = "allocator",
+    target_arch = "wasm32",
+    not(target_feature = "atomics")
+))]
+#[global_allocator]
+static ALLOCATOR: round_alloc::RoundAllocator = round_alloc::RoundAllocator::new();
 
 pub use cluster::{Cluster, Fit, Shortfall, Want};
 pub use config::parse_config;
