@@ -13,7 +13,8 @@ use super::events::{EventSink, gpuresource_ref, pod_ref};
 use super::watch::Shared;
 use crate::api::{Phase, conditions};
 use crate::index::{
-    ObjectKey, OutdatedHoldings, PodCounts, Problem, ResourceView, Subject, UnhealthyHolding,
+    ObjectKey, OutdatedHoldings, PodCounts, Problem, ResourceView, RoundReport, Subject,
+    UnhealthyHolding,
 };
 use std::collections::BTreeMap;
 
@@ -75,22 +76,17 @@ impl Reporter {
         for key in &outcome.decided {
             self.key_to_policy_error.remove(key);
         }
-        let (views, problems, counts, unhealthy, outdated) = {
-            let index = self.shared.index();
-            let views = index.resources();
-            let key_to_counts = index.pod_counts();
-            let counts: Vec<PodCounts> = views
-                .iter()
-                .map(|v| key_to_counts.get(&v.key).copied().unwrap_or_default())
-                .collect();
-            (
-                views,
-                index.problems(),
-                counts,
-                index.unhealthy_holdings(),
-                index.outdated_holdings(),
-            )
-        };
+        let RoundReport {
+            resources: views,
+            counts: key_to_counts,
+            problems,
+            unhealthy,
+            outdated,
+        } = self.shared.index().round_report();
+        let counts: Vec<PodCounts> = views
+            .iter()
+            .map(|v| key_to_counts.get(&v.key).copied().unwrap_or_default())
+            .collect();
         self.report_unhealthy(&unhealthy);
         for (key, error) in outcome.policy_errors {
             if self.key_to_policy_error.get(&key) != Some(&error) {

@@ -11,7 +11,7 @@ use super::policies::{ActivePolicy, Policies};
 use super::report::{Reporter, RoundOutcome};
 use super::watch::Shared;
 use crate::engine::types::Snapshot;
-use crate::index::ObjectKey;
+use crate::index::{ObjectKey, RoundStart};
 use crate::validate::validate;
 use tokio::sync::watch;
 
@@ -108,16 +108,13 @@ impl Rounds {
     /// One round.
     pub async fn round(&mut self, round: u64) {
         let started = Instant::now();
-        let (releases, moves, unfinished, views, policies) = {
-            let index = self.shared.index();
-            (
-                index.releases(),
-                index.allocations_to_move(),
-                index.bindings_to_finish(),
-                index.resources(),
-                index.policies_with_pending(),
-            )
-        };
+        let RoundStart {
+            releases,
+            moves,
+            unfinished,
+            policies,
+            resources: views,
+        } = self.shared.index().round_start();
         self.applier.finalize(&views).await;
         self.applier.move_allocations(moves).await;
         self.applier.release(releases).await;

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use super::holdings::Holdings;
 use super::{Index, ObjectKey};
 use crate::api::{PodAllocation, Sharing};
 
@@ -41,8 +42,12 @@ pub struct OutdatedHoldings {
 impl Index {
     /// Pods holding GPUs that are unhealthy now.
     pub fn unhealthy_holdings(&self) -> Vec<UnhealthyHolding> {
+        self.unhealthy_holdings_in(&self.holdings())
+    }
+
+    pub(super) fn unhealthy_holdings_in(&self, holdings: &Holdings) -> Vec<UnhealthyHolding> {
         let mut found = Vec::new();
-        for holding in self.holdings().live {
+        for holding in &holdings.live {
             let Some(inventory) = self.node_to_inventory.get(&holding.allocation.node) else {
                 continue;
             };
@@ -73,8 +78,15 @@ impl Index {
     /// Per GPUResource, the pods that hold GPUs of another shape than its
     /// spec asks for now (count, sharing, or a shared pod's memory).
     pub fn outdated_holdings(&self) -> BTreeMap<ObjectKey, OutdatedHoldings> {
+        self.outdated_holdings_in(&self.holdings())
+    }
+
+    pub(super) fn outdated_holdings_in(
+        &self,
+        holdings: &Holdings,
+    ) -> BTreeMap<ObjectKey, OutdatedHoldings> {
         let mut found: BTreeMap<ObjectKey, OutdatedHoldings> = BTreeMap::new();
-        for holding in self.holdings().live {
+        for holding in &holdings.live {
             let Some(state) = self.key_to_resource.get(&holding.resource) else {
                 continue;
             };

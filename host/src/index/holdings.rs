@@ -243,6 +243,10 @@ impl Index {
     /// Bindings to send again: those whose outcome is unknown, and pods an
     /// earlier version recorded in a ledger but did not bind.
     pub fn bindings_to_finish(&self) -> Vec<PendingBinding> {
+        self.bindings_to_finish_in(&self.holdings())
+    }
+
+    pub(super) fn bindings_to_finish_in(&self, holdings: &Holdings) -> Vec<PendingBinding> {
         let unplaced = |pod: &ObjectKey| self.key_to_pod.get(pod).is_some_and(|p| p.unplaced());
         let mut bindings: Vec<PendingBinding> = self
             .key_to_in_flight
@@ -255,14 +259,14 @@ impl Index {
             })
             .collect();
         bindings.extend(
-            self.holdings()
+            holdings
                 .live
-                .into_iter()
+                .iter()
                 .filter(|h| h.source == Source::Ledger && unplaced(&h.pod))
                 .map(|h| PendingBinding {
-                    pod: h.pod,
-                    uid: h.uid,
-                    allocation: h.allocation,
+                    pod: h.pod.clone(),
+                    uid: h.uid.clone(),
+                    allocation: h.allocation.clone(),
                 }),
         );
         bindings
@@ -272,9 +276,13 @@ impl Index {
     /// version only: the controller records the allocation on each pod
     /// (the pod stays where it is), then removes the entry.
     pub fn allocations_to_move(&self) -> Vec<PendingBinding> {
-        self.holdings()
+        self.allocations_to_move_in(&self.holdings())
+    }
+
+    pub(super) fn allocations_to_move_in(&self, holdings: &Holdings) -> Vec<PendingBinding> {
+        holdings
             .live
-            .into_iter()
+            .iter()
             .filter(|h| {
                 h.source == Source::Ledger
                     && self
@@ -283,9 +291,9 @@ impl Index {
                         .is_some_and(|p| p.node_name.is_some())
             })
             .map(|h| PendingBinding {
-                pod: h.pod,
-                uid: h.uid,
-                allocation: h.allocation,
+                pod: h.pod.clone(),
+                uid: h.uid.clone(),
+                allocation: h.allocation.clone(),
             })
             .collect()
     }

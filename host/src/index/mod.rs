@@ -407,9 +407,13 @@ impl Index {
     /// Per GPUResource: pods holding GPUs of its shape and pods referencing
     /// it, for its status (`2/3`). Read once per round.
     pub fn pod_counts(&self) -> HashMap<ObjectKey, PodCounts> {
+        self.pod_counts_in(&self.holdings())
+    }
+
+    fn pod_counts_in(&self, holdings: &holdings::Holdings) -> HashMap<ObjectKey, PodCounts> {
         let mut counts: HashMap<ObjectKey, PodCounts> = HashMap::new();
-        for holding in self.holdings().live {
-            counts.entry(holding.resource).or_default().holding += 1;
+        for holding in &holdings.live {
+            counts.entry(holding.resource.clone()).or_default().holding += 1;
         }
         for (key, pod) in &self.key_to_pod {
             if let Some(resource) = pod.resource.as_deref()
@@ -422,6 +426,62 @@ impl Index {
             }
         }
         counts
+    }
+}
+
+/// What a round starts with, read from one view of the holdings.
+#[derive(Debug)]
+pub struct RoundStart {
+    /// Ledger entries of earlier versions to remove.
+    pub releases: Vec<Release>,
+    /// Earlier versions' allocations to record on their bound pods.
+    pub moves: Vec<PendingBinding>,
+    /// Bindings to send (again).
+    pub unfinished: Vec<PendingBinding>,
+    /// Policies with pods waiting for them.
+    pub policies: Vec<String>,
+    /// Every GPUResource.
+    pub resources: Vec<ResourceView>,
+}
+
+/// What a round reports, read from one view of the holdings.
+#[derive(Debug)]
+pub struct RoundReport {
+    /// Every GPUResource.
+    pub resources: Vec<ResourceView>,
+    /// Per GPUResource, pods holding and asking.
+    pub counts: HashMap<ObjectKey, PodCounts>,
+    /// Problems users can fix.
+    pub problems: Vec<Problem>,
+    /// Pods holding unhealthy GPUs.
+    pub unhealthy: Vec<UnhealthyHolding>,
+    /// Per GPUResource, pods holding an earlier shape.
+    pub outdated: BTreeMap<ObjectKey, OutdatedHoldings>,
+}
+
+impl Index {
+    /// Everything a round starts with, from one reading of the holdings.
+    pub fn round_start(&self) -> RoundStart {
+        let holdings = self.holdings();
+        RoundStart {
+            moves: self.allocations_to_move_in(&holdings),
+            unfinished: self.bindings_to_finish_in(&holdings),
+            policies: self.policies_with_pending_in(&holdings),
+            resources: self.resources(),
+            releases: holdings.releases,
+        }
+    }
+
+    /// Everything a round reports, from one reading of the holdings.
+    pub fn round_report(&self) -> RoundReport {
+        let holdings = self.holdings();
+        RoundReport {
+            resources: self.resources(),
+            counts: self.pod_counts_in(&holdings),
+            problems: self.problems_in(&holdings),
+            unhealthy: self.unhealthy_holdings_in(&holdings),
+            outdated: self.outdated_holdings_in(&holdings),
+        }
     }
 }
 

@@ -72,8 +72,12 @@ impl Index {
 
     /// The policies that have pods waiting for them.
     pub fn policies_with_pending(&self) -> Vec<String> {
+        self.policies_with_pending_in(&self.holdings())
+    }
+
+    pub(super) fn policies_with_pending_in(&self, holdings: &Holdings) -> Vec<String> {
         let mut policies: Vec<String> = self
-            .survey(&self.holdings())
+            .survey(holdings)
             .waiting
             .iter()
             .map(|w| w.policy.to_string())
@@ -87,6 +91,10 @@ impl Index {
     /// invalid GPUResources, requests no node could ever hold.
     pub fn problems(&self) -> Vec<Problem> {
         self.survey(&self.holdings()).problems
+    }
+
+    pub(super) fn problems_in(&self, holdings: &Holdings) -> Vec<Problem> {
+        self.survey(holdings).problems
     }
 
     /// Sorts the pods: who waits (and for which policy), who has a problem.
