@@ -8,7 +8,7 @@ POLICY_DIR := target/$(WASM_TARGET)/policy
 
 .PHONY: help
 help: ## List the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 # --- policies and the wasmgpu binary --------------------------------------
 # Policies are built for wasm32-wasip2 with the size-optimised `policy` profile.
@@ -19,7 +19,7 @@ WASMGPU := $(TARGET_DIR)/release/wasmgpu
 DEMO_SNAPSHOT := policies/snapshots/demo.json
 BENCH_SNAPSHOT := $(TARGET_DIR)/snapshots/large-1000x8-1000.json
 
-.PHONY: toolchain policies deploy-policies build demo demo-offline test lint bench bench-snapshot
+.PHONY: toolchain policies deploy-policies build demo demo-offline test lint bench bench-snapshot bench-e2e
 toolchain: ## Install the Rust pieces the build needs (wasm32-wasip2 target, rustfmt, clippy)
 	@rustup target list --installed | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
 	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
@@ -73,6 +73,22 @@ bench: policies bench-snapshot ## Benchmarks at 1,000 nodes × 8 GPUs and 1,000 
 	@# the tests already made, instead of a separate `bench` profile build.
 	@$(CARGO) test --quiet --release -p wasmgpu --bench round
 	@$(WASMGPU) policy bench $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm --snapshot $(BENCH_SNAPSHOT) --rounds 50
+
+# End to end against kube-scheduler, each on a fresh local API server; not part
+# of `make test`. Knobs: BENCH_E2E_SCALES (NODESxPODS, comma-separated),
+# BENCH_E2E_REPEAT (runs per scale), BENCH_E2E_SCHEDULERS, BENCH_E2E_WRITE_CONCURRENCY
+# (wasmgpu's --write-concurrency; 0 = its default), BENCH_E2E_CREATE_CONCURRENCY.
+BENCH_E2E_SCALES ?= 250x1000,1000x5000
+BENCH_E2E_REPEAT ?= 1
+BENCH_E2E_SCHEDULERS ?= kube-scheduler,wasmgpu
+BENCH_E2E_WRITE_CONCURRENCY ?= 0
+BENCH_E2E_CREATE_CONCURRENCY ?= 64
+bench-e2e: policies build control-plane ## wasmgpu vs kube-scheduler end to end: pods/s, latency to binding, peak RSS (docs/BENCHMARKS.md)
+	@bench=$$(tests/bench/build.sh) && uptime && $$bench run --control-plane $(CONTROL_PLANE_BIN) \
+		--wasmgpu $(WASMGPU) --policy $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm --crds deploy/crds \
+		--work .work/bench-e2e --scales $(BENCH_E2E_SCALES) --repeat $(BENCH_E2E_REPEAT) \
+		--schedulers $(BENCH_E2E_SCHEDULERS) --write-concurrency $(BENCH_E2E_WRITE_CONCURRENCY) \
+		--create-concurrency $(BENCH_E2E_CREATE_CONCURRENCY)
 
 # --- control plane (tests/control-plane) -----------------------------------
 # kube-apiserver + embedded etcd (+ kubectl), built from the Kubernetes Go

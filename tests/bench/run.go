@@ -1,0 +1,644 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+const (
+	namespace   = "bench"
+	gpusPerNode = 8
+	h100        = "NVIDIA H100 80GB HBM3"
+	h100MiB     = 81559
+	readyPrefix = "wasmgpu control plane ready:"
+)
+
+var (
+	gpuNodes     = schema.GroupVersionResource{Group: "wasmgpu.io", Version: "v1alpha1", Resource: "gpunodes"}
+	gpuResources = schema.GroupVersionResource{Group: "wasmgpu.io", Version: "v1alpha1", Resource: "gpuresources"}
+)
+
+type config struct {
+	controlPlane      string
+	wasmgpu           string
+	policy            string
+	crds              string
+	work              string
+	scales            []scale
+	schedulers        []string
+	repeat            int
+	createConcurrency int
+	writeConcurrency  int
+	schedulerQPS      int
+	timeout           time.Duration
+}
+
+type scale struct{ nodes, pods int }
+
+func (s scale) String() string { return fmt.Sprintf("%dx%d", s.nodes, s.pods) }
+
+// result is one measured run.
+type result struct {
+	scheduler  string
+	scale      scale
+	bound      int
+	podsPerSec float64
+	createRate float64
+	median     time.Duration
+	p99        time.Duration
+	peakRSS    int64 // bytes
+	wall       time.Duration
+	note       string
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var c config
+	var scales, schedulers string
+	fs.StringVar(&c.controlPlane, "control-plane", "", "the control-plane binary (tests/control-plane/build.sh)")
+	fs.StringVar(&c.wasmgpu, "wasmgpu", "target/release/wasmgpu", "the wasmgpu binary")
+	fs.StringVar(&c.policy, "policy", "target/wasm32-wasip2/policy/wasmgpu_binpack.wasm", "the binpack policy component")
+	fs.StringVar(&c.crds, "crds", "deploy/crds", "the CRDs (a kustomization directory)")
+	fs.StringVar(&c.work, "work", ".work/bench-e2e", "where each run's kubeconfig and logs go")
+	fs.StringVar(&scales, "scales", "250x1000,1000x5000", "NODESxPODS, comma-separated")
+	fs.StringVar(&schedulers, "schedulers", "kube-scheduler,wasmgpu", "which to run, comma-separated")
+	fs.IntVar(&c.repeat, "repeat", 1, "runs of each scheduler at each scale")
+	fs.IntVar(&c.createConcurrency, "create-concurrency", 64, "pod creations in flight at once")
+	fs.IntVar(&c.writeConcurrency, "write-concurrency", 0, "wasmgpu controller --write-concurrency (0: its default)")
+	fs.IntVar(&c.schedulerQPS, "scheduler-qps", 500, "kube-scheduler client QPS and burst")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "the most one run may take to bind its pods")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if c.controlPlane == "" {
+		fmt.Fprintln(os.Stderr, "bench-e2e run: --control-plane is required (tests/control-plane/build.sh prints it)")
+		return 2
+	}
+	for _, s := range strings.Split(scales, ",") {
+		var sc scale
+		if _, err := fmt.Sscanf(strings.TrimSpace(s), "%dx%d", &sc.nodes, &sc.pods); err != nil || sc.nodes < 1 || sc.pods < 1 {
+			fmt.Fprintf(os.Stderr, "bench-e2e run: --scales: %q is not NODESxPODS (e.g. 250x1000)\n", s)
+			return 2
+		}
+		c.scales = append(c.scales, sc)
+	}
+	for _, s := range strings.Split(schedulers, ",") {
+		s = strings.TrimSpace(s)
+		if s != "kube-scheduler" && s != "wasmgpu" {
+			fmt.Fprintf(os.Stderr, "bench-e2e run: --schedulers: %q is neither kube-scheduler nor wasmgpu\n", s)
+			return 2
+		}
+		c.schedulers = append(c.schedulers, s)
+	}
+	for _, p := range []*string{&c.controlPlane, &c.wasmgpu, &c.policy, &c.crds, &c.work} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench-e2e run:", err)
+			return 2
+		}
+		*p = abs
+	}
+	if err := os.MkdirAll(c.work, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-e2e run:", err)
+		return 1
+	}
+
+	var results []result
+	failed := false
+	for _, sc := range c.scales {
+		for rep := 1; rep <= c.repeat; rep++ {
+			for _, sched := range c.schedulers {
+				dir := filepath.Join(c.work, fmt.Sprintf("%s-%s-%d", sched, sc, rep))
+				fmt.Fprintf(os.Stderr, "==> %s, %d nodes x %d GPUs, %d pods (run %d; logs in %s)\n",
+					sched, sc.nodes, gpusPerNode, sc.pods, rep, dir)
+				r, err := runOne(&c, sched, sc, dir)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "    failed: %v\n", err)
+					failed = true
+					continue
+				}
+				fmt.Fprintf(os.Stderr, "    %s\n", r.line())
+				results = append(results, r)
+			}
+		}
+	}
+	printTable(os.Stdout, results)
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+func (r result) line() string {
+	s := fmt.Sprintf("bound %d in %s: %.0f pods/s (created at %.0f/s), median %s, p99 %s, peak RSS %.1f MiB",
+		r.bound, r.wall.Round(time.Millisecond), r.podsPerSec, r.createRate, ms(r.median), ms(r.p99), mib(r.peakRSS))
+	if r.note != "" {
+		s += " (" + r.note + ")"
+	}
+	return s
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+func mib(b int64) float64       { return float64(b) / (1 << 20) }
+
+func printTable(w io.Writer, results []result) {
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| scale (nodes × pods) | scheduler | pods bound | pods/s | created/s | median | p99 | peak RSS |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		fmt.Fprintf(w, "| %d × %d | %s | %d | %.0f | %.0f | %s | %s | %.1f MiB |\n", r.scale.nodes, r.scale.pods,
+			r.scheduler, r.bound, r.podsPerSec, r.createRate, ms(r.median), ms(r.p99), mib(r.peakRSS))
+	}
+	// Ratios of the runs of each scale, pairing the i-th run of each scheduler.
+	type key struct {
+		s   scale
+		who string
+	}
+	byKey := map[key][]result{}
+	var order []scale
+	for _, r := range results {
+		k := key{r.scale, r.scheduler}
+		if _, seen := byKey[key{r.scale, "kube-scheduler"}]; !seen {
+			if _, seen2 := byKey[key{r.scale, "wasmgpu"}]; !seen2 {
+				order = append(order, r.scale)
+			}
+		}
+		byKey[k] = append(byKey[k], r)
+	}
+	header := false
+	for _, s := range order {
+		ks, ws := byKey[key{s, "kube-scheduler"}], byKey[key{s, "wasmgpu"}]
+		for i := 0; i < len(ks) && i < len(ws); i++ {
+			if !header {
+				fmt.Fprintln(w)
+				fmt.Fprintln(w, "| scale | run | throughput wasmgpu / kube-scheduler | median wasmgpu / kube-scheduler | p99 wasmgpu / kube-scheduler | peak RSS wasmgpu / kube-scheduler |")
+				fmt.Fprintln(w, "|---|---|---|---|---|---|")
+				header = true
+			}
+			k, x := ks[i], ws[i]
+			fmt.Fprintf(w, "| %d × %d | %d | %.2f× | %.2f | %.2f | %.2f |\n", s.nodes, s.pods, i+1,
+				x.podsPerSec/k.podsPerSec, float64(x.median)/float64(k.median),
+				float64(x.p99)/float64(k.p99), float64(x.peakRSS)/float64(k.peakRSS))
+		}
+	}
+}
+
+// process is a child process, its log and how to stop it.
+type process struct {
+	cmd  *exec.Cmd
+	done chan error
+	name string
+}
+
+func start(name, logPath string, env []string, stdin *os.File, stdout io.Writer, argv ...string) (*process, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = logFile
+	cmd.Stdout = logFile
+	if stdout != nil {
+		cmd.Stdout = io.MultiWriter(logFile, stdout)
+	}
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
+	// Its own process group, so that ^C on make reaches it through us only.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s (%s): %w", name, argv[0], err)
+	}
+	p := &process{cmd: cmd, done: make(chan error, 1), name: name}
+	go func() {
+		p.done <- cmd.Wait()
+		logFile.Close()
+	}()
+	return p, nil
+}
+
+func (p *process) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// peakRSS reads VmHWM of a running process, in bytes.
+func peakRSS(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
+
+func runOne(c *config, sched string, sc scale, dir string) (res result, err error) {
+	res.scheduler, res.scale = sched, sc
+	if err := os.RemoveAll(dir); err != nil {
+		return res, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return res, err
+	}
+	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+
+	// The API server; it stops when our end of its stdin closes.
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return res, err
+	}
+	readyR, readyW := io.Pipe()
+	cp, err := start("control plane", filepath.Join(dir, "control-plane.log"), nil, stdinR, readyW,
+		c.controlPlane, "serve", "--kubeconfig", kubeconfig, "--stop-on-stdin-eof")
+	stdinR.Close()
+	if err != nil {
+		stdinW.Close()
+		return res, err
+	}
+	defer func() {
+		stdinW.Close()
+		cp.stop()
+		readyW.Close()
+	}()
+	readyLine := make(chan string, 1)
+	go func() {
+		scanner := bufio.NewScanner(readyR)
+		for scanner.Scan() {
+			if strings.HasPrefix(scanner.Text(), readyPrefix) {
+				readyLine <- scanner.Text()
+			}
+		}
+	}()
+	select {
+	case <-readyLine:
+	case err := <-cp.done:
+		return res, fmt.Errorf("the control plane exited before it was ready (%v); see %s/control-plane.log", err, dir)
+	case <-time.After(2 * time.Minute):
+		return res, fmt.Errorf("the control plane was not ready within 2 minutes; see %s/control-plane.log", dir)
+	}
+
+	restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return res, err
+	}
+	// The generator must not be what limits the rate.
+	restConfig.QPS, restConfig.Burst = 5000, 5000
+	client := kubernetes.NewForConfigOrDie(restConfig)
+	dyn := dynamic.NewForConfigOrDie(restConfig)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	if sched == "wasmgpu" {
+		kubectl := filepath.Join(filepath.Dir(c.controlPlane), "kubectl")
+		for _, argv := range [][]string{
+			{kubectl, "apply", "--server-side", "-k", c.crds},
+			{kubectl, "wait", "--for=condition=Established", "--timeout=60s", "crd/gpuresources.wasmgpu.io", "crd/gpunodes.wasmgpu.io"},
+		} {
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return res, fmt.Errorf("%s: %v\n%s", strings.Join(argv[1:], " "), err, out)
+			}
+		}
+	}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		return res, fmt.Errorf("creating namespace %s: %w", namespace, err)
+	}
+	started := time.Now()
+	if err := parallel(32, sc.nodes, func(i int) error {
+		return createNode(ctx, client, dyn, fmt.Sprintf("node-%04d", i), sched == "wasmgpu")
+	}); err != nil {
+		return res, err
+	}
+	if sched == "wasmgpu" {
+		gr := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "wasmgpu.io/v1alpha1", "kind": "GPUResource",
+			"metadata": map[string]any{"name": "one-gpu", "namespace": namespace},
+			"spec":     map[string]any{"count": int64(1), "sharing": "Exclusive"},
+		}}
+		if _, err := dyn.Resource(gpuResources).Namespace(namespace).Create(ctx, gr, metav1.CreateOptions{}); err != nil {
+			return res, fmt.Errorf("creating GPUResource one-gpu: %w", err)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "    %d nodes registered in %s\n", sc.nodes, time.Since(started).Round(time.Millisecond))
+
+	// The scheduler under test.
+	var proc *process
+	switch sched {
+	case "kube-scheduler":
+		self, err := os.Executable()
+		if err != nil {
+			return res, err
+		}
+		cfgPath := filepath.Join(dir, "kube-scheduler.yaml")
+		cfg := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %q
+  qps: %d
+  burst: %d
+leaderElection:
+  leaderElect: false
+`, kubeconfig, c.schedulerQPS, c.schedulerQPS)
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+			return res, err
+		}
+		proc, err = start("kube-scheduler", filepath.Join(dir, "kube-scheduler.log"), nil, nil, nil,
+			self, "kube-scheduler", "--config", cfgPath, "--secure-port=0", "-v=1")
+		if err != nil {
+			return res, err
+		}
+	case "wasmgpu":
+		argv := []string{c.wasmgpu, "controller", "--policy", "binpack=" + c.policy,
+			"--default-policy", "binpack", "--http-address", "off"}
+		if c.writeConcurrency > 0 {
+			argv = append(argv, "--write-concurrency", strconv.Itoa(c.writeConcurrency))
+		}
+		proc, err = start("wasmgpu controller", filepath.Join(dir, "controller.log"),
+			[]string{"KUBECONFIG=" + kubeconfig}, nil, nil, argv...)
+		if err != nil {
+			return res, err
+		}
+	}
+	defer proc.stop()
+
+	// Each pod's POST time, and the first time the watch shows it bound.
+	var mu sync.Mutex
+	posted := map[string]time.Time{}
+	bound := map[string]time.Time{}
+	var boundCount atomic.Int64
+	allBound := make(chan struct{})
+	want := int64(sc.pods)
+	if capacity := int64(sc.nodes*gpusPerNode - 1); want > capacity {
+		want = capacity
+		res.note = fmt.Sprintf("%d pods fit; the rest stay pending", capacity)
+	}
+	onPod := func(obj any) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || pod.Spec.NodeName == "" || pod.Name == "warm-up" {
+			return
+		}
+		now := time.Now()
+		mu.Lock()
+		_, seen := bound[pod.Name]
+		if !seen {
+			bound[pod.Name] = now
+		}
+		mu.Unlock()
+		if !seen && boundCount.Add(1) == want {
+			close(allBound)
+		}
+	}
+	warmBound := make(chan struct{})
+	var warmOnce sync.Once
+	watchClient := kubernetes.NewForConfigOrDie(restConfig)
+	factory := informers.NewSharedInformerFactoryWithOptions(watchClient, 0, informers.WithNamespace(namespace))
+	podInformer := factory.Core().V1().Pods().Informer()
+	_, _ = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok && pod.Name == "warm-up" && pod.Spec.NodeName != "" {
+				warmOnce.Do(func() { close(warmBound) })
+			}
+			onPod(obj)
+		},
+		UpdateFunc: func(_, obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok && pod.Name == "warm-up" && pod.Spec.NodeName != "" {
+				warmOnce.Do(func() { close(warmBound) })
+			}
+			onPod(obj)
+		},
+	})
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
+		return res, errors.New("the pod informer did not sync")
+	}
+
+	// Warm-up: one pod bound means the scheduler has listed everything.
+	if _, err := client.CoreV1().Pods(namespace).Create(ctx, benchPod("warm-up", sched), metav1.CreateOptions{}); err != nil {
+		return res, fmt.Errorf("creating pod warm-up: %w", err)
+	}
+	select {
+	case <-warmBound:
+	case err := <-proc.done:
+		return res, fmt.Errorf("%s exited (%v); see %s", proc.name, err, dir)
+	case <-time.After(3 * time.Minute):
+		return res, fmt.Errorf("%s did not bind the warm-up pod within 3 minutes; see %s", proc.name, dir)
+	}
+	fmt.Fprintf(os.Stderr, "    %s is up (warm-up pod bound); creating %d pods, %d at a time\n", sched, sc.pods, c.createConcurrency)
+
+	first := time.Now()
+	var lastPost atomic.Int64
+	createErr := make(chan error, 1)
+	go func() {
+		createErr <- parallel(c.createConcurrency, sc.pods, func(i int) error {
+			name := fmt.Sprintf("pod-%05d", i)
+			pod := benchPod(name, sched)
+			mu.Lock()
+			posted[name] = time.Now()
+			mu.Unlock()
+			_, err := client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("creating pod %s: %w", name, err)
+			}
+			end := time.Since(first).Nanoseconds()
+			for {
+				old := lastPost.Load()
+				if end <= old || lastPost.CompareAndSwap(old, end) {
+					break
+				}
+			}
+			return nil
+		})
+	}()
+	deadline := time.After(c.timeout)
+	select {
+	case <-allBound:
+	case err := <-proc.done:
+		return res, fmt.Errorf("%s exited (%v); see %s", proc.name, err, dir)
+	case <-deadline:
+		return res, fmt.Errorf("only %d of %d pods bound within %s; see %s", boundCount.Load(), want, c.timeout, dir)
+	}
+	if err := <-createErr; err != nil {
+		return res, err
+	}
+	res.peakRSS, err = peakRSS(proc.cmd.Process.Pid)
+	if err != nil {
+		return res, err
+	}
+
+	mu.Lock()
+	var latencies []time.Duration
+	var last time.Time
+	for name, at := range bound {
+		latencies = append(latencies, at.Sub(posted[name]))
+		if at.After(last) {
+			last = at
+		}
+	}
+	mu.Unlock()
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	res.bound = len(latencies)
+	res.wall = last.Sub(first)
+	res.podsPerSec = float64(res.bound) / res.wall.Seconds()
+	res.createRate = float64(sc.pods) / (time.Duration(lastPost.Load()).Seconds())
+	res.median = latencies[len(latencies)/2]
+	res.p99 = latencies[int(math.Ceil(0.99*float64(len(latencies))))-1]
+	return res, nil
+}
+
+// parallel runs f(0..n-1), at most limit at once; the first error wins.
+func parallel(limit, n int, f func(int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr error
+	var once sync.Once
+	for w := 0; w < limit && w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					once.Do(func() { firstErr = err })
+					next.Store(int64(n))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// createNode registers a Ready node as a kubelet would (status through the
+// status subresource), and for wasmgpu its GPUNode as an agent would.
+func createNode(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, name string, withGPUNode bool) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name:   name,
+		Labels: map[string]string{"kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true"},
+	}}
+	created, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating Node %s: %w", name, err)
+	}
+	resources := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("96"),
+		corev1.ResourceMemory: resource.MustParse("1Ti"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+		"nvidia.com/gpu":      resource.MustParse(strconv.Itoa(gpusPerNode)),
+	}
+	now := metav1.Now()
+	created.Status = corev1.NodeStatus{
+		Capacity:    resources,
+		Allocatable: resources,
+		Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "benchmark node", LastHeartbeatTime: now, LastTransitionTime: now,
+		}},
+	}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("writing the status of Node %s: %w", name, err)
+	}
+	// Admission (TaintNodesByCondition) created it with the not-ready taint,
+	// which a node lifecycle controller would remove once it is Ready.
+	if _, err := client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType,
+		[]byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("removing the not-ready taint of Node %s: %w", name, err)
+	}
+	if !withGPUNode {
+		return nil
+	}
+	uuids := make([]any, gpusPerNode)
+	for i := range uuids {
+		uuids[i] = fmt.Sprintf("GPU-%s-%d", name, i)
+	}
+	gpus := make([]any, gpusPerNode)
+	for i := range gpus {
+		var peers []any
+		for j, u := range uuids {
+			if j != i {
+				peers = append(peers, u)
+			}
+		}
+		gpus[i] = map[string]any{
+			"uuid": uuids[i], "index": int64(i), "model": h100, "memoryTotalMiB": int64(h100MiB),
+			"pciBusId": fmt.Sprintf("00000000:%02X:00.0", 0x18+i), "nvlinkPeers": peers, "healthy": true,
+		}
+	}
+	api := dyn.Resource(gpuNodes)
+	obj, err := api.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "wasmgpu.io/v1alpha1", "kind": "GPUNode",
+		"metadata": map[string]any{"name": name}, "spec": map[string]any{},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating GPUNode %s: %w", name, err)
+	}
+	obj.Object["status"] = map[string]any{
+		"gpus": gpus, "gpusTotal": int64(gpusPerNode), "gpusHealthy": int64(gpusPerNode), "model": h100,
+	}
+	if _, err := api.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("publishing the status of GPUNode %s: %w", name, err)
+	}
+	return nil
+}
+
+// benchPod is one pod asking for one GPU, the way each scheduler is asked.
+func benchPod(name, sched string) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "work", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}
+	switch sched {
+	case "kube-scheduler":
+		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	case "wasmgpu":
+		pod.Spec.SchedulerName = "wasmgpu"
+		pod.Annotations = map[string]string{"wasmgpu.io/gpuresource": "one-gpu"}
+	}
+	return pod
+}
