@@ -96,6 +96,9 @@ pub enum ApplyError {
 enum Outcome {
     /// The pod is bound (by this write, or an earlier one of the same).
     Bound,
+    /// The pod is bound with another allocation (another writer): the GPUs
+    /// stay held until the pod watch shows what the pod holds.
+    BoundElsewhere,
     /// Certainly not bound by us: the GPUs are free again.
     NotBound(String),
     /// Unknown: the GPUs stay held and the binding is sent again.
@@ -472,6 +475,9 @@ impl Writer {
                     ),
                 );
             }
+            Outcome::BoundElsewhere => {
+                tracing::warn!(kind = "Pod", %pod, "Bound by another writer with another allocation; waiting for the pod watch");
+            }
             Outcome::NotBound(why) => {
                 tracing::info!(kind = "Pod", %pod, %why, "Not bound; the pod is decided again");
                 self.shared.index().end_binding(pod, uid);
@@ -549,9 +555,17 @@ impl Writer {
             .and_then(|s| s.node_name.as_deref())
             .is_some_and(|n| !n.is_empty());
         if bound {
-            // Bound already (an earlier try that timed out, before a
-            // crash): the pod watch shows what it holds.
-            return Outcome::Bound;
+            // Bound already: by an earlier try of this binding (it timed
+            // out, or this replica lost and regained the lead), or by
+            // another writer. Either way the pod watch shows what it holds.
+            let ours = PodAllocation::from_annotations(current.metadata.annotations.as_ref())
+                .and_then(Result::ok)
+                .is_some_and(|held| held == binding.allocation);
+            return if ours {
+                Outcome::Bound
+            } else {
+                Outcome::BoundElsewhere
+            };
         }
         if refused || current.metadata.deletion_timestamp.is_some() {
             Outcome::NotBound(error.to_string())
