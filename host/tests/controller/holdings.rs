@@ -87,9 +87,7 @@ async fn deleting_a_gpuresource_or_its_namespace_frees_no_gpu_a_live_pod_holds()
 
     let mut gpu_of = BTreeMap::new();
     for (api, name) in [(&pods, "run"), (&pods, "term"), (&team_pods, "t0")] {
-        let bound = wait_for(api, name, ACT, "bound", |p| p.and_then(node_of).is_some())
-            .await?
-            .expect("bound");
+        let bound = wait_bound_in(api, name).await?;
         set_pod_phase(api, name, PodPhase::Running).await?;
         gpu_of.insert(name, devices(&bound)[0].clone());
     }
