@@ -15,7 +15,7 @@ use wasmgpu_policy_sdk::testing::{node, request, snapshot, with_full_nvlink};
 
 fn small() -> Snapshot {
     let mut busy = node("a100", 4, "NVIDIA A100-SXM4-40GB", 40960);
-    busy.gpus[0].exclusive_owner = Some("ml/running".into());
+    busy.gpus[0].held = true;
     busy.gpus[0].allocated_mib = 40960;
     convert(&snapshot(
         vec![
@@ -282,7 +282,8 @@ fn impossible_decisions_are_refused_by_the_validator() {
     assert_eq!(
         verdict.refused[0].reason,
         Invalid::UnknownGpu {
-            gpu: "GPU-does-not-exist-0".into()
+            gpu: 1000,
+            node: "h100".into()
         }
     );
 
@@ -292,7 +293,7 @@ fn impossible_decisions_are_refused_by_the_validator() {
     let verdict = validate(&snap, &round.decisions);
     assert!(verdict.accepted.is_empty());
     assert!(
-        matches!(&verdict.refused[0].reason, Invalid::GpuTaken { by, .. } if by == "ml/running")
+        matches!(&verdict.refused[0].reason, Invalid::GpuTaken { by, .. } if by == "a running pod")
     );
 
     let mut snap: Snapshot = convert(&snapshot(
