@@ -31,7 +31,7 @@ pub use allocation::{
     ALLOCATION_ANNOTATION, DEVICES_ANNOTATION, NODE_ANNOTATION, PodAllocation, UnreadableAllocation,
 };
 pub use crd::{Drift, check_dir, crds, files, kustomization, to_yaml, write_dir};
-pub use gpunode::{GPUNode, GPUNodeSpec, GPUNodeStatus, GpuInfo, MigMode};
+pub use gpunode::{GPUNode, GPUNodeSpec, GPUNodeStatus, GpuInfo, MigInstanceInfo, MigMode};
 pub use gpuresource::{
     Allocation, Device, GPUResource, GPUResourceSpec, GPUResourceStatus, InvalidSpec, MAX_COUNT,
     Phase, PolicyRef, Sharing,
