@@ -141,12 +141,16 @@ impl AgentCommand {
 
 fn table(status: &GPUNodeStatus) -> String {
     let mut out = format!(
-        "Driver {}   CUDA {}   GPUs {} ({} healthy)\n",
+        "Driver {}   CUDA {}   GPUs {} ({} healthy)",
         status.driver_version.as_deref().unwrap_or("-"),
         status.cuda_version.as_deref().unwrap_or("-"),
         status.gpus_total,
         status.gpus_healthy
     );
+    if status.mig_instances_total > 0 {
+        out.push_str(&format!("   MIG instances {}", status.mig_instances_total));
+    }
+    out.push('\n');
     let index_of = |uuid: &str| {
         status
             .gpus
@@ -161,6 +165,10 @@ fn table(status: &GPUNodeStatus) -> String {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     for gpu in &status.gpus {
         let GpuInfo { index, model, .. } = gpu;
+        let health = match &gpu.unhealthy_reason {
+            None => "ok".to_owned(),
+            Some(reason) => format!("UNHEALTHY: {reason}"),
+        };
         table.row(vec![
             index.to_string(),
             model.clone(),
@@ -179,12 +187,32 @@ fn table(status: &GPUNodeStatus) -> String {
                     .join(",")
             },
             opt(gpu.mig_mode.map(|m| format!("{m:?}"))),
-            match &gpu.unhealthy_reason {
-                None => "ok".into(),
-                Some(reason) => format!("UNHEALTHY: {reason}"),
-            },
+            health.clone(),
             gpu.uuid.clone(),
         ]);
+        // One line per MIG instance, under its GPU; an instance shares its
+        // GPU's health.
+        for (slot, mig) in gpu.mig_instances.iter().enumerate() {
+            let ids = match (mig.gpu_instance_id, mig.compute_instance_id) {
+                (Some(gi), Some(ci)) => format!("GI {gi} CI {ci}"),
+                (Some(gi), None) => format!("GI {gi}"),
+                (None, Some(ci)) => format!("CI {ci}"),
+                (None, None) => "-".into(),
+            };
+            table.row(vec![
+                format!("{index}:{slot}"),
+                format!("MIG {}", mig.profile),
+                format!("{} MiB", mig.memory_total_mib),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                ids,
+                health.clone(),
+                mig.uuid.clone(),
+            ]);
+        }
     }
     out.push_str(&table.render());
     out
@@ -203,6 +231,53 @@ mod tests {
         assert!(parse_duration("10").is_err());
         assert!(parse_duration("10x").unwrap_err().contains("\"10x\""));
         assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn the_table_lists_mig_instances_under_their_gpu() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/inventory/mig.yaml"
+        ))
+        .unwrap();
+        let reading =
+            crate::agent::file::parse(&text, k8s_openapi::jiff::Timestamp::UNIX_EPOCH).unwrap();
+        let rules = HealthRules::default();
+        let faults = crate::agent::health::Faults::default();
+        let mut status = crate::agent::convert::to_status(
+            &reading,
+            crate::agent::convert::Context {
+                source: "test",
+                read_error: None,
+                rules: &rules,
+                faults: &faults,
+                now: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            },
+        );
+        status.gpus[0].unhealthy_reason = Some("XID 79".into());
+        let shown = table(&status);
+        let lines: Vec<&str> = shown.lines().collect();
+        assert!(lines[0].ends_with("MIG instances 4"), "{shown}");
+        // GPU 0, its four instances, then GPU 1.
+        let first: Vec<&str> = lines[2..]
+            .iter()
+            .map(|l| l.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(first, ["0", "0:0", "0:1", "0:2", "0:3", "1"], "{shown}");
+        let instance = lines[3];
+        for want in [
+            "MIG 3g.40gb",
+            "40192 MiB",
+            "GI 2 CI 0",
+            "UNHEALTHY: XID 79",
+            "MIG-4f1a6c2e-8b3d-5e7f-9a0b-1c2d3e4f5a60",
+        ] {
+            assert!(instance.contains(want), "{want:?} in {instance:?}");
+        }
+        assert!(
+            lines[7].contains("Disabled") && lines[7].contains("ok"),
+            "{shown}"
+        );
     }
 
     #[test]
