@@ -465,6 +465,7 @@ async fn the_kubelet_gets_exactly_the_policys_gpus_through_the_device_plugin() -
         exclusive > 0 && shared > 0,
         "{exclusive} exclusive, {shared} shared"
     );
+    eprintln!("50 pods started two at a time: {exclusive} exclusive, {shared} shared");
     // Each hand-over is recorded on its pod.
     let recorded = pods
         .list(&ListParams::default())
