@@ -330,6 +330,7 @@ async fn a_pod_naming_a_gpuresource_gets_scheduler_and_limits_filled_in() -> Res
         let spec = GPUResourceSpec {
             count,
             model: None,
+            mig_profile: None,
             memory_mib: 0,
             sharing: Sharing::Exclusive,
             policy: None,

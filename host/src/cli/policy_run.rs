@@ -35,7 +35,7 @@ pub(crate) fn run(
     let result = RunOutput {
         policy: PolicyRef::of(policy),
         snapshot: SnapshotSummary::of(snapshot),
-        decisions: decisions(&snapshot, &round.decisions, &verdict),
+        decisions: decisions(snapshot, &round.decisions, &verdict),
         summary: Summary::of(snapshot, &round.decisions, &verdict),
         stats: Stats::of(&round.stats, validated),
     };
@@ -131,7 +131,7 @@ pub(crate) fn compare(
         let verdict = validate(snapshot, &round.decisions);
         policies.push(ComparedPolicy {
             policy: PolicyRef::of(&policy),
-            decisions: decisions(&snapshot, &round.decisions, &verdict),
+            decisions: decisions(snapshot, &round.decisions, &verdict),
             summary: Summary::of(snapshot, &round.decisions, &verdict),
             nodes_used: nodes_used(&verdict),
         });

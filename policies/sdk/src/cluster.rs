@@ -423,7 +423,8 @@ impl<'s> Cluster<'s> {
         let size = std::mem::size_of::<Request>();
         let base = pending.as_ptr() as usize;
         let addr = std::ptr::from_ref(request) as usize;
-        if addr >= base && addr < base + size * pending.len() && (addr - base) % size == 0 {
+        if addr >= base && addr < base + size * pending.len() && (addr - base).is_multiple_of(size)
+        {
             return ((addr - base) / size) as u32;
         }
         pending

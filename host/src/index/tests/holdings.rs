@@ -91,7 +91,7 @@ fn shared_pods_add_up_their_shares() {
     let snapshot = default_snapshot(&index);
     let gpu = &snapshot.nodes[0].gpus[0];
     assert_eq!((gpu.allocated_mib, gpu.shared_owners), (20_000, 2));
-    assert_eq!(gpu.held, false);
+    assert!(!gpu.held);
     assert_eq!(snapshot.usage[0].shared_mib, 20_000);
 }
 
