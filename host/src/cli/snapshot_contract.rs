@@ -8,12 +8,12 @@ use serde::{Deserialize, Serialize};
 use crate::engine::types::Snapshot;
 
 /// The contract this wasmgpu's snapshots follow.
-pub(crate) const CONTRACT: &str = "wasmgpu:policy@0.1.0";
+pub(crate) use crate::engine::CONTRACT;
 
 /// A snapshot file: the contract's `snapshot` record, with the version first.
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct SnapshotFile {
-    /// The contract the snapshot follows, e.g. `wasmgpu:policy@0.1.0`.
+    /// The contract the snapshot follows, e.g. `wasmgpu:policy@0.2.0`.
     /// Written by wasmgpu; optional in hand-written files (read as this
     /// wasmgpu's contract).
     #[serde(default, skip_serializing_if = "Option::is_none")]

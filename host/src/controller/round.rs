@@ -49,6 +49,8 @@ pub struct Rounds {
     pub(super) metrics: Metrics,
     /// Whether this replica leads: rounds run only while it does.
     pub(super) leader: watch::Receiver<bool>,
+    /// Gang members told why they wait (pod, reason): told once per reason.
+    pub(super) gang_waits_told: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 // === impl Rounds ===
@@ -114,7 +116,9 @@ impl Rounds {
             unfinished,
             policies,
             resources: views,
+            reservations_done,
         } = self.shared.index().round_start();
+        self.applier.clear_reservations(reservations_done).await;
         self.applier.finalize(&views).await;
         self.applier.move_allocations(moves).await;
         self.applier.release(releases).await;
@@ -255,14 +259,13 @@ impl Rounds {
         );
         outcome.decided.extend(resources);
         for refused in &verdict.refused {
-            let Some(pod) = ObjectKey::parse(refused.decision.pod()) else {
+            let Some(pod) = refused.pod.as_deref().and_then(ObjectKey::parse) else {
+                tracing::warn!(policy = %policy.name, decision = %refused.decision, reason = %refused.reason, "Decision refused");
                 continue;
             };
             let message = format!(
                 "policy {} decided {}, refused: {}",
-                policy.name,
-                describe(&refused.decision),
-                refused.reason
+                policy.name, refused.decision, refused.reason
             );
             tracing::warn!(%pod, %message, "Decision refused");
             if let Some(resource) = resource_of(&snapshot, &pod) {
@@ -279,6 +282,7 @@ impl Rounds {
                 message,
             );
         }
+        self.tell_gang_waits(&verdict);
         for rejected in &verdict.rejected {
             let Some(pod) = ObjectKey::parse(&rejected.pod) else {
                 continue;
@@ -298,6 +302,41 @@ impl Rounds {
         let started = self.applier.assign(policy, &snapshot, verdict.accepted);
         self.metrics.phase("writes", writes.elapsed());
         started
+    }
+}
+
+impl Rounds {
+    /// An Event on each gang member that waits for its gang (all or
+    /// nothing), once per reason: why its pod stays pending.
+    fn tell_gang_waits(&self, verdict: &crate::validate::Verdict) {
+        let mut told = self
+            .gang_waits_told
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if told.len() > 10_000 {
+            told.clear();
+        }
+        let gang_waits = verdict
+            .waiting
+            .iter()
+            .chain(&verdict.rejected)
+            .filter(|w| w.reason.starts_with("gang "));
+        for wait in gang_waits {
+            if !told.insert((wait.pod.clone(), wait.reason.clone()))
+            {
+                continue;
+            }
+            let Some(pod) = ObjectKey::parse(&wait.pod) else {
+                continue;
+            };
+            let uid = self.shared.index().pod_uid(&pod).map(str::to_string);
+            self.events.normal(
+                pod_ref(&pod, uid.as_deref()),
+                "GangWaiting",
+                "Allocate",
+                wait.reason.clone(),
+            );
+        }
     }
 }
 
@@ -338,13 +377,4 @@ fn resource_of(snapshot: &Snapshot, pod: &ObjectKey) -> Option<ObjectKey> {
         .iter()
         .find(|r| r.pod == pod)
         .and_then(|r| ObjectKey::parse(&r.resource))
-}
-
-fn describe(decision: &crate::engine::types::Decision) -> String {
-    use crate::engine::types::Decision;
-    match decision {
-        Decision::Assign(a) => format!("{} on {} GPUs {}", a.pod, a.node, a.gpus.join(",")),
-        Decision::Wait(d) => format!("wait for {}", d.pod),
-        Decision::Reject(d) => format!("reject {}", d.pod),
-    }
 }
