@@ -282,8 +282,7 @@ pub fn validate(snapshot: &Snapshot, decisions: &[Decision]) -> Verdict {
         })
         .collect();
     let mut gpus: Vec<GpuLeft> = Vec::with_capacity(
-        node_start.last().copied().unwrap_or(0)
-            + snapshot.nodes.last().map_or(0, |n| n.gpus.len()),
+        node_start.last().copied().unwrap_or(0) + snapshot.nodes.last().map_or(0, |n| n.gpus.len()),
     );
     for node in &snapshot.nodes {
         let first = gpus.len();
@@ -629,7 +628,10 @@ mod tests {
                 by: "ns/x1".into()
             }]
         );
-        assert_eq!(verdict.refused[0].decision, "ns/x2 on a GPUs GPU-a-0,GPU-a-1");
+        assert_eq!(
+            verdict.refused[0].decision,
+            "ns/x2 on a GPUs GPU-a-0,GPU-a-1"
+        );
     }
 
     #[test]
@@ -863,7 +865,10 @@ mod tests {
 
         // The parent taken first blocks its instances; a MIG request is not
         // served by a whole GPU.
-        let verdict = validate(&snap, &[assign(1, 0, &[1]), assign(0, 0, &[2]), assign(2, 0, &[0])]);
+        let verdict = validate(
+            &snap,
+            &[assign(1, 0, &[1]), assign(0, 0, &[2]), assign(2, 0, &[0])],
+        );
         assert_eq!(verdict.accepted.len(), 1);
         assert_eq!(
             reasons(&verdict),
@@ -896,12 +901,17 @@ mod tests {
         );
         gang(&mut snap, "ns/train", 3, &[0, 1, 2]);
         // Two of three members: both wait; the pod outside the gang is bound.
-        let verdict = validate(&snap, &[assign(0, 0, &[0]), assign(1, 0, &[1]), assign(3, 0, &[2])]);
+        let verdict = validate(
+            &snap,
+            &[assign(0, 0, &[0]), assign(1, 0, &[1]), assign(3, 0, &[2])],
+        );
         assert_eq!(verdict.accepted.len(), 1);
         assert_eq!(verdict.accepted[0].pod, "ns/w-3");
         assert_eq!(verdict.waiting.len(), 2);
         assert!(
-            verdict.waiting[0].reason.contains("gang ns/train: 2 member(s) placed this round and 0 bound, 3 needed"),
+            verdict.waiting[0]
+                .reason
+                .contains("gang ns/train: 2 member(s) placed this round and 0 bound, 3 needed"),
             "{:?}",
             verdict.waiting
         );

@@ -199,3 +199,187 @@ async fn only_the_controller_records_what_a_pod_holds() -> Result<()> {
         .await?;
     Ok(())
 }
+
+/// The documents of a file under `deploy/admission/`, each renamed after
+/// the test's namespace and its binding narrowed to that namespace.
+fn scoped(ctx: &TestContext, file: &str) -> Result<Vec<Value>> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/admission")
+        .join(file);
+    let text = std::fs::read_to_string(&path)?;
+    let name = format!("{}-{}", ctx.namespace, file.trim_end_matches(".yaml"));
+    let mut documents = Vec::new();
+    for document in serde_norway::Deserializer::from_str(&text) {
+        let mut document = Value::deserialize(document)?;
+        document["metadata"]["name"] = json!(name);
+        if document["kind"]
+            .as_str()
+            .is_some_and(|k| k.ends_with("Binding"))
+        {
+            document["spec"]["policyName"] = json!(name);
+            let mut selector = document["spec"]["matchResources"]["namespaceSelector"].clone();
+            if selector.is_null() {
+                selector = json!({});
+            }
+            selector["matchLabels"] = json!({ "kubernetes.io/metadata.name": ctx.namespace });
+            document["spec"]["matchResources"]["namespaceSelector"] = selector;
+        }
+        documents.push(document);
+    }
+    Ok(documents)
+}
+
+/// Creates the documents (cluster-scoped admission objects) as they are.
+async fn create_all(
+    ctx: &TestContext,
+    documents: &[Value],
+) -> Result<Vec<kube::api::DynamicObject>> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let mut created = Vec::new();
+    for document in documents {
+        let (group, version) = document["apiVersion"]
+            .as_str()
+            .context("apiVersion")?
+            .split_once('/')
+            .context("group/version")?;
+        let kind = document["kind"].as_str().context("kind")?;
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
+        let object: DynamicObject = serde_json::from_value(document.clone())?;
+        created.push(api.create(&PostParams::default(), &object).await?);
+    }
+    Ok(created)
+}
+
+async fn delete_all(ctx: &TestContext, documents: &[Value]) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    for document in documents.iter().rev() {
+        let Some((group, version)) = document["apiVersion"]
+            .as_str()
+            .and_then(|v| v.split_once('/'))
+        else {
+            continue;
+        };
+        let kind = document["kind"].as_str().unwrap_or_default();
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
+        let name = document["metadata"]["name"].as_str().unwrap_or_default();
+        let _ = api.delete(name, &Default::default()).await;
+    }
+}
+
+fn with_env(mut pod: Pod, name: &str, value: &str) -> Pod {
+    pod.spec.as_mut().unwrap().containers[0].env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }]);
+    pod
+}
+
+#[tokio::test]
+async fn no_pod_picks_gpus_past_the_device_plugin() -> Result<()> {
+    let ctx = TestContext::new("device-guard").await?;
+    let documents = scoped(&ctx, "device-guard.yaml")?;
+    create_all(&ctx, &documents).await?;
+    let pods: Api<Pod> = ctx.api();
+    let all = with_env(pod("all", &[]), "NVIDIA_VISIBLE_DEVICES", "all");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let message = loop {
+        if let Some(message) = refusal(pods.create(&PostParams::default(), &all)).await? {
+            break message;
+        }
+        let _ = pods.delete("all", &Default::default()).await;
+        ensure_before(deadline, "the device guard never took effect")?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        message.contains("container(s) main set NVIDIA_VISIBLE_DEVICES")
+            && message.contains("wasmgpu device plugin"),
+        "{message}"
+    );
+    let mig = with_env(pod("mig", &[]), "NVIDIA_MIG_CONFIG_DEVICES", "all");
+    assert!(
+        refusal(pods.create(&PostParams::default(), &mig))
+            .await?
+            .is_some()
+    );
+    let cdi = pod("cdi", &[("cdi.k8s.io/gpu", "nvidia.com/gpu=all")]);
+    let message = refusal(pods.create(&PostParams::default(), &cdi))
+        .await?
+        .context("a CDI annotation")?;
+    assert!(message.contains("cdi.k8s.io/gpu"), "{message}");
+    // CUDA_VISIBLE_DEVICES is no boundary and is left alone; so are plain pods.
+    let cuda = with_env(pod("cuda", &[]), "CUDA_VISIBLE_DEVICES", "0");
+    assert_eq!(
+        refusal(pods.create(&PostParams::default(), &cuda)).await?,
+        None
+    );
+    delete_all(&ctx, &documents).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pod_naming_a_gpuresource_gets_scheduler_and_limits_filled_in() -> Result<()> {
+    use wasmgpu::api::{GPUResource, GPUResourceSpec, Sharing};
+    let ctx = TestContext::new("gpu-pods").await?;
+    common::install_crds(&ctx).await?;
+    let resources: Api<GPUResource> = ctx.api();
+    for (name, count) in [("pair", 2), ("single", 1)] {
+        let spec = GPUResourceSpec {
+            count,
+            model: None,
+            memory_mib: 0,
+            sharing: Sharing::Exclusive,
+            policy: None,
+        };
+        resources
+            .create(&PostParams::default(), &GPUResource::new(name, spec))
+            .await?;
+    }
+    let documents = scoped(&ctx, "gpu-pods.yaml")?;
+    create_all(&ctx, &documents).await?;
+    let pods: Api<Pod> = ctx.api();
+    let mut asking = pod("trainer", &[("wasmgpu.io/gpuresource", "pair")]);
+    asking.spec.as_mut().unwrap().scheduler_name = None;
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let created = loop {
+        let created = pods.create(&PostParams::default(), &asking).await?;
+        if created.spec.as_ref().unwrap().scheduler_name.as_deref() == Some("wasmgpu") {
+            break created;
+        }
+        pods.delete("trainer", &Default::default()).await?;
+        ensure_before(deadline, "the mutating policy never took effect")?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let limits = created.spec.unwrap().containers[0]
+        .resources
+        .clone()
+        .and_then(|r| r.limits)
+        .unwrap_or_default();
+    assert_eq!(
+        limits.get("wasmgpu.io/gpu").map(|q| q.0.as_str()),
+        Some("2"),
+        "{limits:?}"
+    );
+    assert_eq!(limits.len(), 1, "only the GPU limit is added: {limits:?}");
+    // A pod naming no GPUResource is left as it is.
+    let mut plain = pod("plain", &[]);
+    plain.spec.as_mut().unwrap().scheduler_name = None;
+    let plain = pods.create(&PostParams::default(), &plain).await?;
+    assert_eq!(
+        plain.spec.as_ref().unwrap().scheduler_name.as_deref(),
+        Some("default-scheduler")
+    );
+    delete_all(&ctx, &documents).await;
+    Ok(())
+}
+
+fn ensure_before(deadline: Instant, what: &str) -> Result<()> {
+    if Instant::now() > deadline {
+        bail!("{what}");
+    }
+    Ok(())
+}

@@ -152,10 +152,46 @@ async fn two_agents_publish_follow_their_files_and_do_not_rewrite_after_a_restar
         .unwrap();
     assert_eq!(ready.status, "True");
     assert!(ready.message.contains("a.yaml"), "{}", ready.message);
+    let status_b = b.status.as_ref().unwrap();
     assert_eq!(
-        b.status.as_ref().unwrap().gpus[0].mig_mode,
+        status_b.gpus[0].mig_mode,
         Some(wasmgpu::api::MigMode::Enabled)
     );
+    // The MIG instances of the inventory, under their GPU, and counted.
+    let instances = &status_b.gpus[0].mig_instances;
+    let profiles: Vec<&str> = instances.iter().map(|m| m.profile.as_str()).collect();
+    assert_eq!(profiles, ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]);
+    assert_eq!(
+        instances[0].uuid,
+        "MIG-4f1a6c2e-8b3d-5e7f-9a0b-1c2d3e4f5a60"
+    );
+    assert_eq!(
+        (
+            instances[0].memory_total_mib,
+            instances[0].gpu_instance_id,
+            instances[0].compute_instance_id
+        ),
+        (40192, Some(2), Some(0))
+    );
+    assert!(status_b.gpus[1].mig_instances.is_empty());
+    assert_eq!(status_b.mig_instances_total, 4);
+    let shown = ctx
+        .cluster()
+        .run_kubectl(&repo(""), &["get", "gpun", &node_b, &node_a])
+        .await?;
+    let rows: Vec<Vec<&str>> = shown
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(&rows[0][..4], ["NAME", "GPUS", "HEALTHY", "MIG"], "{shown}");
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r.first() == Some(&name))
+            .map(|r| r[..4].to_vec())
+            .unwrap_or_default()
+    };
+    assert_eq!(row(&node_b), [node_b.as_str(), "2", "2", "4"], "{shown}");
+    assert_eq!(row(&node_a), [node_a.as_str(), "4", "4", "0"], "{shown}");
     let managers: Vec<String> = a
         .managed_fields()
         .iter()

@@ -71,7 +71,7 @@ fn check_describes_a_policy_and_explains_what_is_not_one() {
     let wrong = temp_file("wrong.wasm", &wat::parse_str("(component)").unwrap());
     assert_check_refuses(
         wrong.to_str().unwrap(),
-        "not a wasmgpu:policy@0.1.0 component",
+        "not a wasmgpu:policy@0.2.0 component",
     );
 }
 

@@ -153,9 +153,9 @@ async fn gpunode_status_is_a_subresource_with_printer_columns() -> Result<()> {
         .collect();
     assert_eq!(
         lines[0],
-        ["NAME", "GPUS", "HEALTHY", "MODEL", "DRIVER", "AGE"]
+        ["NAME", "GPUS", "HEALTHY", "MIG", "MODEL", "DRIVER", "AGE"]
     );
-    assert_eq!(&lines[1][..3], [name.as_str(), "1", "1"]);
+    assert_eq!(&lines[1][..4], [name.as_str(), "1", "1", "0"]);
     assert_eq!(stored.name_any(), name);
     Ok(())
 }

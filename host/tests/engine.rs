@@ -514,7 +514,10 @@ fn patched(bytes: &[u8], from: &str, to: &str) -> Vec<u8> {
     let mut out = bytes.to_vec();
     let mut found = 0;
     let mut i = 0;
-    while let Some(at) = out[i..].windows(from.len()).position(|w| w == from.as_bytes()) {
+    while let Some(at) = out[i..]
+        .windows(from.len())
+        .position(|w| w == from.as_bytes())
+    {
         out[i + at..i + at + to.len()].copy_from_slice(to.as_bytes());
         i += at + to.len();
         found += 1;
@@ -527,7 +530,11 @@ fn patched(bytes: &[u8], from: &str, to: &str) -> Vec<u8> {
 fn a_component_of_another_contract_version_is_refused_naming_both() {
     let engine = engine();
     let bytes = policy_bytes("binpack");
-    let old = patched(&bytes, "wasmgpu:policy/types@0.2.0", "wasmgpu:policy/types@0.1.0");
+    let old = patched(
+        &bytes,
+        "wasmgpu:policy/types@0.2.0",
+        "wasmgpu:policy/types@0.1.0",
+    );
     let error = engine.load(&old).expect_err("0.1.0 is refused");
     assert_eq!(error.kind(), "wrong-contract");
     let message = error.to_string();

@@ -6,7 +6,12 @@
 //!  HealthRules ─────────┘     NVLink: remote PCI bus id ─▶ peer UUID
 //!                             memory: bytes ─▶ MiB
 //!                             health: first critical event, or a read fault
+//!                             MIG instances: copied, sharing their GPU's health
 //! ```
+//!
+//! A MIG instance has no health of its own: NVML reports critical events for
+//! the GPU, and an instance of an unhealthy GPU is unhealthy (the controller
+//! offers no instance of a GPU published with `healthy: false`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,7 +20,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::health::{self, Faults, HealthRules};
 use super::source::{RawGpu, Reading};
-use crate::api::{GPUNodeStatus, GpuInfo, conditions};
+use crate::api::{GPUNodeStatus, GpuInfo, MigInstanceInfo, conditions};
 
 /// `Ready` reason: the source was read.
 pub const REASON_READ: &str = "GPUsRead";
@@ -71,6 +76,7 @@ pub fn to_status(reading: &Reading, cx: Context<'_>) -> GPUNodeStatus {
         cuda_version: reading.cuda_version.clone(),
         gpus_total: gpus.len() as u32,
         gpus_healthy,
+        mig_instances_total: gpus.iter().map(|g| g.mig_instances.len() as u32).sum(),
         model: most_common_model(&gpus),
         gpus,
         last_updated: None,
@@ -98,7 +104,17 @@ fn gpu_info(raw: &RawGpu, cx: Context<'_>) -> GpuInfo {
         numa_node: raw.numa_node,
         nvlink_peers: Vec::new(),
         mig_mode: raw.mig_mode,
-        mig_instances: Vec::new(),
+        mig_instances: raw
+            .mig_instances
+            .iter()
+            .map(|m| MigInstanceInfo {
+                uuid: m.uuid.clone(),
+                profile: m.profile.clone(),
+                memory_total_mib: m.memory_total_bytes / MIB,
+                gpu_instance_id: m.gpu_instance_id,
+                compute_instance_id: m.compute_instance_id,
+            })
+            .collect(),
         healthy: unhealthy_reason.is_none(),
         unhealthy_reason,
     }
@@ -205,8 +221,13 @@ fn healthy_condition(gpus: &[GpuInfo], now: Timestamp) -> Condition {
         .iter()
         .filter(|g| !g.healthy)
         .map(|g| {
+            let instances = match g.mig_instances.len() {
+                0 => String::new(),
+                1 => " (and its MIG instance)".into(),
+                n => format!(" (and its {n} MIG instances)"),
+            };
             format!(
-                "GPU {} ({}): {}",
+                "GPU {} ({}){instances}: {}",
                 g.index,
                 g.uuid,
                 g.unhealthy_reason.as_deref().unwrap_or("unhealthy")

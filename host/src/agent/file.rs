@@ -13,7 +13,9 @@ use tokio::sync::mpsc::UnboundedSender as Sender;
 use k8s_openapi::jiff::Timestamp;
 use serde::Deserialize;
 
-use super::source::{EventKind, GpuSource, HealthEvent, RawGpu, Reading, Signal, SourceError};
+use super::source::{
+    EventKind, GpuSource, HealthEvent, RawGpu, RawMigInstance, Reading, Signal, SourceError,
+};
 use crate::api::MigMode;
 
 const MIB: u64 = 1024 * 1024;
@@ -67,9 +69,31 @@ pub struct InventoryGpu {
     /// MIG mode.
     #[serde(default)]
     pub mig_mode: Option<MigMode>,
+    /// MIG instances (only with `migMode: Enabled`).
+    #[serde(default)]
+    pub mig_instances: Vec<InventoryMigInstance>,
     /// Critical events seen on the GPU.
     #[serde(default)]
     pub events: Vec<InventoryEvent>,
+}
+
+/// A MIG instance of an inventory file's GPU.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InventoryMigInstance {
+    /// UUID (`MIG-…`), unique on the node.
+    pub uuid: String,
+    /// Profile, e.g. `1g.10gb`.
+    pub profile: String,
+    /// Memory, MiB: more than 0, at most the GPU's.
+    #[serde(rename = "memoryTotalMiB")]
+    pub memory_total_mib: u64,
+    /// GPU instance id.
+    #[serde(default)]
+    pub gpu_instance_id: Option<u32>,
+    /// Compute instance id.
+    #[serde(default)]
+    pub compute_instance_id: Option<u32>,
 }
 
 /// A critical event in an inventory file: exactly one of `xid` and
@@ -97,7 +121,8 @@ pub fn parse(text: &str, modified: Timestamp) -> Result<Reading, String> {
 
 impl Inventory {
     fn into_reading(self, modified: Timestamp) -> Result<Reading, String> {
-        let mut uuids: BTreeMap<&str, usize> = BTreeMap::new();
+        // Every UUID on the node (GPUs and MIG instances) with where it is.
+        let mut uuids: BTreeMap<&str, String> = BTreeMap::new();
         let mut indices: BTreeMap<u32, usize> = BTreeMap::new();
         let mut buses: BTreeMap<String, usize> = BTreeMap::new();
         for (i, gpu) in self.gpus.iter().enumerate() {
@@ -107,11 +132,8 @@ impl Inventory {
             if gpu.pci_bus_id.trim().is_empty() {
                 return Err(format!("gpus[{i}].pciBusId: must not be empty"));
             }
-            if let Some(j) = uuids.insert(&gpu.uuid, i) {
-                return Err(format!(
-                    "gpus[{i}].uuid: {:?} repeats gpus[{j}].uuid",
-                    gpu.uuid
-                ));
+            if let Some(other) = uuids.insert(&gpu.uuid, format!("gpus[{i}].uuid")) {
+                return Err(format!("gpus[{i}].uuid: {:?} repeats {other}", gpu.uuid));
             }
             if let Some(j) = indices.insert(gpu.index, i) {
                 return Err(format!(
@@ -143,6 +165,7 @@ impl Inventory {
                     "gpus[{i}].utilizationPercent: {u} is more than 100"
                 ));
             }
+            check_mig_instances(i, gpu, &mut uuids)?;
         }
         let mut gpus = Vec::with_capacity(self.gpus.len());
         for (i, gpu) in self.gpus.into_iter().enumerate() {
@@ -175,6 +198,17 @@ impl Inventory {
                 numa_node: gpu.numa_node,
                 nvlink_remote_pci_bus_ids: gpu.nvlinks,
                 mig_mode: gpu.mig_mode,
+                mig_instances: gpu
+                    .mig_instances
+                    .into_iter()
+                    .map(|m| RawMigInstance {
+                        uuid: m.uuid,
+                        profile: m.profile,
+                        memory_total_bytes: m.memory_total_mib * MIB,
+                        gpu_instance_id: m.gpu_instance_id,
+                        compute_instance_id: m.compute_instance_id,
+                    })
+                    .collect(),
                 events,
                 fault: None,
             });
@@ -185,6 +219,70 @@ impl Inventory {
             gpus,
         })
     }
+}
+
+/// Checks the MIG instances of `gpu` (at `gpus[i]`), adding their UUIDs to
+/// `uuids`.
+fn check_mig_instances<'a>(
+    i: usize,
+    gpu: &'a InventoryGpu,
+    uuids: &mut BTreeMap<&'a str, String>,
+) -> Result<(), String> {
+    if gpu.mig_instances.is_empty() {
+        return Ok(());
+    }
+    if gpu.mig_mode != Some(MigMode::Enabled) {
+        return Err(format!(
+            "gpus[{i}].migInstances: a GPU has MIG instances only with migMode: Enabled \
+             (set it, or remove the instances)"
+        ));
+    }
+    let mut ids: BTreeMap<(u32, u32), usize> = BTreeMap::new();
+    let mut memory: u64 = 0;
+    for (m, mig) in gpu.mig_instances.iter().enumerate() {
+        let at = format!("gpus[{i}].migInstances[{m}]");
+        if !mig.uuid.starts_with("MIG-") || mig.uuid.trim().len() <= "MIG-".len() {
+            return Err(format!(
+                "{at}.uuid: {:?} is not a MIG device UUID (MIG-…, as nvidia-smi -L shows it)",
+                mig.uuid
+            ));
+        }
+        if let Some(other) = uuids.insert(&mig.uuid, format!("{at}.uuid")) {
+            return Err(format!("{at}.uuid: {:?} repeats {other}", mig.uuid));
+        }
+        if !super::nvml::is_profile(&mig.profile) {
+            return Err(format!(
+                "{at}.profile: {:?} is not a MIG profile (e.g. 1g.10gb, 3g.40gb, 1c.2g.20gb)",
+                mig.profile
+            ));
+        }
+        if mig.memory_total_mib == 0 {
+            return Err(format!("{at}.memoryTotalMiB: must be more than 0"));
+        }
+        if mig.memory_total_mib > gpu.memory_total_mib {
+            return Err(format!(
+                "{at}.memoryTotalMiB: {} is more than the GPU's memoryTotalMiB ({})",
+                mig.memory_total_mib, gpu.memory_total_mib
+            ));
+        }
+        memory = memory.saturating_add(mig.memory_total_mib);
+        if memory > gpu.memory_total_mib {
+            return Err(format!(
+                "{at}.memoryTotalMiB: the instances up to this one have {memory} MiB, more \
+                 than the GPU's memoryTotalMiB ({})",
+                gpu.memory_total_mib
+            ));
+        }
+        if let (Some(gi), Some(ci)) = (mig.gpu_instance_id, mig.compute_instance_id)
+            && let Some(j) = ids.insert((gi, ci), m)
+        {
+            return Err(format!(
+                "{at}: gpuInstanceId {gi} with computeInstanceId {ci} repeats \
+                 gpus[{i}].migInstances[{j}]"
+            ));
+        }
+    }
+    Ok(())
 }
 
 // === impl FileSource ===
@@ -400,6 +498,128 @@ gpus:
         }
     }
 
+    /// GPU 0 of [`TWO`] with MIG enabled and three instances.
+    fn with_mig() -> String {
+        TWO.replace(
+            "    migMode: Disabled\n",
+            r#"    migMode: Enabled
+    migInstances:
+      - uuid: MIG-0
+        profile: 3g.20gb
+        memoryTotalMiB: 20096
+        gpuInstanceId: 1
+        computeInstanceId: 0
+      - uuid: MIG-1
+        profile: 2g.10gb
+        memoryTotalMiB: 9856
+      - uuid: MIG-2
+        profile: 1c.2g.10gb
+        memoryTotalMiB: 9856
+        gpuInstanceId: 5
+        computeInstanceId: 1
+"#,
+        )
+    }
+
+    #[test]
+    fn mig_instances_read_with_their_gpu() {
+        let reading = parsed(&with_mig()).unwrap();
+        let gpu = &reading.gpus[0];
+        assert_eq!(gpu.mig_mode, Some(MigMode::Enabled));
+        assert_eq!(
+            gpu.mig_instances[0],
+            RawMigInstance {
+                uuid: "MIG-0".into(),
+                profile: "3g.20gb".into(),
+                memory_total_bytes: 20096 * MIB,
+                gpu_instance_id: Some(1),
+                compute_instance_id: Some(0),
+            }
+        );
+        assert_eq!(
+            (
+                gpu.mig_instances[1].gpu_instance_id,
+                gpu.mig_instances[1].compute_instance_id
+            ),
+            (None, None)
+        );
+        assert_eq!(gpu.mig_instances.len(), 3);
+        assert!(reading.gpus[1].mig_instances.is_empty());
+    }
+
+    #[test]
+    fn mig_errors_name_the_field() {
+        let mig = with_mig();
+        let cases = [
+            (
+                mig.replace("migMode: Enabled", "migMode: Disabled"),
+                "gpus[0].migInstances: a GPU has MIG instances only with migMode: Enabled",
+            ),
+            (
+                mig.replace("    migMode: Enabled\n", ""),
+                "gpus[0].migInstances: a GPU has MIG instances only with migMode: Enabled",
+            ),
+            (
+                mig.replace("uuid: MIG-1", "uuid: GPU-1"),
+                "gpus[0].migInstances[1].uuid: \"GPU-1\" is not a MIG device UUID",
+            ),
+            (
+                mig.replace("uuid: MIG-1", "uuid: \"MIG-\""),
+                "gpus[0].migInstances[1].uuid: \"MIG-\" is not a MIG device UUID",
+            ),
+            (
+                mig.replace("uuid: MIG-2", "uuid: MIG-0"),
+                "gpus[0].migInstances[2].uuid: \"MIG-0\" repeats gpus[0].migInstances[0].uuid",
+            ),
+            (
+                mig.replace("uuid: GPU-b", "uuid: MIG-1"),
+                "gpus[1].uuid: \"MIG-1\" repeats gpus[0].migInstances[1].uuid",
+            ),
+            (
+                mig.replace("profile: 2g.10gb", "profile: \"\""),
+                "gpus[0].migInstances[1].profile: \"\" is not a MIG profile",
+            ),
+            (
+                mig.replace("profile: 2g.10gb", "profile: large"),
+                "gpus[0].migInstances[1].profile: \"large\" is not a MIG profile",
+            ),
+            (
+                mig.replace(
+                    "memoryTotalMiB: 9856\n      - uuid: MIG-2",
+                    "memoryTotalMiB: 0\n      - uuid: MIG-2",
+                ),
+                "gpus[0].migInstances[1].memoryTotalMiB: must be more than 0",
+            ),
+            (
+                mig.replace("memoryTotalMiB: 20096", "memoryTotalMiB: 40961"),
+                "gpus[0].migInstances[0].memoryTotalMiB: 40961 is more than the GPU's memoryTotalMiB (40960)",
+            ),
+            (
+                mig.replace("memoryTotalMiB: 20096", "memoryTotalMiB: 32000"),
+                "gpus[0].migInstances[1].memoryTotalMiB: the instances up to this one have 41856 MiB, more than the GPU's memoryTotalMiB (40960)",
+            ),
+            (
+                mig.replace(
+                    "gpuInstanceId: 5\n        computeInstanceId: 1",
+                    "gpuInstanceId: 1\n        computeInstanceId: 0",
+                ),
+                "gpus[0].migInstances[2]: gpuInstanceId 1 with computeInstanceId 0 repeats gpus[0].migInstances[0]",
+            ),
+            (
+                mig.replace("profile: 3g.20gb", "profil: 3g.20gb"),
+                "gpus[0].migInstances[0]: unknown field `profil`",
+            ),
+            (
+                mig.replace("        profile: 3g.20gb\n", ""),
+                "gpus[0].migInstances[0]: missing field `profile`",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = parsed(&text).expect_err(want);
+            assert!(got.contains(want), "want: {want}\ngot:  {got}");
+        }
+    }
+
     const KEYS: &[&str] = &[
         "driverVersion",
         "cudaVersion",
@@ -415,6 +635,10 @@ gpus:
         "numaNode",
         "nvlinks",
         "migMode",
+        "migInstances",
+        "profile",
+        "gpuInstanceId",
+        "computeInstanceId",
         "events",
         "xid",
         "doubleBitEcc",

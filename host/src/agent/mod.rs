@@ -18,6 +18,7 @@
 //! * [`run`]: the loop.
 
 pub mod convert;
+pub mod deviceplugin;
 pub mod file;
 pub mod health;
 pub mod nvml;

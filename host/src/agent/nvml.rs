@@ -4,6 +4,10 @@
 //! out instead of failing the read; a GPU that cannot be read at all (fallen
 //! off the bus) is reported with a fault, so it is published unhealthy.
 //! Critical XID and double-bit ECC events are read on a thread of their own.
+//!
+//! On a GPU with MIG enabled, the MIG devices the operator created are listed
+//! with their UUID, profile and memory. The GPU/compute instance ids are left
+//! out: the wrapper has no safe call for them, and this crate has no unsafe code.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +21,9 @@ use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, EventSet};
 
-use super::source::{EventKind, GpuSource, HealthEvent, RawGpu, Reading, Signal, SourceError};
+use super::source::{
+    EventKind, GpuSource, HealthEvent, RawGpu, RawMigInstance, Reading, Signal, SourceError,
+};
 use crate::api::MigMode;
 
 /// NVML's `NVML_NVLINK_MAX_LINKS`: links are numbered below it.
@@ -85,33 +91,42 @@ fn read_gpu(nvml: &Nvml, index: u32) -> RawGpu {
         Err(error) => return faulty(index, format!("unknown-{index}"), "reading the UUID", error),
     };
     match read_required(&device) {
-        Ok((name, memory, pci_bus_id)) => RawGpu {
-            index,
-            name,
-            memory_total_bytes: memory.total,
-            memory_used_bytes: memory.used,
-            utilization_percent: optional(device.utilization_rates(), index, "utilization")
-                .map(|u| u.gpu),
-            temperature_c: optional(
-                device.temperature(TemperatureSensor::Gpu),
-                index,
-                "temperature",
-            )
-            .map(|t| i32::try_from(t).unwrap_or(i32::MAX)),
-            pci_bus_id,
-            numa_node: optional(device.numa_node_id(), index, "NUMA node"),
-            nvlink_remote_pci_bus_ids: nvlinks(&device),
-            mig_mode: optional(device.mig_mode(), index, "MIG mode").map(|m| {
+        Ok((name, memory, pci_bus_id)) => {
+            let mig_mode = optional(device.mig_mode(), index, "MIG mode").map(|m| {
                 if m.current == MIG_ENABLED {
                     MigMode::Enabled
                 } else {
                     MigMode::Disabled
                 }
-            }),
-            events: Vec::new(),
-            fault: None,
-            uuid,
-        },
+            });
+            let mig_instances = if mig_mode == Some(MigMode::Enabled) {
+                mig_instances(&device, index, memory.total)
+            } else {
+                Vec::new()
+            };
+            RawGpu {
+                index,
+                name,
+                memory_total_bytes: memory.total,
+                memory_used_bytes: memory.used,
+                utilization_percent: optional(device.utilization_rates(), index, "utilization")
+                    .map(|u| u.gpu),
+                temperature_c: optional(
+                    device.temperature(TemperatureSensor::Gpu),
+                    index,
+                    "temperature",
+                )
+                .map(|t| i32::try_from(t).unwrap_or(i32::MAX)),
+                pci_bus_id,
+                numa_node: optional(device.numa_node_id(), index, "NUMA node"),
+                nvlink_remote_pci_bus_ids: nvlinks(&device),
+                mig_mode,
+                mig_instances,
+                events: Vec::new(),
+                fault: None,
+                uuid,
+            }
+        }
         Err((what, error)) => faulty(index, uuid, what, error),
     }
 }
@@ -127,6 +142,134 @@ fn read_required(device: &Device<'_>) -> Result<Required, (&'static str, NvmlErr
     let memory = device.memory_info().map_err(|e| ("reading memory", e))?;
     let pci = device.pci_info().map_err(|e| ("reading PCI info", e))?;
     Ok((name, memory, pci.bus_id))
+}
+
+// === MIG ===
+
+/// The MIG devices of `device` (MIG enabled), whose total memory is
+/// `parent_total_bytes`. A slot without a device (`NotFound`) is skipped; a
+/// device that cannot be read is logged and left out.
+fn mig_instances(device: &Device<'_>, index: u32, parent_total_bytes: u64) -> Vec<RawMigInstance> {
+    let Some(slots) = optional(device.mig_device_count(), index, "MIG device count") else {
+        return Vec::new();
+    };
+    let mut instances = Vec::new();
+    for slot in 0..slots {
+        let mig = match device.mig_device_by_index(slot) {
+            Ok(mig) => mig,
+            Err(NvmlError::NotFound) => continue,
+            Err(error) => {
+                tracing::warn!(index, slot, %error, "Cannot open MIG device");
+                continue;
+            }
+        };
+        match read_mig(&mig, index, parent_total_bytes) {
+            Ok(instance) => instances.push(instance),
+            Err((what, error)) => {
+                tracing::warn!(index, slot, what, %error, "Cannot read MIG device; leaving it out");
+            }
+        }
+    }
+    instances
+}
+
+fn read_mig(
+    mig: &Device<'_>,
+    index: u32,
+    parent_total_bytes: u64,
+) -> Result<RawMigInstance, (&'static str, NvmlError)> {
+    let uuid = mig.uuid().map_err(|e| ("reading the UUID", e))?;
+    let memory = mig.memory_info().map_err(|e| ("reading memory", e))?;
+    let from_name =
+        optional(mig.name(), index, "MIG device name").and_then(|name| profile_from_name(&name));
+    let profile = match from_name {
+        Some(profile) => profile,
+        None => {
+            let attributes = mig
+                .attributes()
+                .map_err(|e| ("reading the attributes", e))?;
+            profile_name(
+                attributes.gpu_instance_slice_count,
+                attributes.compute_instance_slice_count,
+                attributes.memory_size_mb,
+                parent_total_bytes,
+            )
+        }
+    };
+    Ok(RawMigInstance {
+        uuid,
+        profile,
+        memory_total_bytes: memory.total,
+        gpu_instance_id: None,
+        compute_instance_id: None,
+    })
+}
+
+/// The profile in a MIG device's name, as recent drivers spell it
+/// (`NVIDIA A100-SXM4-80GB MIG 1g.10gb`, `… MIG 1c.2g.20gb`, `… MIG 1g.10gb+me`).
+pub fn profile_from_name(name: &str) -> Option<String> {
+    let (_, profile) = name.trim().rsplit_once(" MIG ")?;
+    is_profile(profile).then(|| profile.to_owned())
+}
+
+/// `[<C>c.]<G>g.<GB>gb[+<attr>[,<attr>…]]`, counts and size decimal numbers.
+pub fn is_profile(text: &str) -> bool {
+    let (base, attributes) = match text.split_once('+') {
+        Some((base, attributes)) => (base, Some(attributes)),
+        None => (text, None),
+    };
+    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let parts: Vec<&str> = base.split('.').collect();
+    let (compute, rest) = match parts.as_slice() {
+        [c, g, m] => (Some(*c), [*g, *m]),
+        [g, m] => (None, [*g, *m]),
+        _ => return false,
+    };
+    let counted = |s: &str, unit: &str| s.strip_suffix(unit).is_some_and(number);
+    compute.is_none_or(|c| counted(c, "c"))
+        && counted(rest[0], "g")
+        && counted(rest[1], "gb")
+        && attributes.is_none_or(|a| {
+            a.split(',')
+                .all(|a| !a.is_empty() && a.bytes().all(|b| b.is_ascii_alphanumeric()))
+        })
+}
+
+/// The profile name NVIDIA's tools give a MIG device with `gi_slices` GPU
+/// slices, `ci_slices` compute slices and `memory_mib` of memory, on a GPU
+/// of `parent_total_bytes`: `1g.10gb`, or `1c.2g.20gb` when the compute
+/// instance is smaller than its GPU instance.
+///
+/// The size is the instance's share of the GPU rounded up to an eighth, times
+/// the GPU's memory in whole GB (rounded up), rounded: 9,728 MiB of an
+/// 80 GB A100 is `10gb`, 4,864 MiB of a 40 GB one `5gb`.
+pub fn profile_name(
+    gi_slices: u32,
+    ci_slices: u32,
+    memory_mib: u64,
+    parent_total_bytes: u64,
+) -> String {
+    let gb = mig_memory_gb(memory_mib, parent_total_bytes);
+    if ci_slices == gi_slices || ci_slices == 0 {
+        format!("{gi_slices}g.{gb}gb")
+    } else {
+        format!("{ci_slices}c.{gi_slices}g.{gb}gb")
+    }
+}
+
+fn mig_memory_gb(memory_mib: u64, parent_total_bytes: u64) -> u64 {
+    const MIB: u128 = 1024 * 1024;
+    const GIB: u128 = 1024 * MIB;
+    if parent_total_bytes == 0 {
+        return memory_mib.div_ceil(1024);
+    }
+    let total = u128::from(parent_total_bytes);
+    // ceil(share × 8): the share in eighths of the GPU.
+    let eighths = (u128::from(memory_mib) * MIB * 8).div_ceil(total);
+    let total_gb = total.div_ceil(GIB);
+    // round(eighths × total_gb / 8), halves up.
+    let gb = (eighths * total_gb + 4) / 8;
+    u64::try_from(gb).unwrap_or(u64::MAX)
 }
 
 fn faulty(index: u32, uuid: String, what: &str, error: NvmlError) -> RawGpu {
@@ -296,4 +439,64 @@ fn register_all(nvml: &Nvml) -> Option<EventSet<'_>> {
         };
     }
     Some(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1024 * 1024;
+
+    #[test]
+    fn profile_names_match_nvidia_smi() {
+        // (GPU memory MiB, GI slices, CI slices, instance MiB, name)
+        let cases = [
+            (81920, 1, 1, 9728, "1g.10gb"), // A100 80GB
+            (81920, 2, 2, 19968, "2g.20gb"),
+            (81920, 3, 3, 40192, "3g.40gb"),
+            (81920, 4, 4, 40192, "4g.40gb"),
+            (81920, 7, 7, 80896, "7g.80gb"),
+            (81920, 2, 1, 19968, "1c.2g.20gb"),
+            (40960, 1, 1, 4864, "1g.5gb"), // A100 40GB
+            (40960, 3, 3, 20096, "3g.20gb"),
+            (81559, 1, 1, 9984, "1g.10gb"),   // H100 80GB
+            (81559, 1, 1, 20096, "1g.20gb"),  // H100 1g.20gb (two memory slices)
+            (143771, 1, 1, 16384, "1g.18gb"), // H200 141GB
+            (143771, 7, 7, 143360, "7g.141gb"),
+        ];
+        for (gpu_mib, gi, ci, mib, want) in cases {
+            assert_eq!(
+                profile_name(gi, ci, mib, gpu_mib * MIB),
+                want,
+                "{mib} of {gpu_mib} MiB"
+            );
+        }
+        // A parent of unknown size: the instance's own memory in GB, rounded up.
+        assert_eq!(profile_name(1, 1, 9728, 0), "1g.10gb");
+        assert_eq!(
+            profile_name(u32::MAX, 1, u64::MAX, 1),
+            format!("1c.{}g.{}gb", u32::MAX, u64::MAX)
+        );
+    }
+
+    #[test]
+    fn profiles_are_read_from_mig_device_names() {
+        let cases = [
+            ("NVIDIA A100-SXM4-80GB MIG 1g.10gb", Some("1g.10gb")),
+            ("NVIDIA H100 80GB HBM3 MIG 1c.2g.20gb", Some("1c.2g.20gb")),
+            ("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me", Some("1g.10gb+me")),
+            ("NVIDIA H200 MIG 3g.71gb ", Some("3g.71gb")),
+            ("NVIDIA A100-SXM4-80GB", None),
+            ("NVIDIA A100 MIG", None),
+            ("NVIDIA A100 MIG 1g", None),
+            ("NVIDIA A100 MIG 1g.10", None),
+            ("NVIDIA A100 MIG xg.10gb", None),
+            ("NVIDIA A100 MIG 1g.10gb+", None),
+            ("NVIDIA A100 MIG 1g.10gb+m-e", None),
+            ("NVIDIA A100 MIG 1c.1c.1g.10gb", None),
+        ];
+        for (name, want) in cases {
+            assert_eq!(profile_from_name(name).as_deref(), want, "{name}");
+        }
+    }
 }

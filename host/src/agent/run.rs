@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
 
 use super::Error;
@@ -21,6 +21,7 @@ pub struct Agent {
     rules: HealthRules,
     faults: Faults,
     last_good: Option<Reading>,
+    statuses: Option<watch::Sender<Option<GPUNodeStatus>>>,
 }
 
 impl Agent {
@@ -31,7 +32,14 @@ impl Agent {
             rules,
             faults: Faults::default(),
             last_good: None,
+            statuses: None,
         }
+    }
+
+    /// Also sends every status the loop reads to `statuses` (the device
+    /// plugin advertises the GPUs from it).
+    pub fn report_to(&mut self, statuses: watch::Sender<Option<GPUNodeStatus>>) {
+        self.statuses = Some(statuses);
     }
 
     /// Reads the source and returns the reading and its status; a failed read
@@ -104,6 +112,9 @@ impl Agent {
             }
             match self.snapshot() {
                 Ok((_, status)) => {
+                    if let Some(statuses) = &self.statuses {
+                        statuses.send_replace(Some(status.clone()));
+                    }
                     match publisher.publish(status).await {
                         Ok(false) if first => tracing::info!("GPUNode status already current"),
                         Ok(_) => {}

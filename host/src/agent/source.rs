@@ -65,12 +65,33 @@ pub struct RawGpu {
     pub nvlink_remote_pci_bus_ids: Vec<String>,
     /// MIG mode, when the GPU supports MIG.
     pub mig_mode: Option<MigMode>,
+    /// The MIG instances on the GPU (only when MIG is enabled), in the
+    /// order the source lists them.
+    #[serde(default)]
+    pub mig_instances: Vec<RawMigInstance>,
     /// Critical events the source reports as part of the GPU's state (the
     /// inventory file's `events`); NVML's arrive as [`Signal::Health`].
     pub events: Vec<HealthEvent>,
     /// Why the source could not read this GPU fully (e.g. it fell off the
     /// bus): the GPU is published unhealthy with this reason.
     pub fault: Option<String>,
+}
+
+/// One MIG instance (a GPU instance with its compute instance) as the
+/// source reports it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RawMigInstance {
+    /// UUID of the MIG device, e.g. `MIG-0c4f…`.
+    pub uuid: String,
+    /// Profile name, e.g. `1g.10gb`.
+    pub profile: String,
+    /// Memory of the instance, bytes.
+    pub memory_total_bytes: u64,
+    /// GPU instance id on the parent GPU, when the source knows it.
+    pub gpu_instance_id: Option<u32>,
+    /// Compute instance id within the GPU instance, when the source knows it.
+    pub compute_instance_id: Option<u32>,
 }
 
 /// Something a source reports between reads.

@@ -22,6 +22,11 @@ use serde::{Deserialize, Serialize};
     doc = "The GPUs of one node (named after it), published by the node's wasmgpu agent.",
     printcolumn(name = "GPUs", type_ = "integer", json_path = ".status.gpusTotal"),
     printcolumn(name = "Healthy", type_ = "integer", json_path = ".status.gpusHealthy"),
+    printcolumn(
+        name = "MIG",
+        type_ = "integer",
+        json_path = ".status.migInstancesTotal"
+    ),
     printcolumn(name = "Model", type_ = "string", json_path = ".status.model"),
     printcolumn(name = "Driver", type_ = "string", json_path = ".status.driverVersion"),
     printcolumn(
@@ -51,6 +56,9 @@ pub struct GPUNodeStatus {
     /// Number of healthy GPUs (for `kubectl get`).
     #[serde(default)]
     pub gpus_healthy: u32,
+    /// Number of MIG instances over all GPUs (for `kubectl get`).
+    #[serde(default)]
+    pub mig_instances_total: u32,
     /// The most common GPU model on the node (for `kubectl get`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
@@ -104,7 +112,8 @@ pub struct GpuInfo {
     pub mig_mode: Option<MigMode>,
     /// The MIG instances an operator created on this GPU (static MIG), when
     /// MIG is enabled. Each is allocated on its own; the GPU itself is then
-    /// handed out whole only while none of them is held.
+    /// handed out whole only while none of them is held. They share the
+    /// GPU's health: an instance of an unhealthy GPU is unhealthy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mig_instances: Vec<MigInstanceInfo>,
     /// False after a critical error (XID, double-bit ECC) or when unusable.

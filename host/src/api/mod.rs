@@ -25,21 +25,21 @@ pub mod conditions;
 mod crd;
 mod gpunode;
 mod gpuresource;
-pub mod policy;
 mod podgroup;
+pub mod policy;
 
 pub use allocation::{
     ALLOCATION_ANNOTATION, DEVICES_ANNOTATION, NODE_ANNOTATION, PodAllocation, UnreadableAllocation,
 };
 pub use crd::{Drift, check_dir, crds, files, kustomization, to_yaml, write_dir};
-pub use podgroup::{
-    GANG_RESERVATION_ANNOTATION, GangReservation, POD_GROUP_LABEL, PodGroup, PodGroupSpec,
-    ReservedMember,
-};
 pub use gpunode::{GPUNode, GPUNodeSpec, GPUNodeStatus, GpuInfo, MigInstanceInfo, MigMode};
 pub use gpuresource::{
     Allocation, Device, GPUResource, GPUResourceSpec, GPUResourceStatus, InvalidSpec, MAX_COUNT,
     Phase, PolicyRef, Sharing,
+};
+pub use podgroup::{
+    GANG_RESERVATION_ANNOTATION, GangReservation, POD_GROUP_LABEL, PodGroup, PodGroupSpec,
+    ReservedMember,
 };
 
 /// The API group of the wasmgpu CRDs.

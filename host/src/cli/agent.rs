@@ -12,6 +12,7 @@ use super::out;
 use super::output::AgentOnceOutput;
 use super::policy::Output;
 use super::table::Table;
+use crate::agent::deviceplugin::{self, DeviceOptions, NodePods, ResponseOptions, Strategy};
 use crate::agent::file::FileSource;
 use crate::agent::nvml::NvmlSource;
 use crate::agent::{Agent, GpuSource, HealthRules, Publisher};
@@ -29,6 +30,14 @@ use crate::api::{GPUNodeStatus, GpuInfo};
 ///
 /// Without NVIDIA's library (libnvidia-ml.so.1) it refuses to start, unless
 /// given --inventory FILE: a simulated node, for development and tests.
+///
+/// It is also the kubelet's device plugin for the extended resource
+/// wasmgpu.io/gpu (API v1beta1, socket wasmgpu.sock in --device-plugin-dir):
+/// it advertises each GPU whole and as replicas `<uuid>::<k>` for shared use,
+/// with the GPU's health, and hands a starting pod exactly the GPUs the
+/// controller recorded on it (annotation wasmgpu.io/allocation), as CDI
+/// devices `nvidia.com/gpu=<uuid>`; an offer of other devices is refused with
+/// an Event on the pod. See docs/AGENT.md.
 #[derive(Debug, Args)]
 pub struct AgentCommand {
     /// Name of this node, and of its GPUNode (in a DaemonSet: from the
@@ -60,6 +69,31 @@ pub struct AgentCommand {
     /// agent-once`).
     #[arg(long, value_enum, default_value_t, requires = "once")]
     output: Output,
+    /// Do not serve the kubelet device plugin API (a simulated node without
+    /// a kubelet, or a node whose GPUs another device plugin hands out).
+    #[arg(long)]
+    no_device_plugin: bool,
+    /// The kubelet's device plugin directory (its kubelet.sock; the plugin
+    /// serves wasmgpu.sock beside it).
+    #[arg(long, value_name = "DIR", default_value = deviceplugin::DEFAULT_DIR)]
+    device_plugin_dir: PathBuf,
+    /// How the granted GPUs reach the container: CDI device names, or
+    /// NVIDIA's volume-mounts list (nodes without CDI; needs the toolkit's
+    /// accept-nvidia-visible-devices-as-volume-mounts=true).
+    #[arg(long, value_enum, default_value_t)]
+    device_list_strategy: Strategy,
+    /// Set CUDA_MPS_PINNED_DEVICE_MEM_LIMIT to the share for pods on shared
+    /// GPUs (effective only where an MPS control daemon serves the node).
+    #[arg(long)]
+    mps_memory_limit: bool,
+    /// The smallest share of a shared GPU (MiB): each GPU is advertised as
+    /// memory / this many replicas for shared use.
+    #[arg(long, value_name = "MIB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    min_share_mib: u64,
+    /// How long the device plugin holds its claim on a starting pod while
+    /// waiting for the kubelet's next call.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    claim_ttl: Duration,
 }
 
 /// The parsed `--ignore-xids`.
@@ -131,7 +165,26 @@ impl AgentCommand {
             let client = kube::Client::try_default()
                 .await
                 .context("connecting to the API server")?;
-            let publisher = Publisher::start(client, &node).await?;
+            let publisher = Publisher::start(client.clone(), &node).await?;
+            if !self.no_device_plugin {
+                let (statuses, received) = tokio::sync::watch::channel(None);
+                agent.report_to(statuses);
+                let config = deviceplugin::Config {
+                    dir: self.device_plugin_dir.clone(),
+                    devices: DeviceOptions {
+                        min_share_mib: self.min_share_mib,
+                    },
+                    response: ResponseOptions {
+                        strategy: self.device_list_strategy,
+                        mps_memory_limit: self.mps_memory_limit,
+                    },
+                    claim_ttl: self.claim_ttl,
+                    pod_wait: Duration::from_secs(10),
+                    check: self.interval.min(Duration::from_secs(1)),
+                };
+                let pods = NodePods::watch(client, &node);
+                deviceplugin::start(config, &node, pods, received);
+            }
             agent.run(publisher, self.interval).await?;
             anyhow::Ok(())
         })?;
@@ -141,12 +194,16 @@ impl AgentCommand {
 
 fn table(status: &GPUNodeStatus) -> String {
     let mut out = format!(
-        "Driver {}   CUDA {}   GPUs {} ({} healthy)\n",
+        "Driver {}   CUDA {}   GPUs {} ({} healthy)",
         status.driver_version.as_deref().unwrap_or("-"),
         status.cuda_version.as_deref().unwrap_or("-"),
         status.gpus_total,
         status.gpus_healthy
     );
+    if status.mig_instances_total > 0 {
+        out.push_str(&format!("   MIG instances {}", status.mig_instances_total));
+    }
+    out.push('\n');
     let index_of = |uuid: &str| {
         status
             .gpus
@@ -161,6 +218,10 @@ fn table(status: &GPUNodeStatus) -> String {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     for gpu in &status.gpus {
         let GpuInfo { index, model, .. } = gpu;
+        let health = match &gpu.unhealthy_reason {
+            None => "ok".to_owned(),
+            Some(reason) => format!("UNHEALTHY: {reason}"),
+        };
         table.row(vec![
             index.to_string(),
             model.clone(),
@@ -179,12 +240,32 @@ fn table(status: &GPUNodeStatus) -> String {
                     .join(",")
             },
             opt(gpu.mig_mode.map(|m| format!("{m:?}"))),
-            match &gpu.unhealthy_reason {
-                None => "ok".into(),
-                Some(reason) => format!("UNHEALTHY: {reason}"),
-            },
+            health.clone(),
             gpu.uuid.clone(),
         ]);
+        // One line per MIG instance, under its GPU; an instance shares its
+        // GPU's health.
+        for (slot, mig) in gpu.mig_instances.iter().enumerate() {
+            let ids = match (mig.gpu_instance_id, mig.compute_instance_id) {
+                (Some(gi), Some(ci)) => format!("GI {gi} CI {ci}"),
+                (Some(gi), None) => format!("GI {gi}"),
+                (None, Some(ci)) => format!("CI {ci}"),
+                (None, None) => "-".into(),
+            };
+            table.row(vec![
+                format!("{index}:{slot}"),
+                format!("MIG {}", mig.profile),
+                format!("{} MiB", mig.memory_total_mib),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                ids,
+                health.clone(),
+                mig.uuid.clone(),
+            ]);
+        }
     }
     out.push_str(&table.render());
     out
@@ -203,6 +284,53 @@ mod tests {
         assert!(parse_duration("10").is_err());
         assert!(parse_duration("10x").unwrap_err().contains("\"10x\""));
         assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn the_table_lists_mig_instances_under_their_gpu() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/inventory/mig.yaml"
+        ))
+        .unwrap();
+        let reading =
+            crate::agent::file::parse(&text, k8s_openapi::jiff::Timestamp::UNIX_EPOCH).unwrap();
+        let rules = HealthRules::default();
+        let faults = crate::agent::health::Faults::default();
+        let mut status = crate::agent::convert::to_status(
+            &reading,
+            crate::agent::convert::Context {
+                source: "test",
+                read_error: None,
+                rules: &rules,
+                faults: &faults,
+                now: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            },
+        );
+        status.gpus[0].unhealthy_reason = Some("XID 79".into());
+        let shown = table(&status);
+        let lines: Vec<&str> = shown.lines().collect();
+        assert!(lines[0].ends_with("MIG instances 4"), "{shown}");
+        // GPU 0, its four instances, then GPU 1.
+        let first: Vec<&str> = lines[2..]
+            .iter()
+            .map(|l| l.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(first, ["0", "0:0", "0:1", "0:2", "0:3", "1"], "{shown}");
+        let instance = lines[3];
+        for want in [
+            "MIG 3g.40gb",
+            "40192 MiB",
+            "GI 2 CI 0",
+            "UNHEALTHY: XID 79",
+            "MIG-4f1a6c2e-8b3d-5e7f-9a0b-1c2d3e4f5a60",
+        ] {
+            assert!(instance.contains(want), "{want:?} in {instance:?}");
+        }
+        assert!(
+            lines[7].contains("Disabled") && lines[7].contains("ok"),
+            "{shown}"
+        );
     }
 
     #[test]

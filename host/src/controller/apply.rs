@@ -42,8 +42,8 @@ use crate::api::{
     PodGroup, RELEASE_FINALIZER, ReservedMember, Sharing,
 };
 use crate::engine::types::{Sharing as WitSharing, Snapshot};
-use crate::validate::Placement;
 use crate::index::{ObjectKey, PendingBinding, Release, ResourceView};
+use crate::validate::Placement;
 
 /// Field manager of the controller's writes.
 pub const FIELD_MANAGER: &str = "wasmgpu-controller";
@@ -269,8 +269,7 @@ impl Applier {
     pub async fn clear_reservations(&self, groups: Vec<ObjectKey>) {
         for group in groups {
             let patch = json!({"metadata": {"annotations": {GANG_RESERVATION_ANNOTATION: null}}});
-            let api: Api<PodGroup> =
-                Api::namespaced(self.writer.client.clone(), &group.namespace);
+            let api: Api<PodGroup> = Api::namespaced(self.writer.client.clone(), &group.namespace);
             match self
                 .writer
                 .timed(

@@ -168,7 +168,9 @@ pub async fn run(
         links.link("Pod"),
     ));
     if podgroups_served(&client).await {
-        tracing::info!("Watching PodGroups (scheduling.x-k8s.io/v1alpha1): gangs are placed all or nothing");
+        tracing::info!(
+            "Watching PodGroups (scheduling.x-k8s.io/v1alpha1): gangs are placed all or nothing"
+        );
         watches.spawn(feed(
             Api::<PodGroup>::all(client.clone()),
             watcher::Config::default(),

@@ -322,8 +322,7 @@ impl Rounds {
             .chain(&verdict.rejected)
             .filter(|w| w.reason.starts_with("gang "));
         for wait in gang_waits {
-            if !told.insert((wait.pod.clone(), wait.reason.clone()))
-            {
+            if !told.insert((wait.pod.clone(), wait.reason.clone())) {
                 continue;
             }
             let Some(pod) = ObjectKey::parse(&wait.pod) else {

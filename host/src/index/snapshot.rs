@@ -325,10 +325,7 @@ impl Index {
         for (position, w) in waiting.iter().enumerate() {
             if let Some(group) = &w.pod.pod_group {
                 let key = ObjectKey::new(&w.request.namespace, group);
-                key_to_members
-                    .entry(key)
-                    .or_default()
-                    .push(position as u32);
+                key_to_members.entry(key).or_default().push(position as u32);
             }
         }
         let mut gangs = Vec::with_capacity(key_to_members.len());

@@ -61,7 +61,12 @@ async fn podgroup(ctx: &TestContext, name: &str, min_member: i32) -> Result<()> 
 }
 
 /// Creates `count` members `<gang>-<i>` of gang `gang`, using `resource`.
-async fn members(ctx: &TestContext, gang: &str, count: usize, resource: &str) -> Result<Vec<String>> {
+async fn members(
+    ctx: &TestContext,
+    gang: &str,
+    count: usize,
+    resource: &str,
+) -> Result<Vec<String>> {
     let mut names = Vec::new();
     for i in 0..count {
         let name = format!("{gang}-{i}");
@@ -70,7 +75,9 @@ async fn members(ctx: &TestContext, gang: &str, count: usize, resource: &str) ->
             POD_GROUP_LABEL.to_string(),
             gang.to_string(),
         )]));
-        ctx.api::<Pod>().create(&PostParams::default(), &pod).await?;
+        ctx.api::<Pod>()
+            .create(&PostParams::default(), &pod)
+            .await?;
         names.push(name);
     }
     Ok(names)
@@ -177,9 +184,13 @@ async fn a_gang_binds_whole_once_room_exists_and_one_that_never_fits_binds_nothi
         started.elapsed().as_secs_f64()
     );
     // The reservation is cleared once every member is bound.
-    wait_for(&ctx.api::<PodGroup>(), "train", ACT, "reservation cleared", |g| {
-        g.is_some_and(|g| !g.annotations().contains_key("wasmgpu.io/gang-reservation"))
-    })
+    wait_for(
+        &ctx.api::<PodGroup>(),
+        "train",
+        ACT,
+        "reservation cleared",
+        |g| g.is_some_and(|g| !g.annotations().contains_key("wasmgpu.io/gang-reservation")),
+    )
     .await?;
     drop(controller);
     remove_nodes(&ctx, &nodes).await?;
@@ -191,7 +202,8 @@ async fn wait_for_event(events: &Api<Event>, pod: &str, reason: &str) -> Result<
     loop {
         let list = events.list(&ListParams::default()).await?;
         if let Some(event) = list.items.iter().find(|e| {
-            e.reason.as_deref() == Some(reason) && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
         }) {
             return Ok(event.note.clone().unwrap_or_default());
         }
@@ -224,7 +236,11 @@ async fn a_controller_killed_while_binding_a_gang_finishes_it_after_a_restart() 
         if !bound.is_empty() {
             break bound.len();
         }
-        ensure!(Instant::now() < until, "no member was bound:\n{}", controller.log_tail());
+        ensure!(
+            Instant::now() < until,
+            "no member was bound:\n{}",
+            controller.log_tail()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     controller.kill().await?;
@@ -232,7 +248,10 @@ async fn a_controller_killed_while_binding_a_gang_finishes_it_after_a_restart() 
     println!("killed with {partial}..{after_kill} of 16 members bound");
     let group = ctx.api::<PodGroup>().get("train").await?;
     ensure!(
-        after_kill == 16 || group.annotations().contains_key("wasmgpu.io/gang-reservation"),
+        after_kill == 16
+            || group
+                .annotations()
+                .contains_key("wasmgpu.io/gang-reservation"),
         "a partial gang without its reservation"
     );
 

@@ -8,6 +8,7 @@ use super::*;
 use crate::agent::file;
 use crate::agent::source::EventKind;
 use crate::agent::source::HealthEvent;
+use crate::agent::source::RawMigInstance;
 use crate::api::MigMode;
 
 const GIB: u64 = 1024 * 1024 * 1024;
@@ -26,6 +27,7 @@ fn recorded(index: u32, bus: &str, links: &[&str]) -> RawGpu {
         numa_node: Some(index / 2),
         nvlink_remote_pci_bus_ids: links.iter().map(|l| (*l).to_owned()).collect(),
         mig_mode: Some(MigMode::Disabled),
+        mig_instances: Vec::new(),
         events: Vec::new(),
         fault: None,
     }
@@ -311,4 +313,120 @@ fn the_example_inventories_describe_the_nodes_they_say() {
     let modes: Vec<Option<MigMode>> = mig.gpus.iter().map(|g| g.mig_mode).collect();
     assert_eq!(modes, [Some(MigMode::Enabled), Some(MigMode::Disabled)]);
     assert_eq!(mig.gpus[0].nvlink_peers, [mig.gpus[1].uuid.clone()]);
+    let profiles: Vec<&str> = mig.gpus[0]
+        .mig_instances
+        .iter()
+        .map(|m| m.profile.as_str())
+        .collect();
+    assert_eq!(profiles, ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]);
+    assert!(mig.gpus[1].mig_instances.is_empty());
+    assert_eq!(mig.mig_instances_total, 4);
+    // The example's instances fit their GPU, and their profiles are the ones
+    // NVIDIA's tools derive from their memory.
+    let gpu = &mig.gpus[0];
+    let used: u64 = gpu.mig_instances.iter().map(|m| m.memory_total_mib).sum();
+    assert!(used <= gpu.memory_total_mib, "{used}");
+    for m in &gpu.mig_instances {
+        let slices: u32 = m.profile[..1].parse().unwrap();
+        let derived = crate::agent::nvml::profile_name(
+            slices,
+            slices,
+            m.memory_total_mib,
+            gpu.memory_total_mib * 1024 * 1024,
+        );
+        assert_eq!(derived, m.profile, "{}", m.uuid);
+    }
+}
+
+/// A GPU with MIG enabled and `profiles.len()` instances, as NVML reported
+/// them (memory in bytes).
+fn with_mig(mut gpu: RawGpu, profiles: &[(&str, u64)]) -> RawGpu {
+    gpu.mig_mode = Some(MigMode::Enabled);
+    gpu.mig_instances = profiles
+        .iter()
+        .enumerate()
+        .map(|(i, (profile, bytes))| RawMigInstance {
+            uuid: format!("MIG-{}-{i}", gpu.index),
+            profile: (*profile).into(),
+            memory_total_bytes: *bytes,
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        })
+        .collect();
+    gpu
+}
+
+#[test]
+fn mig_instances_are_published_under_their_gpu_in_mib() {
+    // 4864 MiB and a few bytes: rounds down, as GPU memory does.
+    let reading = Reading {
+        gpus: vec![
+            with_mig(
+                recorded(0, "00000000:07:00.0", &[]),
+                &[
+                    ("3g.20gb", 20096 * 1024 * 1024),
+                    ("1g.5gb", 4864 * 1024 * 1024 + 17),
+                ],
+            ),
+            recorded(1, "00000000:0F:00.0", &[]),
+            with_mig(
+                recorded(2, "00000000:47:00.0", &[]),
+                &[("7g.40gb", 40320 * 1024 * 1024)],
+            ),
+        ],
+        ..Reading::default()
+    };
+    let status = status_of(&reading, &HealthRules::default(), &Faults::default());
+    assert_eq!(status.mig_instances_total, 3);
+    assert_eq!(
+        status.gpus[0].mig_instances,
+        [
+            MigInstanceInfo {
+                uuid: "MIG-0-0".into(),
+                profile: "3g.20gb".into(),
+                memory_total_mib: 20096,
+                gpu_instance_id: None,
+                compute_instance_id: None,
+            },
+            MigInstanceInfo {
+                uuid: "MIG-0-1".into(),
+                profile: "1g.5gb".into(),
+                memory_total_mib: 4864,
+                gpu_instance_id: None,
+                compute_instance_id: None,
+            },
+        ]
+    );
+    assert!(status.gpus[1].mig_instances.is_empty());
+    assert_eq!(status.gpus[2].mig_instances[0].profile, "7g.40gb");
+    // Counted as GPUs: the instances do not add to gpusTotal.
+    assert_eq!((status.gpus_total, status.gpus_healthy), (3, 3));
+}
+
+#[test]
+fn an_unhealthy_gpu_takes_its_mig_instances_with_it() {
+    let mut gpu = with_mig(
+        recorded(0, "00000000:07:00.0", &[]),
+        &[
+            ("1g.5gb", 4864 * 1024 * 1024),
+            ("1g.5gb", 4864 * 1024 * 1024),
+        ],
+    );
+    gpu.events.push(HealthEvent {
+        uuid: gpu.uuid.clone(),
+        kind: EventKind::Xid(79),
+        at: "2026-11-30T14:03:58Z".parse().unwrap(),
+    });
+    let reading = Reading {
+        gpus: vec![gpu, recorded(1, "00000000:0F:00.0", &[])],
+        ..Reading::default()
+    };
+    let status = status_of(&reading, &HealthRules::default(), &Faults::default());
+    assert!(!status.gpus[0].healthy);
+    assert_eq!(status.gpus[0].mig_instances.len(), 2);
+    let healthy = condition(&status, conditions::GPUS_HEALTHY);
+    assert_eq!(
+        healthy.message,
+        "GPU 0 (GPU-0) (and its 2 MIG instances): XID 79 at 2026-11-30T14:03:58Z"
+    );
 }

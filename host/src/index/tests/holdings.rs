@@ -14,7 +14,11 @@ fn owner(index: &Index, uuid: &str) -> Option<String> {
         .unwrap_or_else(|| panic!("no GPU {uuid}"))
         .held;
     let holder = holder(index, uuid);
-    assert_eq!(held, holder.is_some(), "the snapshot and the holdings agree on {uuid}");
+    assert_eq!(
+        held,
+        holder.is_some(),
+        "the snapshot and the holdings agree on {uuid}"
+    );
     holder
 }
 

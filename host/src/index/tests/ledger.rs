@@ -134,9 +134,7 @@ fn entries_of_deleted_finished_or_recreated_pods_are_released_and_free() {
     for uuid in ["GPU-n-0", "GPU-n-1", "GPU-n-2"] {
         assert_eq!(gpu(&snapshot, uuid).held, false, "{uuid}");
     }
-    assert_eq!(
-        gpu(&snapshot, "GPU-n-3").held, true
-    );
+    assert_eq!(gpu(&snapshot, "GPU-n-3").held, true);
     assert_eq!(snapshot.usage[0].exclusive_gpus, 1);
     // The recreated pod is a different pod: it waits for GPUs of its own.
     assert_eq!(snapshot.pending.len(), 1);
@@ -186,9 +184,7 @@ fn before_pods_are_listed_every_entry_holds_and_none_is_released() {
     );
     assert!(index.releases().is_empty());
     let snapshot = default_snapshot(&index);
-    assert_eq!(
-        gpu(&snapshot, "GPU-n-0").held, true
-    );
+    assert_eq!(gpu(&snapshot, "GPU-n-0").held, true);
     index.reset_pods(&[]);
     assert_eq!(index.releases().len(), 1);
 }
@@ -240,9 +236,7 @@ fn a_bound_holder_moves_onto_its_pod_then_its_entry_goes() {
     let released: Vec<_> = index.releases().into_iter().map(|r| r.reason).collect();
     assert_eq!(released, [ReleaseReason::Moved]);
     let snapshot = default_snapshot(&index);
-    assert_eq!(
-        gpu(&snapshot, "GPU-n-0").held, true
-    );
+    assert_eq!(gpu(&snapshot, "GPU-n-0").held, true);
     assert_eq!(snapshot.usage[0].exclusive_gpus, 1, "counted once");
 }
 
@@ -254,9 +248,7 @@ fn entries_on_unknown_gpus_change_nothing() {
             .holds("p1", "elsewhere", &["GPU-n-0"], H100_MIB)
             .build(),
     );
-    assert_eq!(
-        gpu(&default_snapshot(&index), "GPU-n-0").held, false
-    );
+    assert_eq!(gpu(&default_snapshot(&index), "GPU-n-0").held, false);
 }
 
 #[test]
@@ -318,9 +310,7 @@ fn a_newer_version_ends_the_wait_for_a_written_version() {
             .build(),
     );
     index.apply_gpuresource(&gpuresource("ml", "r").version("10").build());
-    assert_eq!(
-        gpu(&default_snapshot(&index), "GPU-n-0").held, false
-    );
+    assert_eq!(gpu(&default_snapshot(&index), "GPU-n-0").held, false);
 }
 
 #[test]
@@ -333,9 +323,7 @@ fn a_relist_ends_the_wait_for_a_written_version() {
             .build(),
     );
     index.reset_gpuresources(&[gpuresource("ml", "r").version("9").build()]);
-    assert_eq!(
-        gpu(&default_snapshot(&index), "GPU-n-0").held, false
-    );
+    assert_eq!(gpu(&default_snapshot(&index), "GPU-n-0").held, false);
 }
 
 #[test]
@@ -350,9 +338,7 @@ fn a_gpuresource_being_deleted_takes_no_new_pods_but_its_ledger_holds() {
     );
     let snapshot = default_snapshot(&index);
     assert!(snapshot.pending.is_empty());
-    assert_eq!(
-        gpu(&snapshot, "GPU-n-0").held, true
-    );
+    assert_eq!(gpu(&snapshot, "GPU-n-0").held, true);
     let views = index.resources();
     assert_eq!(views.len(), 1);
     assert!(views[0].deleting);
