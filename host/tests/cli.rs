@@ -837,3 +837,94 @@ async fn publish_leaves_exactly_one_payload_key_whoever_wrote_the_other() -> any
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }
+
+#[test]
+fn compare_hands_each_policy_its_own_config() {
+    let demo = repo("policies/snapshots/demo.json");
+    let zone = temp_file("zone.json", br#"{"preferZone": "zone-1"}"#);
+    let nvlink = temp_file("nvlink.json", br#"{"preferNvlink": true}"#);
+    let compare = |configs: &[String]| {
+        let mut args = vec![
+            "policy".to_string(),
+            "compare".into(),
+            policy("binpack"),
+            policy("spread"),
+            "--snapshot".into(),
+            demo.clone(),
+        ];
+        for config in configs {
+            args.push("--config".into());
+            args.push(config.clone());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        wasmgpu(&args)
+    };
+    let (zone, nvlink) = (zone.display().to_string(), nvlink.display().to_string());
+
+    // One file for all: a policy that does not take it fails, and the
+    // message says how to give each its own.
+    let out = compare(std::slice::from_ref(&zone));
+    assert!(!out.status.success());
+    let shown = text(&out);
+    assert!(shown.contains("went to every policy"), "{shown}");
+    assert!(shown.contains("--config POLICY=FILE"), "{shown}");
+    assert!(shown.contains("preferZone"), "{shown}");
+
+    // Per policy, by describe() name or by file name.
+    let out = compare(&[
+        format!("binpack={nvlink}"),
+        format!("wasmgpu_spread={nvlink}"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("binpack  7/10"), "{}", text(&out));
+
+    // The other policy's config reaches only it.
+    let out = compare(&[format!("binpack={nvlink}"), format!("spread={zone}")]);
+    assert!(!out.status.success());
+    let shown = text(&out);
+    assert!(shown.contains("spread failed"), "{shown}");
+    assert!(!shown.contains("went to every policy"), "{shown}");
+
+    let out = compare(&[format!("topology={nvlink}")]);
+    assert!(!out.status.success());
+    let shown = text(&out);
+    assert!(
+        shown.contains("no policy named topology; the policies are binpack ("),
+        "{shown}"
+    );
+}
+
+#[test]
+fn a_snapshot_of_another_contract_is_refused_naming_both() {
+    let out = wasmgpu(&["policy", "generate-snapshot", "--nodes", "2", "--pods", "2"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let generated = String::from_utf8(out.stdout).unwrap();
+    let json: Value = serde_json::from_str(&generated).unwrap();
+    let contract = json["contract"]
+        .as_str()
+        .expect("a contract field")
+        .to_owned();
+    assert!(contract.starts_with("wasmgpu:policy@"), "{contract}");
+
+    let old = temp_file(
+        "old-contract.json",
+        generated
+            .replace(&contract, "wasmgpu:policy@0.0.1")
+            .as_bytes(),
+    );
+    let out = wasmgpu(&[
+        "policy",
+        "run",
+        &policy("binpack"),
+        "--snapshot",
+        old.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let shown = text(&out);
+    assert!(
+        shown.contains(&format!(
+            "a snapshot of wasmgpu:policy@0.0.1, but this wasmgpu reads {contract} snapshots"
+        )),
+        "{shown}"
+    );
+}

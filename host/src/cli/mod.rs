@@ -8,7 +8,10 @@ mod out;
 mod output;
 mod policy;
 mod policy_cluster;
+mod policy_new;
 mod policy_run;
+mod policy_snapshot;
+mod snapshot_contract;
 mod snapshot_file;
 mod table;
 

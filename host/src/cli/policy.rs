@@ -10,12 +10,33 @@ use clap::{Args, Subcommand, ValueEnum};
 use super::out;
 use super::output::{CheckOutput, SchemaOf};
 use super::policy_run;
+use super::snapshot_contract;
 use super::snapshot_file;
 use crate::engine::types::Snapshot;
 use crate::engine::{Engine, Limits, LoadedPolicy};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PolicyCommand {
+    /// Start a policy: write a Rust crate NAME that builds a working policy
+    /// component (first fit, nodes of a preferred zone first), with a unit
+    /// test, a config example, a small snapshot and a README of the commands
+    /// that build, check, run and publish it.
+    ///
+    /// Outside a wasmgpu checkout the crate is a workspace of its own: its own
+    /// `policy` build profile, the SDK as a path dependency (--sdk, default:
+    /// the checkout this wasmgpu was built from) and wasmgpu's lockfile, so it
+    /// builds with the dependency versions wasmgpu was tested with. Inside a
+    /// checkout it is added to the workspace's members instead.
+    New {
+        /// The policy's name: its ConfigMap's and its crate's (e.g. zone-first).
+        name: String,
+        /// Where to write the crate [default: ./NAME]; must not exist or be empty.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The SDK crate (a wasmgpu checkout's `policies/sdk`; it is not on crates.io).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
     /// Check that FILE is a component of the wasmgpu:policy world.
     ///
     /// Prints what the policy says it is (describe()), its size, sha256 digest
@@ -44,12 +65,21 @@ pub(crate) enum PolicyCommand {
         limits: LimitArgs,
     },
     /// Run several policies on the same snapshot and show their placements side by side.
+    ///
+    /// Each policy takes its own parameters with `--config POLICY=FILE`
+    /// (repeated; POLICY is its name as `describe()` gives it, or its file);
+    /// a plain `--config FILE` goes to every policy not named otherwise.
     Compare {
         /// Two or more policy components (.wasm).
         #[arg(required = true, num_args = 2..)]
         files: Vec<PathBuf>,
-        #[command(flatten)]
-        input: Input,
+        /// A snapshot file (JSON; see `wasmgpu policy snapshot-schema`).
+        #[arg(long)]
+        snapshot: PathBuf,
+        /// Policy parameters (JSON) instead of the snapshot's `config`:
+        /// `POLICY=FILE` for one policy (repeatable), `FILE` for all others.
+        #[arg(long, value_name = "[POLICY=]FILE")]
+        config: Vec<String>,
         #[arg(long, value_enum, default_value_t)]
         output: Output,
         #[command(flatten)]
@@ -101,6 +131,26 @@ pub(crate) enum PolicyCommand {
         namespace: Option<String>,
         #[arg(long, value_enum, default_value_t)]
         output: Output,
+    },
+    /// Write the snapshot the controller would hand policy NAME in its next
+    /// round, from the cluster of the current kubeconfig: the objects the
+    /// controller watches (Nodes, GPUNodes, GPUResources, wasmgpu's Pods),
+    /// listed once and fed to the controller's own index and snapshot
+    /// builder, with `config.json` from the policy's ConfigMap. Bindings the
+    /// controller has in flight at that moment are not visible from here.
+    Snapshot {
+        /// The policy whose pending pods the snapshot carries.
+        #[arg(long, value_name = "NAME")]
+        policy: String,
+        /// Where to write it (standard output when absent).
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+        /// The controller's policy namespace [default: $POD_NAMESPACE, else wasmgpu-system].
+        #[arg(long, short)]
+        namespace: Option<String>,
+        /// The controller's --default-policy: the policy of GPUResources that name none.
+        #[arg(long, value_name = "NAME", default_value = "binpack")]
+        default_policy: String,
     },
     /// Print the JSON Schema of snapshot files.
     SnapshotSchema,
@@ -193,14 +243,111 @@ impl Input {
     fn load(&self) -> anyhow::Result<Snapshot> {
         let mut snapshot = snapshot_file::read(&self.snapshot)?;
         if let Some(path) = &self.config {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading --config {}", path.display()))?;
-            serde_json::from_str::<serde_json::Value>(&text)
-                .with_context(|| format!("--config {} is not valid JSON", path.display()))?;
-            snapshot.config = text;
+            snapshot.config = read_config(path)?;
         }
         Ok(snapshot)
     }
+}
+
+/// A `--config` file's text, once it is known to be JSON.
+fn read_config(path: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --config {}", path.display()))?;
+    serde_json::from_str::<serde_json::Value>(&text)
+        .with_context(|| format!("--config {} is not valid JSON", path.display()))?;
+    Ok(text)
+}
+
+/// `policy compare`'s `--config [POLICY=]FILE` flags.
+#[derive(Debug, Default, PartialEq)]
+struct CompareConfigs {
+    /// For every policy not named in `per_policy`.
+    all: Option<PathBuf>,
+    /// POLICY (a name or a file) and its parameters.
+    per_policy: Vec<(String, PathBuf)>,
+}
+
+impl CompareConfigs {
+    fn parse(flags: &[String]) -> anyhow::Result<Self> {
+        let mut configs = CompareConfigs::default();
+        for flag in flags {
+            match flag.split_once('=') {
+                Some((policy, file)) if !Path::new(flag).exists() => {
+                    if policy.is_empty() || file.is_empty() {
+                        anyhow::bail!("--config {flag}: write POLICY=FILE or FILE");
+                    }
+                    configs.per_policy.push((policy.into(), file.into()));
+                }
+                _ => {
+                    if let Some(all) = &configs.all {
+                        anyhow::bail!(
+                            "--config {flag}: a plain FILE goes to every policy and {} already does; \
+                             name the policy: --config POLICY={flag}",
+                            all.display()
+                        );
+                    }
+                    configs.all = Some(flag.into());
+                }
+            }
+        }
+        Ok(configs)
+    }
+
+    /// The parameters for `policy` (loaded from `file`), if any flag gives it some.
+    fn of(&self, policy: &LoadedPolicy, file: &Path) -> anyhow::Result<Option<String>> {
+        let mine: Vec<&PathBuf> = self
+            .per_policy
+            .iter()
+            .filter(|(key, _)| names(key, policy, file))
+            .map(|(_, path)| path)
+            .collect();
+        match mine[..] {
+            [] => self.all.as_deref().map(read_config).transpose(),
+            [path] => read_config(path).map(Some),
+            _ => anyhow::bail!(
+                "--config: {} is given parameters {} times; give it one",
+                policy.info().name,
+                mine.len()
+            ),
+        }
+    }
+
+    /// An error for a `POLICY=FILE` flag that names none of the policies.
+    fn all_used(
+        &self,
+        rounds: &[(LoadedPolicy, Snapshot)],
+        files: &[PathBuf],
+    ) -> anyhow::Result<()> {
+        for (key, path) in &self.per_policy {
+            let used = rounds
+                .iter()
+                .zip(files)
+                .any(|((policy, _), file)| names(key, policy, file));
+            if !used {
+                let known: Vec<String> = rounds
+                    .iter()
+                    .zip(files)
+                    .map(|((policy, _), file)| {
+                        format!("{} ({})", policy.info().name, file.display())
+                    })
+                    .collect();
+                anyhow::bail!(
+                    "--config {key}={}: no policy named {key}; the policies are {}",
+                    path.display(),
+                    known.join(", ")
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// True when `key` names `policy`: its `describe()` name, its file as
+/// given, or the file's name without `.wasm`.
+fn names(key: &str, policy: &LoadedPolicy, file: &Path) -> bool {
+    key == policy.info().name
+        || Path::new(key) == file
+        || file.file_stem().is_some_and(|stem| stem == key)
 }
 
 pub(crate) fn load_policy(engine: &Engine, file: &Path) -> anyhow::Result<LoadedPolicy> {
@@ -216,6 +363,13 @@ pub(crate) fn load_policy(engine: &Engine, file: &Path) -> anyhow::Result<Loaded
 impl PolicyCommand {
     pub(crate) fn run(self) -> anyhow::Result<ExitCode> {
         match self {
+            PolicyCommand::New { name, dir, sdk } => {
+                let example = generated_snapshot(8, 12)?;
+                let message =
+                    super::policy_new::new(&name, dir.as_deref(), sdk.as_deref(), example)?;
+                out::print(&message)?;
+                Ok(ExitCode::SUCCESS)
+            }
             PolicyCommand::Check { file, output } => check(&file, output),
             PolicyCommand::Publish {
                 file,
@@ -245,13 +399,32 @@ impl PolicyCommand {
             }
             PolicyCommand::Compare {
                 files,
-                input,
+                snapshot,
+                config,
                 output,
                 limits,
             } => {
                 let engine = limits.engine()?;
-                let snapshot = input.load()?;
-                policy_run::compare(&engine, &files, &snapshot, output)
+                let snapshot = snapshot_file::read(&snapshot)?;
+                let configs = CompareConfigs::parse(&config)?;
+                let mut rounds = Vec::new();
+                for file in &files {
+                    let policy = load_policy(&engine, file)?;
+                    let mut snapshot = snapshot.clone();
+                    if let Some(text) = configs.of(&policy, file)? {
+                        snapshot.config = text;
+                    }
+                    rounds.push((policy, snapshot));
+                }
+                configs.all_used(&rounds, &files)?;
+                policy_run::compare(&rounds, output).map_err(|error| match &configs.all {
+                    Some(all) => error.context(format!(
+                        "--config {} went to every policy; give a policy that takes other \
+                         parameters its own with --config POLICY=FILE",
+                        all.display()
+                    )),
+                    None => error,
+                })
             }
             PolicyCommand::Bench {
                 file,
@@ -265,8 +438,19 @@ impl PolicyCommand {
                 let snapshot = input.load()?;
                 policy_run::bench(&policy, &snapshot, rounds, output)
             }
+            PolicyCommand::Snapshot {
+                policy,
+                out: file,
+                namespace,
+                default_policy,
+            } => super::policy_snapshot::export(
+                &policy,
+                &super::policy_cluster::namespace(namespace),
+                &default_policy,
+                file.as_deref(),
+            ),
             PolicyCommand::SnapshotSchema => {
-                out::json(&schemars::schema_for!(Snapshot))?;
+                out::json(&schemars::schema_for!(snapshot_contract::SnapshotFile))?;
                 Ok(ExitCode::SUCCESS)
             }
             PolicyCommand::OutputSchema { command } => {
@@ -278,8 +462,7 @@ impl PolicyCommand {
                 pods,
                 out: file,
             } => {
-                let snapshot = wasmgpu_policy_sdk::testing::large(nodes, pods);
-                let json = serde_json::to_string(&snapshot)?;
+                let json = generated_snapshot(nodes, pods)?;
                 match file {
                     Some(path) => std::fs::write(&path, json)
                         .with_context(|| format!("writing {}", path.display()))?,
@@ -289,6 +472,13 @@ impl PolicyCommand {
             }
         }
     }
+}
+
+/// The JSON of `generate-snapshot --nodes NODES --pods PODS`.
+fn generated_snapshot(nodes: u32, pods: u32) -> anyhow::Result<String> {
+    let snapshot = wasmgpu_policy_sdk::testing::large(nodes, pods);
+    let snapshot: Snapshot = serde_json::from_value(serde_json::to_value(&snapshot)?)?;
+    Ok(snapshot_contract::to_json(snapshot)?)
 }
 
 fn check(file: &Path, output: Output) -> anyhow::Result<ExitCode> {

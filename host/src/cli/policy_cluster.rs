@@ -35,13 +35,15 @@ pub(crate) fn namespace(flag: Option<String>) -> String {
         .unwrap_or_else(|| "wasmgpu-system".into())
 }
 
-fn block_on<T>(work: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+pub(crate) fn block_on<T>(
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
     tokio::runtime::Runtime::new()
         .context("cannot start the async runtime")?
         .block_on(work)
 }
 
-async fn client() -> anyhow::Result<Client> {
+pub(crate) async fn client() -> anyhow::Result<Client> {
     Client::try_default()
         .await
         .context("cannot reach the Kubernetes API (set KUBECONFIG)")

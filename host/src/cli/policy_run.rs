@@ -1,7 +1,6 @@
 //! `wasmgpu policy run|compare|bench`: rounds against a snapshot file, as
 //! tables or as the JSON of `cli/output.rs`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -12,10 +11,10 @@ use super::output::{
     BenchOutput, CompareOutput, ComparedPolicy, DecisionBody, DecisionOutput, Phase, Phases,
     PolicyRef, RunOutput, SnapshotSummary, Stats, Summary, VerdictKind, decisions,
 };
-use super::policy::{Output, load_policy};
+use super::policy::Output;
 use super::table::Table;
+use crate::engine::LoadedPolicy;
 use crate::engine::types::{Request, Sharing, Snapshot};
-use crate::engine::{Engine, LoadedPolicy};
 use crate::validate::{Verdict, validate};
 
 // === run ===
@@ -115,22 +114,23 @@ fn pod(decision: &DecisionOutput) -> &str {
 
 // === compare ===
 
-/// One round of each policy on `snapshot`, side by side.
+/// One round of each policy on its snapshot (the same one but for each
+/// policy's `config`), side by side.
 pub(crate) fn compare(
-    engine: &Engine,
-    files: &[PathBuf],
-    snapshot: &Snapshot,
+    rounds: &[(LoadedPolicy, Snapshot)],
     output: Output,
 ) -> anyhow::Result<ExitCode> {
+    let Some((_, snapshot)) = rounds.first() else {
+        bail!("nothing to compare");
+    };
     let mut policies = Vec::new();
-    for file in files {
-        let policy = load_policy(engine, file)?;
+    for (policy, snapshot) in rounds {
         let round = policy
             .allocate(snapshot)
             .with_context(|| format!("{} failed", policy.info().name))?;
         let verdict = validate(snapshot, &round.decisions);
         policies.push(ComparedPolicy {
-            policy: PolicyRef::of(&policy),
+            policy: PolicyRef::of(policy),
             decisions: decisions(snapshot, &round.decisions, &verdict),
             summary: Summary::of(snapshot, &round.decisions, &verdict),
             nodes_used: nodes_used(&verdict),

@@ -18,10 +18,14 @@ pub(crate) enum ParseError {
     /// Of the right shape, but no controller would build it.
     #[error(transparent)]
     Invalid(#[from] SnapshotError),
+    /// Of another contract version (`"contract"`).
+    #[error(transparent)]
+    Contract(#[from] super::snapshot_contract::OtherContract),
 }
 
 /// Parses and checks a snapshot file's text.
 pub(crate) fn parse(text: &str) -> Result<Snapshot, ParseError> {
+    super::snapshot_contract::check(text)?;
     let snapshot: Snapshot = serde_json::from_str(text)?;
     check(&snapshot)?;
     Ok(snapshot)

@@ -11,6 +11,7 @@ mod holdings;
 mod operate;
 mod outage;
 mod scale;
+mod snapshot;
 mod support;
 
 use anyhow::Result;

@@ -1,0 +1,143 @@
+//! `wasmgpu policy snapshot`: the snapshot the controller would hand a
+//! policy in its next round, from a live cluster.
+//!
+//! ```text
+//!  list Node, GPUNode, GPUResource, Pod (schedulerName=wasmgpu) ──▶ Index::reset_*
+//!  get the policy ConfigMap (config.json)                             │
+//!                                                 Index::snapshot(policy) ──▶ FILE
+//! ```
+//!
+//! The same objects the controller watches, fed to the controller's own
+//! index and snapshot builder: not a re-implementation.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use kube::api::ListParams;
+use kube::{Api, Client};
+use serde::de::DeserializeOwned;
+
+use super::out;
+use super::policy_cluster::{block_on, client};
+use super::snapshot_contract;
+use crate::api::policy::CONFIG_KEY;
+use crate::api::{GPUNode, GPUResource, SCHEDULER_NAME};
+use crate::engine::types::Snapshot;
+use crate::index::Index;
+
+/// What the cluster holds that a round depends on.
+struct Objects {
+    nodes: Vec<Node>,
+    gpunodes: Vec<GPUNode>,
+    resources: Vec<GPUResource>,
+    pods: Vec<Pod>,
+    policy: Option<ConfigMap>,
+}
+
+/// `wasmgpu policy snapshot`.
+pub(crate) fn export(
+    policy: &str,
+    namespace: &str,
+    default_policy: &str,
+    file: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
+    let objects = block_on(async { list(client().await?, policy, namespace).await })?;
+    let mut notes = Vec::new();
+    if objects.policy.is_none() {
+        notes.push(format!(
+            "no policy ConfigMap {namespace}/{policy}: config is empty (a policy loaded from \
+             a file takes its config from the controller's --policy-config)"
+        ));
+    }
+    let snapshot = build(&objects, policy, default_policy);
+    if snapshot.pending.is_empty() {
+        notes.push(format!(
+            "no pod waits for policy {policy} now: the snapshot has no pending requests"
+        ));
+    }
+    let summary = format!(
+        "{} pending pod(s), {} node(s), {} GPU(s)",
+        snapshot.pending.len(),
+        snapshot.nodes.len(),
+        snapshot.nodes.iter().map(|n| n.gpus.len()).sum::<usize>()
+    );
+    let json = snapshot_contract::to_json(snapshot)?;
+    match file {
+        Some(path) => {
+            std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+            notes.insert(
+                0,
+                format!("wrote {}: policy {policy}, {summary}", path.display()),
+            );
+        }
+        None => out::println(&json)?,
+    }
+    for note in notes {
+        eprintln!("{note}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The snapshot the controller's index builds from `objects` for `policy`
+/// (round 0: no round of the controller's), with the ConfigMap's config.
+fn build(objects: &Objects, policy: &str, default_policy: &str) -> Snapshot {
+    let mut index = Index::new(default_policy);
+    index.reset_nodes(&objects.nodes);
+    index.reset_gpunodes(&objects.gpunodes);
+    index.reset_gpuresources(&objects.resources);
+    index.reset_pods(&objects.pods);
+    let mut snapshot = index.snapshot(policy, 0);
+    snapshot.config = objects
+        .policy
+        .as_ref()
+        .and_then(|c| c.data.as_ref())
+        .and_then(|d| d.get(CONFIG_KEY))
+        .cloned()
+        .unwrap_or_default();
+    snapshot
+}
+
+/// Lists what the controller watches, as it lists it.
+async fn list(client: Client, policy: &str, namespace: &str) -> anyhow::Result<Objects> {
+    let pods = ListParams::default().fields(&format!("spec.schedulerName={SCHEDULER_NAME}"));
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let (nodes, gpunodes, resources, pods, policy) = tokio::try_join!(
+        all::<Node>(&client, ListParams::default()),
+        all::<GPUNode>(&client, ListParams::default()),
+        all::<GPUResource>(&client, ListParams::default()),
+        all::<Pod>(&client, pods),
+        async {
+            configmaps
+                .get_opt(policy)
+                .await
+                .with_context(|| format!("reading ConfigMap {namespace}/{policy}"))
+        },
+    )?;
+    Ok(Objects {
+        nodes,
+        gpunodes,
+        resources,
+        pods,
+        policy,
+    })
+}
+
+/// Every object of kind `K` in all namespaces.
+async fn all<K>(client: &Client, params: ListParams) -> anyhow::Result<Vec<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let kind = K::kind(&());
+    Api::<K>::all(client.clone())
+        .list(&params)
+        .await
+        .map(|list| list.items)
+        .with_context(|| match kind.as_ref() {
+            "GPUNode" | "GPUResource" => format!(
+                "listing {kind}s (are wasmgpu's CRDs installed? `kubectl apply --server-side -k deploy/`)"
+            ),
+            _ => format!("listing {kind}s"),
+        })
+}

@@ -1,0 +1,163 @@
+//! A policy author's first hour, as docs/POLICIES.md tells it: `wasmgpu
+//! policy new` outside the checkout, then cargo test, the Wasm build, check
+//! and run. Each command run here must appear verbatim in the docs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs documented command `line` (`wasmgpu …` or `cargo …`) in `dir`;
+/// fails the test unless docs/POLICIES.md shows it and it succeeds.
+fn documented(docs: &str, dir: &Path, target: &Path, line: &str) -> String {
+    let shown = line.trim_end_matches(" --output json");
+    assert!(
+        docs.contains(shown),
+        "docs/POLICIES.md no longer shows `{shown}`"
+    );
+    let mut words = line.split_whitespace();
+    let program = match words.next() {
+        Some("wasmgpu") => env!("CARGO_BIN_EXE_wasmgpu").to_owned(),
+        Some("cargo") => std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()),
+        other => panic!("not a command this test runs: {other:?}"),
+    };
+    let out = Command::new(program)
+        .args(words)
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", target)
+        .output()
+        .expect("run a documented command");
+    assert!(out.status.success(), "`{line}` failed:\n{}", text(&out));
+    text(&out)
+}
+
+#[test]
+fn a_new_policy_builds_tests_checks_and_runs_outside_the_checkout() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let docs = std::fs::read_to_string(repo.join("docs/POLICIES.md")).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    // Kept between runs: the first build of the SDK's dependencies is the slow part.
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("authoring");
+
+    let made = documented(
+        &docs,
+        home.path(),
+        &target,
+        "wasmgpu policy new zone-first --dir zone-first",
+    );
+    let dir = home.path().join("zone-first");
+    assert!(made.contains("created policy zone-first"), "{made}");
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("[profile.policy]"), "{manifest}");
+    assert!(dir.join("Cargo.lock").is_file());
+
+    let tests = documented(&docs, &dir, &target, "cargo test");
+    assert!(tests.contains("test result: ok. 3 passed"), "{tests}");
+
+    documented(
+        &docs,
+        &dir,
+        &target,
+        "cargo build --target wasm32-wasip2 --profile policy",
+    );
+    let wasm = target.join("wasm32-wasip2/policy/zone_first.wasm");
+    let size = std::fs::metadata(&wasm).unwrap().len();
+    assert!(size < 900 << 10, "{size} bytes: over a ConfigMap's budget");
+    // The docs' commands name the artifact under the crate's own target/.
+    let local = dir.join("target/wasm32-wasip2/policy");
+    std::fs::create_dir_all(&local).unwrap();
+    std::fs::copy(&wasm, local.join("zone_first.wasm")).unwrap();
+
+    let checked = documented(
+        &docs,
+        &dir,
+        &target,
+        "wasmgpu policy check target/wasm32-wasip2/policy/zone_first.wasm",
+    );
+    assert!(checked.contains("name         zone-first"), "{checked}");
+
+    let run = documented(
+        &docs,
+        &dir,
+        &target,
+        concat!(
+            "wasmgpu policy run target/wasm32-wasip2/policy/zone_first.wasm",
+            " --snapshot snapshots/example.json --config config.example.json --output json"
+        ),
+    );
+    let run: serde_json::Value = serde_json::from_str(&run).unwrap();
+    assert_eq!(run["summary"]["refused"], 0, "{run:#}");
+    assert!(run["summary"]["assigned"].as_u64().unwrap() >= 1, "{run:#}");
+
+    // A config the policy cannot read fails the round, naming the right key.
+    std::fs::write(dir.join("bad.json"), r#"{"preferzone": "zone-1"}"#).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
+        .args([
+            "policy",
+            "run",
+            "target/wasm32-wasip2/policy/zone_first.wasm",
+            "--snapshot",
+            "snapshots/example.json",
+            "--config",
+            "bad.json",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("preferZone"), "{}", text(&out));
+}
+
+#[test]
+fn inside_a_checkout_a_new_policy_joins_the_workspace() {
+    let checkout = tempfile::tempdir().unwrap();
+    let root = checkout.path();
+    std::fs::create_dir_all(root.join("policies/sdk")).unwrap();
+    std::fs::write(
+        root.join("policies/sdk/Cargo.toml"),
+        "[package]\nname = \"wasmgpu-policy-sdk\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("Cargo.toml"),
+        "[workspace]\nmembers = [\n    \"policies/sdk\",\n]\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
+        .args(["policy", "new", "zone-first"])
+        .current_dir(root.join("policies"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    assert!(
+        workspace.contains("\"policies/sdk\",\n    \"policies/zone-first\",\n]"),
+        "{workspace}"
+    );
+    let manifest = std::fs::read_to_string(root.join("policies/zone-first/Cargo.toml")).unwrap();
+    assert!(manifest.contains("wasmgpu-policy-sdk = { workspace = true }"));
+
+    let again = Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
+        .args([
+            "policy",
+            "new",
+            "zone-first",
+            "--dir",
+            "policies/zone-first",
+        ])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(
+        text(&again).contains("exists and is not empty"),
+        "{}",
+        text(&again)
+    );
+}

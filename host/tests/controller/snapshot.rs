@@ -1,0 +1,177 @@
+//! `wasmgpu policy snapshot`: the controller's next round for a policy,
+//! exported from the live cluster and run offline.
+
+use std::process::Command;
+
+use anyhow::Result;
+use serde_json::Value;
+use wasmgpu::api::Sharing;
+use wasmgpu::engine::types::Snapshot;
+use wasmgpu_test_harness::TestContext;
+
+use super::support::*;
+use super::{devices, wait_bound};
+
+fn wasmgpu(ctx: &TestContext, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
+        .args(args)
+        .env("KUBECONFIG", ctx.cluster().kubeconfig_path())
+        .output()
+        .expect("run wasmgpu")
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test]
+async fn the_live_snapshot_holds_the_next_round_and_runs_offline() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("live-snapshot").await?;
+    install_crds(&ctx).await?;
+    let node = format!("{}-n1", ctx.namespace);
+    gpu_node(&ctx, &node, 4).await?;
+    gpuresource(&ctx, "pair", 2, Sharing::Exclusive, 0, None).await?;
+    gpuresource(&ctx, "spread-one", 1, Sharing::Exclusive, 0, Some("spread")).await?;
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, r#"{"preferNvlink": true}"#)?;
+    let binpack = crate::common::policy_dir().join("wasmgpu_binpack.wasm");
+    let binpack = binpack.to_str().unwrap();
+    let config = config.to_str().unwrap();
+    let out = wasmgpu(
+        &ctx,
+        &[
+            "policy",
+            "publish",
+            binpack,
+            "--name",
+            "binpack",
+            "--config",
+            config,
+            "-n",
+            &ctx.namespace,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+
+    // One pod placed by the controller, which then stops: the next round
+    // has two pods of binpack waiting and two GPUs held.
+    let controller = Controller::start(&ctx).await?;
+    create_pod(&ctx, "first", "pair").await?;
+    let first = wait_bound(&ctx, "first").await?;
+    controller.kill().await?;
+    create_pod(&ctx, "second", "pair").await?;
+    create_pod(&ctx, "third", "pair").await?;
+    create_pod(&ctx, "elsewhere", "spread-one").await?;
+
+    let file = dir.path().join("live.json");
+    let file = file.to_str().unwrap();
+    let out = wasmgpu(
+        &ctx,
+        &[
+            "policy",
+            "snapshot",
+            "--policy",
+            "binpack",
+            "-n",
+            &ctx.namespace,
+            "-o",
+            file,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("wrote"), "{}", text(&out));
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(file)?)?;
+    assert!(
+        json["contract"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("wasmgpu:policy@")),
+        "{json}"
+    );
+    let snapshot: Snapshot = serde_json::from_value(json)?;
+    let ours = |pod: &str| format!("{}/{pod}", ctx.namespace);
+    let mut pending: Vec<&str> = snapshot
+        .pending
+        .iter()
+        .filter(|r| r.namespace == ctx.namespace)
+        .map(|r| r.pod.as_str())
+        .collect();
+    pending.sort();
+    assert_eq!(
+        pending,
+        [ours("second"), ours("third")],
+        "spread's pod is not binpack's"
+    );
+    assert_eq!(snapshot.config, r#"{"preferNvlink": true}"#);
+    let exported = snapshot
+        .nodes
+        .iter()
+        .find(|n| n.name == node)
+        .expect("the test's node");
+    assert_eq!(exported.gpus.len(), 4);
+    let held = exported
+        .gpus
+        .iter()
+        .filter(|g| g.allocated_mib == g.memory_mib)
+        .count();
+    assert_eq!(held, 2, "first's GPUs: {:?}", devices(&first));
+
+    // The file runs offline, as the controller's round would.
+    let out = wasmgpu(
+        &ctx,
+        &[
+            "policy",
+            "run",
+            binpack,
+            "--snapshot",
+            file,
+            "--output",
+            "json",
+            "--fail-on-refused",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let run: Value = serde_json::from_slice(&out.stdout)?;
+    let kind_of = |pod: String| {
+        run["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["pod"] == pod.as_str())
+            .map(|d| d["kind"].as_str().unwrap_or_default().to_string())
+    };
+    assert_eq!(
+        kind_of(ours("second")).as_deref(),
+        Some("assign"),
+        "{run:#}"
+    );
+    assert_eq!(kind_of(ours("third")).as_deref(), Some("wait"), "{run:#}");
+
+    // A policy nobody waits for: an empty round, and a note saying so.
+    let out = wasmgpu(
+        &ctx,
+        &[
+            "policy",
+            "snapshot",
+            "--policy",
+            "topology",
+            "-n",
+            &ctx.namespace,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("no pod waits for policy topology"),
+        "{}",
+        text(&out)
+    );
+    assert!(text(&out).contains("no policy ConfigMap"), "{}", text(&out));
+
+    remove_nodes(&ctx, &[node]).await?;
+    Ok(())
+}
