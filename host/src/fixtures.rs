@@ -26,6 +26,19 @@ pub(crate) fn restrict(snapshot: &mut crate::engine::types::Snapshot, pod: usize
     snapshot.pending[pod].eligible_set = (snapshot.eligible_sets.len() - 1) as u32;
 }
 
+/// A gang `name` of the pending requests at `members` (positions); see
+/// [`wasmgpu_policy_sdk::testing::gang`].
+pub(crate) fn gang(
+    snapshot: &mut crate::engine::types::Snapshot,
+    name: &str,
+    min_member: u32,
+    members: &[u32],
+) {
+    let mut sdk: wasmgpu_policy_sdk::Snapshot = convert(&*snapshot);
+    wasmgpu_policy_sdk::testing::gang(&mut sdk, name, min_member, members);
+    *snapshot = convert(&sdk);
+}
+
 /// Any JSON value, nested a few levels: objects get keys from `keys` as
 /// well as arbitrary ones, so that some values reach past the first field.
 pub(crate) fn arbitrary_json(

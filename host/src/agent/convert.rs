@@ -98,6 +98,7 @@ fn gpu_info(raw: &RawGpu, cx: Context<'_>) -> GpuInfo {
         numa_node: raw.numa_node,
         nvlink_peers: Vec::new(),
         mig_mode: raw.mig_mode,
+        mig_instances: Vec::new(),
         healthy: unhealthy_reason.is_none(),
         unhealthy_reason,
     }

@@ -102,11 +102,35 @@ pub struct GpuInfo {
     /// MIG mode, when the GPU supports MIG.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_mode: Option<MigMode>,
+    /// The MIG instances an operator created on this GPU (static MIG), when
+    /// MIG is enabled. Each is allocated on its own; the GPU itself is then
+    /// handed out whole only while none of them is held.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_instances: Vec<MigInstanceInfo>,
     /// False after a critical error (XID, double-bit ECC) or when unusable.
     pub healthy: bool,
     /// Why the GPU is unhealthy, e.g. `XID 79 at 2026-11-30T14:03:58Z`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unhealthy_reason: Option<String>,
+}
+
+/// One MIG instance (a GPU instance with its compute instance) of a GPU.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MigInstanceInfo {
+    /// NVML UUID of the MIG device, e.g. `MIG-0c4f…`; what a pod is given.
+    pub uuid: String,
+    /// The profile, e.g. `1g.10gb` or `3g.40gb`.
+    pub profile: String,
+    /// Memory of the instance, MiB.
+    #[serde(rename = "memoryTotalMiB")]
+    pub memory_total_mib: u64,
+    /// GPU instance id on the parent GPU, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_instance_id: Option<u32>,
+    /// Compute instance id within the GPU instance, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_instance_id: Option<u32>,
 }
 
 /// Multi-Instance GPU mode.

@@ -48,6 +48,9 @@ pub const MAX_COUNT: u32 = 16;
 #[x_kube(validation = Rule::new(
     "!has(self.sharing) || self.sharing != 'Shared' || (has(self.memoryMiB) && self.memoryMiB > 0)"
 ).message("sharing: Shared needs memoryMiB > 0 (the share taken on each GPU)"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.migProfile) || !has(self.sharing) || self.sharing != 'Shared'"
+).message("migProfile: MIG instances are not shared; remove sharing: Shared"))]
 #[serde(rename_all = "camelCase")]
 pub struct GPUResourceSpec {
     /// GPUs per pod, 1 to 16, all on one node.
@@ -59,6 +62,13 @@ pub struct GPUResourceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub model: Option<String>,
+
+    /// A MIG profile, e.g. `1g.10gb` or `3g.40gb`: each pod then gets `count`
+    /// MIG instances of exactly this profile (created by the operator;
+    /// static MIG) instead of whole GPUs. Not with `sharing: Shared`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub mig_profile: Option<String>,
 
     /// Exclusive: the minimum total memory of each GPU. Shared: the share of
     /// memory taken on each GPU (required, above 0). MiB.
@@ -211,6 +221,22 @@ impl GPUResourceSpec {
             return Err(InvalidSpec {
                 field: "model",
                 reason: "must not be empty when set (unset it to accept any model)".into(),
+            });
+        }
+        if self
+            .mig_profile
+            .as_deref()
+            .is_some_and(|m| m.trim().is_empty())
+        {
+            return Err(InvalidSpec {
+                field: "migProfile",
+                reason: "must not be empty when set (unset it to ask for whole GPUs)".into(),
+            });
+        }
+        if self.mig_profile.is_some() && self.sharing == Sharing::Shared {
+            return Err(InvalidSpec {
+                field: "migProfile",
+                reason: "MIG instances are not shared; remove sharing: Shared".into(),
             });
         }
         if self.sharing == Sharing::Shared && self.memory_mib == 0 {

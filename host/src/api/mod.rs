@@ -26,12 +26,17 @@ mod crd;
 mod gpunode;
 mod gpuresource;
 pub mod policy;
+mod podgroup;
 
 pub use allocation::{
     ALLOCATION_ANNOTATION, DEVICES_ANNOTATION, NODE_ANNOTATION, PodAllocation, UnreadableAllocation,
 };
 pub use crd::{Drift, check_dir, crds, files, kustomization, to_yaml, write_dir};
-pub use gpunode::{GPUNode, GPUNodeSpec, GPUNodeStatus, GpuInfo, MigMode};
+pub use podgroup::{
+    GANG_RESERVATION_ANNOTATION, GangReservation, POD_GROUP_LABEL, PodGroup, PodGroupSpec,
+    ReservedMember,
+};
+pub use gpunode::{GPUNode, GPUNodeSpec, GPUNodeStatus, GpuInfo, MigInstanceInfo, MigMode};
 pub use gpuresource::{
     Allocation, Device, GPUResource, GPUResourceSpec, GPUResourceStatus, InvalidSpec, MAX_COUNT,
     Phase, PolicyRef, Sharing,

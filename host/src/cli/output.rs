@@ -191,20 +191,38 @@ pub(crate) enum DecisionBody {
     },
 }
 
-impl From<&Decision> for DecisionBody {
-    fn from(decision: &Decision) -> Self {
+impl DecisionBody {
+    /// `decision` by name: the positions it gives resolved in `snapshot`
+    /// (`#N` where a position names nothing; the verdict says why).
+    fn of(snapshot: &Snapshot, decision: &Decision) -> Self {
+        let pod = |p: u32| {
+            snapshot
+                .pending
+                .get(p as usize)
+                .map_or(format!("#{p}"), |r| r.pod.clone())
+        };
         match decision {
-            Decision::Assign(a) => DecisionBody::Assign {
-                pod: a.pod.clone(),
-                node: a.node.clone(),
-                gpus: a.gpus.clone(),
-            },
+            Decision::Assign(a) => {
+                let node = snapshot.nodes.get(a.node as usize);
+                DecisionBody::Assign {
+                    pod: pod(a.pod),
+                    node: node.map_or(format!("#{}", a.node), |n| n.name.clone()),
+                    gpus: a
+                        .gpus
+                        .iter()
+                        .map(|&g| {
+                            node.and_then(|n| n.gpus.get(g as usize))
+                                .map_or(format!("#{g}"), |g| g.uuid.clone())
+                        })
+                        .collect(),
+                }
+            }
             Decision::Wait(d) => DecisionBody::Wait {
-                pod: d.pod.clone(),
+                pod: pod(d.pod),
                 reason: d.reason.clone(),
             },
             Decision::Reject(d) => DecisionBody::Reject {
-                pod: d.pod.clone(),
+                pod: pod(d.pod),
                 reason: d.reason.clone(),
             },
         }
@@ -219,6 +237,9 @@ pub(crate) enum VerdictKind {
     Valid,
     /// The decision is not possible; nothing of it is applied.
     Refused,
+    /// A valid assignment of a gang member, held back because the gang's
+    /// assignments do not reach its `minMember`; the pod waits.
+    Held,
 }
 
 /// Why the host refused a decision.
@@ -227,30 +248,56 @@ pub(crate) enum VerdictKind {
 pub(crate) struct Refusal {
     /// A stable, lower-case label: `unknown-pod`, `decided-twice`,
     /// `unknown-node`, `not-eligible`, `no-gpus`, `wrong-count`,
-    /// `duplicate-gpu`, `unknown-gpu`, `gpu-on-other-node`, `unhealthy-gpu`,
-    /// `model-mismatch`, `not-enough-memory`, `gpu-taken` or `shared-full`.
+    /// `duplicate-gpu`, `unknown-gpu`, `unhealthy-gpu`, `model-mismatch`,
+    /// `not-enough-memory`, `gpu-taken`, `shared-full`, `wrong-kind`,
+    /// `profile-mismatch`, or `gang-incomplete` (verdict `held`).
     pub code: String,
     /// The reason in words.
     pub message: String,
 }
 
 /// Each decision of a round with the host's verdict, in the policy's order.
-pub(crate) fn decisions(decisions: &[Decision], verdict: &Verdict) -> Vec<DecisionOutput> {
+pub(crate) fn decisions(
+    snapshot: &Snapshot,
+    decisions: &[Decision],
+    verdict: &Verdict,
+) -> Vec<DecisionOutput> {
     let mut refused = verdict.refused.iter().peekable();
     decisions
         .iter()
         .enumerate()
         .map(|(index, decision)| {
+            let body = DecisionBody::of(snapshot, decision);
             let refusal = refused.next_if(|r| r.index == index).map(|r| Refusal {
                 code: r.reason.code().to_owned(),
                 message: r.reason.to_string(),
             });
+            let held = matches!(decision, Decision::Assign(a) if verdict.held_back.contains(&(a.pod as usize)));
+            let (verdict_kind, refusal) = match refusal {
+                Some(refusal) => (VerdictKind::Refused, Some(refusal)),
+                None if held => {
+                    let pod = match &body {
+                        DecisionBody::Assign { pod, .. } => pod.as_str(),
+                        _ => "",
+                    };
+                    let message = verdict
+                        .waiting
+                        .iter()
+                        .find(|w| w.pod == pod)
+                        .map_or_else(String::new, |w| w.reason.clone());
+                    (
+                        VerdictKind::Held,
+                        Some(Refusal {
+                            code: "gang-incomplete".into(),
+                            message,
+                        }),
+                    )
+                }
+                None => (VerdictKind::Valid, None),
+            };
             DecisionOutput {
-                decision: decision.into(),
-                verdict: match refusal {
-                    Some(_) => VerdictKind::Refused,
-                    None => VerdictKind::Valid,
-                },
+                decision: body,
+                verdict: verdict_kind,
                 refusal,
             }
         })
@@ -275,16 +322,14 @@ pub(crate) struct Summary {
 
 impl Summary {
     pub(crate) fn of(snapshot: &Snapshot, decisions: &[Decision], verdict: &Verdict) -> Self {
-        let named: HashSet<&str> = decisions.iter().map(Decision::pod).collect();
+        let named: HashSet<u32> = decisions.iter().map(Decision::pod).collect();
         Summary {
             assigned: verdict.accepted.len(),
             waiting: verdict.waiting.len(),
             rejected: verdict.rejected.len(),
             refused: verdict.refused.len(),
-            not_mentioned: snapshot
-                .pending
-                .iter()
-                .filter(|r| !named.contains(r.pod.as_str()))
+            not_mentioned: (0..snapshot.pending.len() as u32)
+                .filter(|p| !named.contains(p))
                 .count(),
         }
     }
@@ -437,21 +482,21 @@ mod tests {
             ],
         );
         let assign = Decision::Assign(Assignment {
-            pod: "ns/x".into(),
-            node: "a".into(),
-            gpus: vec!["GPU-a-0".into()],
+            pod: 0,
+            node: 0,
+            gpus: vec![0],
         });
         // The same decision twice: the second is the refused one.
         let decided = vec![
             assign.clone(),
             assign,
             Decision::Wait(Deferral {
-                pod: "ns/y".into(),
+                pod: 1,
                 reason: "later".into(),
             }),
         ];
         let verdict = validate(&snap, &decided);
-        let out = decisions(&decided, &verdict);
+        let out = decisions(&snap, &decided, &verdict);
         let json = serde_json::to_value(&out).unwrap();
         assert_eq!(
             json,

@@ -306,8 +306,9 @@ fn check(file: &Path, output: Output) -> anyhow::Result<ExitCode> {
         Output::Table => {
             let info = policy.info();
             let mut text = format!(
-                "ok: {} is a wasmgpu:policy@0.1.0 component\n",
-                file.display()
+                "ok: {} is a {} component\n",
+                file.display(),
+                crate::engine::CONTRACT
             );
             text += &format!("name         {}\n", info.name);
             text += &format!("version      {}\n", info.version);

@@ -35,7 +35,7 @@ pub(crate) fn run(
     let result = RunOutput {
         policy: PolicyRef::of(policy),
         snapshot: SnapshotSummary::of(snapshot),
-        decisions: decisions(&round.decisions, &verdict),
+        decisions: decisions(&snapshot, &round.decisions, &verdict),
         summary: Summary::of(snapshot, &round.decisions, &verdict),
         stats: Stats::of(&round.stats, validated),
     };
@@ -131,7 +131,7 @@ pub(crate) fn compare(
         let verdict = validate(snapshot, &round.decisions);
         policies.push(ComparedPolicy {
             policy: PolicyRef::of(&policy),
-            decisions: decisions(&round.decisions, &verdict),
+            decisions: decisions(&snapshot, &round.decisions, &verdict),
             summary: Summary::of(snapshot, &round.decisions, &verdict),
             nodes_used: nodes_used(&verdict),
         });
@@ -223,6 +223,7 @@ fn placement(decisions: &[DecisionOutput], pod_name: &str, snapshot: &Snapshot) 
     // A pod's first decision is the one that counts; later ones are refused.
     match (&first.decision, first.verdict) {
         (_, VerdictKind::Refused) => "refused by host".into(),
+        (_, VerdictKind::Held) => "held back (gang)".into(),
         (DecisionBody::Assign { node, gpus, .. }, VerdictKind::Valid) => {
             let indices: Vec<String> = snapshot
                 .nodes

@@ -37,8 +37,12 @@ use super::events::{EventSink, pod_ref};
 use super::metrics::Metrics;
 use super::policies::ActivePolicy;
 use super::watch::Shared;
-use crate::api::{Allocation, Device, GPUResource, PodAllocation, RELEASE_FINALIZER, Sharing};
-use crate::engine::types::{Assignment, Sharing as WitSharing, Snapshot};
+use crate::api::{
+    Allocation, Device, GANG_RESERVATION_ANNOTATION, GPUResource, GangReservation, PodAllocation,
+    PodGroup, RELEASE_FINALIZER, ReservedMember, Sharing,
+};
+use crate::engine::types::{Sharing as WitSharing, Snapshot};
+use crate::validate::Placement;
 use crate::index::{ObjectKey, PendingBinding, Release, ResourceView};
 
 /// Field manager of the controller's writes.
@@ -136,27 +140,17 @@ impl Applier {
         &self,
         policy: &ActivePolicy,
         snapshot: &Snapshot,
-        accepted: Vec<Assignment>,
+        accepted: Vec<Placement>,
     ) -> usize {
         let bindings = {
             let index = self.writer.shared.index();
-            let uuid_to_gpu: std::collections::HashMap<&str, (u32, u64)> = snapshot
-                .nodes
-                .iter()
-                .flat_map(|n| &n.gpus)
-                .map(|g| (g.uuid.as_str(), (g.index, g.memory_mib)))
-                .collect();
-            let pod_to_request: std::collections::HashMap<&str, _> = snapshot
-                .pending
-                .iter()
-                .map(|r| (r.pod.as_str(), r))
-                .collect();
             accepted
                 .into_iter()
-                .filter_map(|assignment| {
+                .filter_map(|placement| {
                     // Validated: the pod is pending in the snapshot, its
                     // GPUs exist. A pod gone since is skipped.
-                    let request = pod_to_request.get(assignment.pod.as_str())?;
+                    let request = snapshot.pending.get(placement.request)?;
+                    let node = snapshot.nodes.get(placement.at.0)?;
                     let pod = ObjectKey::parse(&request.pod)?;
                     let resource = ObjectKey::parse(&request.resource)?;
                     let uid = index.pod_uid(&pod)?.to_string();
@@ -164,20 +158,18 @@ impl Applier {
                         WitSharing::Exclusive => Sharing::Exclusive,
                         WitSharing::Shared => Sharing::Shared,
                     };
-                    let devices = assignment
-                        .gpus
+                    let devices = placement
+                        .at
+                        .1
                         .iter()
-                        .map(|uuid| {
-                            let (index, total_mib) =
-                                uuid_to_gpu.get(uuid.as_str()).copied().unwrap_or_default();
-                            Device {
-                                uuid: uuid.clone(),
-                                index,
-                                memory_mib: match sharing {
-                                    Sharing::Exclusive => total_mib,
-                                    Sharing::Shared => request.memory_mib,
-                                },
-                            }
+                        .filter_map(|&g| node.gpus.get(g as usize))
+                        .map(|gpu| Device {
+                            uuid: gpu.uuid.clone(),
+                            index: gpu.index,
+                            memory_mib: match sharing {
+                                Sharing::Exclusive => gpu.memory_mib,
+                                Sharing::Shared => request.memory_mib,
+                            },
                         })
                         .collect();
                     Some(PendingBinding {
@@ -185,7 +177,7 @@ impl Applier {
                         uid,
                         allocation: PodAllocation {
                             resource: resource.name,
-                            node: assignment.node,
+                            node: placement.node,
                             sharing,
                             devices,
                             policy: policy.reference(),
@@ -195,8 +187,105 @@ impl Applier {
                 .collect::<Vec<_>>()
         };
         let started = bindings.len();
-        self.start(bindings);
+        let (gangs, singles) = by_gang(snapshot, bindings);
+        self.start(singles);
+        for (group, members) in gangs {
+            self.start_gang(group, members);
+        }
         started
+    }
+
+    /// Starts the bindings of one gang's members: their GPUs are held from
+    /// now on; the bindings are recorded on the PodGroup first (so that a
+    /// controller that stops half-way finishes them when it restarts) and
+    /// sent once that write succeeded. If it fails, none is sent and the
+    /// GPUs are free again: the members wait for a later round together.
+    fn start_gang(&self, group: ObjectKey, members: Vec<PendingBinding>) {
+        {
+            let mut index = self.writer.shared.index();
+            for member in &members {
+                index.begin_binding(member);
+            }
+        }
+        let reservation = GangReservation {
+            members: members
+                .iter()
+                .map(|m| {
+                    (
+                        m.pod.name.clone(),
+                        ReservedMember {
+                            uid: m.uid.clone(),
+                            allocation: m.allocation.clone(),
+                        },
+                    )
+                })
+                .collect(),
+        };
+        let writer = Arc::clone(&self.writer);
+        let permits = Arc::clone(&self.permits);
+        let decided = Instant::now();
+        let mut tasks = self.tasks();
+        tasks.spawn(async move {
+            let text = match serde_json::to_string(&reservation) {
+                Ok(text) => text,
+                Err(error) => {
+                    tracing::error!(gang = %group, %error, "Cannot encode the gang reservation");
+                    return;
+                }
+            };
+            let patch = json!({"metadata": {"annotations": {GANG_RESERVATION_ANNOTATION: text}}});
+            let api: Api<PodGroup> = Api::namespaced(writer.client.clone(), &group.namespace);
+            let written = writer
+                .timed(
+                    "reservation",
+                    api.patch(&group.name, &merge_params(), &Patch::Merge(&patch)),
+                )
+                .await;
+            if let Err(error) = written {
+                tracing::warn!(kind = "PodGroup", gang = %group, %error, "Cannot record the gang's bindings; its members wait for a later round");
+                let mut index = writer.shared.index();
+                for member in &members {
+                    index.end_binding(&member.pod, &member.uid);
+                }
+                return;
+            }
+            tracing::info!(gang = %group, members = members.len(), "Binding a gang");
+            let mut bindings = tokio::task::JoinSet::new();
+            for member in members {
+                let writer = Arc::clone(&writer);
+                let permits = Arc::clone(&permits);
+                bindings.spawn(async move {
+                    let Ok(_permit) = permits.acquire_owned().await else {
+                        return;
+                    };
+                    writer.bind(member, decided).await;
+                });
+            }
+            while bindings.join_next().await.is_some() {}
+        });
+    }
+
+    /// Removes the reservation of gangs whose bindings are all applied.
+    pub async fn clear_reservations(&self, groups: Vec<ObjectKey>) {
+        for group in groups {
+            let patch = json!({"metadata": {"annotations": {GANG_RESERVATION_ANNOTATION: null}}});
+            let api: Api<PodGroup> =
+                Api::namespaced(self.writer.client.clone(), &group.namespace);
+            match self
+                .writer
+                .timed(
+                    "reservation",
+                    api.patch(&group.name, &merge_params(), &Patch::Merge(&patch)),
+                )
+                .await
+            {
+                Ok(_) => tracing::debug!(gang = %group, "Cleared the gang reservation"),
+                Err(ApplyError::Api(kube::Error::Api(status))) if status.is_not_found() => {}
+                Err(error) => {
+                    tracing::warn!(kind = "PodGroup", gang = %group, %error, "Cannot clear the gang reservation; retrying next round")
+                }
+            }
+        }
     }
 
     /// Sends again bindings whose outcome is unknown, and binds pods an
@@ -586,6 +675,39 @@ fn result_label<T>(result: &Result<T, ApplyError>) -> String {
 }
 
 /// Parameters of the controller's merge patches.
+/// Splits `bindings` into gangs (by PodGroup, from the snapshot's requests)
+/// and the rest.
+fn by_gang(
+    snapshot: &Snapshot,
+    bindings: Vec<PendingBinding>,
+) -> (
+    std::collections::BTreeMap<ObjectKey, Vec<PendingBinding>>,
+    Vec<PendingBinding>,
+) {
+    let mut gangs: std::collections::BTreeMap<ObjectKey, Vec<PendingBinding>> =
+        std::collections::BTreeMap::new();
+    if snapshot.gangs.is_empty() {
+        return (gangs, bindings);
+    }
+    let pod_to_gang: std::collections::HashMap<&str, u32> = snapshot
+        .pending
+        .iter()
+        .filter_map(|r| Some((r.pod.as_str(), r.gang?)))
+        .collect();
+    let mut singles = Vec::new();
+    for binding in bindings {
+        let group = pod_to_gang
+            .get(binding.pod.to_string().as_str())
+            .and_then(|&g| snapshot.gangs.get(g as usize))
+            .and_then(|g| ObjectKey::parse(&g.name));
+        match group {
+            Some(group) => gangs.entry(group).or_default().push(binding),
+            None => singles.push(binding),
+        }
+    }
+    (gangs, singles)
+}
+
 pub fn merge_params() -> PatchParams {
     PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),

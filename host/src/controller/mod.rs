@@ -58,7 +58,7 @@ pub use payload::{MAX_POLICY_BYTES, Payload, RejectError, canary_snapshot};
 pub use policies::{ActivePolicy, LoadError, Policies, PolicySet, PolicySource};
 pub use round::OnPolicyFailure;
 
-use crate::api::{GPUNode, GPUResource, SCHEDULER_NAME};
+use crate::api::{GPUNode, GPUResource, POD_GROUP_LABEL, PodGroup, SCHEDULER_NAME};
 use crate::engine::{Engine, Limits};
 use crate::index::Index;
 use apply::Applier;
@@ -95,6 +95,21 @@ pub struct Config {
     pub lease: Option<LeaseConfig>,
     /// Concurrency and timeout of API writes.
     pub writes: WriteSettings,
+}
+
+/// Whether the API server serves scheduler-plugins PodGroups (their CRD is
+/// installed). A failure other than "not found" counts as served: the watch
+/// then reports it like any other.
+async fn podgroups_served(client: &Client) -> bool {
+    let api = Api::<PodGroup>::all(client.clone());
+    match api.list(&kube::api::ListParams::default().limit(1)).await {
+        Ok(_) => true,
+        Err(kube::Error::Api(status)) if status.is_not_found() => false,
+        Err(error) => {
+            tracing::warn!(%error, "Cannot tell whether PodGroups are served; watching them");
+            true
+        }
+    }
 }
 
 /// Runs the controller against the API server of `kube` until `shutdown`
@@ -152,6 +167,19 @@ pub async fn run(
         shared.clone(),
         links.link("Pod"),
     ));
+    if podgroups_served(&client).await {
+        tracing::info!("Watching PodGroups (scheduling.x-k8s.io/v1alpha1): gangs are placed all or nothing");
+        watches.spawn(feed(
+            Api::<PodGroup>::all(client.clone()),
+            watcher::Config::default(),
+            shared.clone(),
+            links.link("PodGroup"),
+        ));
+    } else {
+        tracing::info!(
+            "The API server does not serve PodGroups (scheduling.x-k8s.io/v1alpha1): pods labelled {POD_GROUP_LABEL} wait (PodGroupNotFound) until the CRD is installed and the controller restarted"
+        );
+    }
     let loader = Loader {
         api: Api::<ConfigMap>::namespaced(client.clone(), &config.policy_namespace),
         engine,

@@ -114,7 +114,9 @@ impl Rounds {
             unfinished,
             policies,
             resources: views,
+            reservations_done,
         } = self.shared.index().round_start();
+        self.applier.clear_reservations(reservations_done).await;
         self.applier.finalize(&views).await;
         self.applier.move_allocations(moves).await;
         self.applier.release(releases).await;
@@ -255,14 +257,13 @@ impl Rounds {
         );
         outcome.decided.extend(resources);
         for refused in &verdict.refused {
-            let Some(pod) = ObjectKey::parse(refused.decision.pod()) else {
+            let Some(pod) = refused.pod.as_deref().and_then(ObjectKey::parse) else {
+                tracing::warn!(policy = %policy.name, decision = %refused.decision, reason = %refused.reason, "Decision refused");
                 continue;
             };
             let message = format!(
                 "policy {} decided {}, refused: {}",
-                policy.name,
-                describe(&refused.decision),
-                refused.reason
+                policy.name, refused.decision, refused.reason
             );
             tracing::warn!(%pod, %message, "Decision refused");
             if let Some(resource) = resource_of(&snapshot, &pod) {
@@ -338,13 +339,4 @@ fn resource_of(snapshot: &Snapshot, pod: &ObjectKey) -> Option<ObjectKey> {
         .iter()
         .find(|r| r.pod == pod)
         .and_then(|r| ObjectKey::parse(&r.resource))
-}
-
-fn describe(decision: &crate::engine::types::Decision) -> String {
-    use crate::engine::types::Decision;
-    match decision {
-        Decision::Assign(a) => format!("{} on {} GPUs {}", a.pod, a.node, a.gpus.join(",")),
-        Decision::Wait(d) => format!("wait for {}", d.pod),
-        Decision::Reject(d) => format!("reject {}", d.pod),
-    }
 }

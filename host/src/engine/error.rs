@@ -20,8 +20,18 @@ pub enum PolicyError {
     /// The component does not implement the `wasmgpu:policy` world: an export
     /// is missing or has another type, or it imports something the sandbox
     /// does not provide.
-    #[error("not a wasmgpu:policy@0.1.0 component: {0}")]
+    #[error("not a {contract} component: {0}", contract = super::CONTRACT)]
     WrongWorld(String),
+    /// The component was built for another version of the contract.
+    #[error(
+        "the component implements wasmgpu:policy@{found}, this controller speaks {expected}: rebuild the policy against wit/policy.wit of this version (the SDK's version follows the contract)"
+    )]
+    WrongContract {
+        /// The version the component was built for.
+        found: String,
+        /// The version this host implements.
+        expected: &'static str,
+    },
     /// The policy trapped (a panic, `unreachable`, a stack overflow, …).
     #[error("the policy trapped: {message}{}", log_suffix(.log_tail))]
     Trap {
@@ -69,6 +79,7 @@ impl PolicyError {
             PolicyError::CoreModule => "core-module",
             PolicyError::Compile(_) => "compile",
             PolicyError::WrongWorld(_) => "wrong-world",
+            PolicyError::WrongContract { .. } => "wrong-contract",
             PolicyError::Trap { .. } => "trap",
             PolicyError::OutOfFuel { .. } => "out-of-fuel",
             PolicyError::Deadline { .. } => "deadline",

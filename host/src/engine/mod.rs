@@ -46,15 +46,18 @@ pub mod types {
     pub use super::bindings::wasmgpu::policy::types::*;
 
     impl Decision {
-        /// The pod this decision is about.
-        pub fn pod(&self) -> &str {
+        /// The pod this decision is about, as its position in `pending`.
+        pub fn pod(&self) -> u32 {
             match self {
-                Decision::Assign(a) => &a.pod,
-                Decision::Wait(d) | Decision::Reject(d) => &d.pod,
+                Decision::Assign(a) => a.pod,
+                Decision::Wait(d) | Decision::Reject(d) => d.pod,
             }
         }
     }
 }
+
+/// The contract this host implements (`wit/policy.wit`).
+pub const CONTRACT: &str = "wasmgpu:policy@0.2.0";
 
 /// Concurrent calls the pooling allocator has room for.
 const INSTANCE_SLOTS: u32 = 64;
@@ -121,6 +124,7 @@ impl Engine {
     /// wrong world, or `describe()` failing.
     pub fn load(&self, bytes: &[u8]) -> Result<LoadedPolicy> {
         check_kind(bytes)?;
+        check_contract(bytes)?;
         let digest = Digest::of(bytes);
         let component = self.compile(&digest, bytes)?;
         LoadedPolicy::new(self.shared.clone(), digest, bytes.len(), component)
@@ -180,6 +184,39 @@ fn check_kind(bytes: &[u8]) -> Result<()> {
             "it starts with 0x{head}, not with the Wasm magic 0x0061736d"
         )))
     }
+}
+
+/// Refuses a component built for another version of the contract, naming
+/// both: its imports name the contract's interfaces with their version
+/// (`wasmgpu:policy/types@0.1.0`). A component that names none is left to
+/// linking, which says what is missing.
+fn check_contract(bytes: &[u8]) -> Result<()> {
+    const PACKAGE: &str = "wasmgpu:policy/";
+    let expected_version = CONTRACT.rsplit_once('@').map_or("", |(_, v)| v);
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        // Malformed sections are compile's to report.
+        let Ok(wasmparser::Payload::ComponentImportSection(imports)) = payload else {
+            continue;
+        };
+        for import in imports.into_iter().flatten() {
+            let name = import.name.0;
+            let Some(rest) = name.strip_prefix(PACKAGE) else {
+                continue;
+            };
+            let version = rest.split_once('@').map_or("", |(_, v)| v);
+            if version != expected_version {
+                return Err(PolicyError::WrongContract {
+                    found: if version.is_empty() {
+                        "(unversioned)".into()
+                    } else {
+                        version.to_owned()
+                    },
+                    expected: CONTRACT,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.

@@ -87,6 +87,8 @@ pub(crate) enum Source {
     InFlight,
     /// A ledger entry of an earlier version.
     Ledger,
+    /// A gang member reserved on its PodGroup, not bound yet.
+    Reservation,
 }
 
 /// What holders keep on one GPU.
@@ -148,6 +150,23 @@ impl Index {
                 .is_some_and(|pod| pod.uid == in_flight.uid && !pod.terminal);
             if live && !holdings.holders.contains(key) {
                 holdings.hold(key, &in_flight.uid, &in_flight.allocation, Source::InFlight);
+            }
+        }
+        for (group, gang) in &self.key_to_gang {
+            let Some(reservation) = &gang.reservation else {
+                continue;
+            };
+            for (name, member) in &reservation.members {
+                let pod = ObjectKey::new(&group.namespace, name);
+                // Until the pods are listed, a reserved member counts as
+                // waiting: its GPUs are never handed to anyone else.
+                let waiting = match self.key_to_pod.get(&pod) {
+                    Some(facts) => facts.uid == member.uid && facts.unplaced(),
+                    None => !self.pods_listed,
+                };
+                if waiting && !holdings.holders.contains(&pod) {
+                    holdings.hold(&pod, &member.uid, &member.allocation, Source::Reservation);
+                }
             }
         }
         for (resource, state) in &self.key_to_resource {
@@ -262,7 +281,9 @@ impl Index {
             holdings
                 .live
                 .iter()
-                .filter(|h| h.source == Source::Ledger && unplaced(&h.pod))
+                .filter(|h| {
+                    matches!(h.source, Source::Ledger | Source::Reservation) && unplaced(&h.pod)
+                })
                 .map(|h| PendingBinding {
                     pod: h.pod.clone(),
                     uid: h.uid.clone(),
@@ -335,6 +356,7 @@ impl Holdings {
                 namespace: pod.namespace.clone(),
                 exclusive_gpus: 0,
                 shared_mib: 0,
+                mig_instances: 0,
             });
         for device in &allocation.devices {
             let gpu = self
@@ -342,6 +364,10 @@ impl Holdings {
                 .entry((allocation.node.clone(), device.uuid.clone()))
                 .or_default();
             match allocation.sharing {
+                Sharing::Exclusive if device.uuid.starts_with("MIG-") => {
+                    usage.mig_instances += 1;
+                    gpu.exclusive_owner.get_or_insert_with(|| pod.to_string());
+                }
                 Sharing::Exclusive => {
                     usage.exclusive_gpus += 1;
                     gpu.exclusive_owner.get_or_insert_with(|| pod.to_string());

@@ -87,6 +87,17 @@ pub struct Index {
     /// write returned: older versions still in the watch are ignored until
     /// that one arrives, so the index never forgets a ledger entry it wrote.
     key_to_written_version: HashMap<ObjectKey, String>,
+    /// PodGroups (gangs), when their CRD is installed.
+    key_to_gang: BTreeMap<ObjectKey, GangFacts>,
+}
+
+/// What the index keeps of a PodGroup.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct GangFacts {
+    pub min_member: u32,
+    pub schedule_timeout_seconds: Option<u32>,
+    /// Bindings of a round being applied (see [`crate::api::GangReservation`]).
+    pub reservation: Option<crate::api::GangReservation>,
 }
 
 /// What the index keeps of a GPUResource.
@@ -156,7 +167,58 @@ impl Index {
             key_to_in_flight: HashMap::new(),
             pods_listed: false,
             key_to_written_version: HashMap::new(),
+            key_to_gang: BTreeMap::new(),
         }
+    }
+
+    /// Records a PodGroup (added or changed).
+    pub fn apply_podgroup(&mut self, group: &crate::api::PodGroup) {
+        let meta = &group.metadata;
+        let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name) else {
+            return;
+        };
+        self.key_to_gang.insert(
+            ObjectKey::new(namespace, name),
+            GangFacts {
+                min_member: u32::try_from(group.spec.min_member).unwrap_or(0).max(1),
+                schedule_timeout_seconds: group
+                    .spec
+                    .schedule_timeout_seconds
+                    .and_then(|s| u32::try_from(s).ok()),
+                reservation: crate::api::GangReservation::from_annotations(
+                    meta.annotations.as_ref(),
+                ),
+            },
+        );
+    }
+
+    /// Forgets a PodGroup.
+    pub fn delete_podgroup(&mut self, namespace: &str, name: &str) {
+        self.key_to_gang.remove(&ObjectKey::new(namespace, name));
+    }
+
+    /// Replaces every PodGroup (after a relist).
+    pub fn reset_podgroups(&mut self, groups: &[crate::api::PodGroup]) {
+        self.key_to_gang.clear();
+        groups.iter().for_each(|g| self.apply_podgroup(g));
+    }
+
+    /// Gangs whose reservation can go: every reserved member is bound (it
+    /// carries its allocation), gone, finished or recreated.
+    pub fn reservations_to_clear(&self) -> Vec<ObjectKey> {
+        self.key_to_gang
+            .iter()
+            .filter_map(|(key, gang)| {
+                let reservation = gang.reservation.as_ref()?;
+                let done = reservation.members.iter().all(|(pod, member)| {
+                    let pod = ObjectKey::new(&key.namespace, pod);
+                    self.key_to_pod
+                        .get(&pod)
+                        .is_none_or(|p| p.uid != member.uid || !p.unplaced())
+                });
+                (done && self.pods_listed).then(|| key.clone())
+            })
+            .collect()
     }
 
     /// The policy for GPUResources that name none.
@@ -442,6 +504,8 @@ pub struct RoundStart {
     pub policies: Vec<String>,
     /// Every GPUResource.
     pub resources: Vec<ResourceView>,
+    /// PodGroups whose gang reservation is fully applied (or moot).
+    pub reservations_done: Vec<ObjectKey>,
 }
 
 /// What a round reports, read from one view of the holdings.
@@ -469,6 +533,7 @@ impl Index {
             policies: self.policies_with_pending_in(&holdings),
             resources: self.resources(),
             releases: holdings.releases,
+            reservations_done: self.reservations_to_clear(),
         }
     }
 

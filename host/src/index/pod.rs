@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, Pod, Toleration};
 
-use crate::api::{GPURESOURCE_ANNOTATION, PodAllocation, SCHEDULER_NAME, UnreadableAllocation};
+use crate::api::{
+    GPURESOURCE_ANNOTATION, POD_GROUP_LABEL, PodAllocation, SCHEDULER_NAME, UnreadableAllocation,
+};
 
 /// The facts about a pod that decide whether it waits, holds GPUs, and where
 /// it may run.
@@ -33,6 +35,9 @@ pub(crate) struct PodFacts {
     /// `nodeSelector`, required terms and tolerations in one string: pods
     /// with the same key may run on the same nodes.
     pub constraints_key: String,
+    /// The gang (a PodGroup in the pod's namespace) the pod joins through
+    /// the `scheduling.x-k8s.io/pod-group` label.
+    pub pod_group: Option<String>,
 }
 
 impl PodFacts {
@@ -81,6 +86,12 @@ impl PodFacts {
             required_terms,
             tolerations,
             constraints_key,
+            pod_group: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(POD_GROUP_LABEL))
+                .map(|g| g.trim().to_string())
+                .filter(|g| !g.is_empty()),
         })
     }
 

@@ -28,6 +28,16 @@ pub enum Problem {
         /// The field and what is wrong with it.
         error: InvalidSpec,
     },
+    /// A pod joins a gang (`scheduling.x-k8s.io/pod-group`) whose PodGroup
+    /// does not exist (or whose CRD is not installed): it waits.
+    MissingPodGroup {
+        /// The pod.
+        pod: ObjectKey,
+        /// The GPUResource it uses.
+        resource: ObjectKey,
+        /// The PodGroup it names.
+        group: ObjectKey,
+    },
     /// No node could ever hold the pod's request as posed.
     Unsatisfiable {
         /// The pod.
@@ -54,6 +64,7 @@ impl Problem {
         match self {
             Self::NoResourceAnnotation { pod }
             | Self::MissingResource { pod, .. }
+            | Self::MissingPodGroup { pod, .. }
             | Self::Unsatisfiable { pod, .. } => Subject::Pod(pod),
             Self::InvalidResource { resource, .. } => Subject::GPUResource(resource),
         }
@@ -65,6 +76,7 @@ impl Problem {
             Self::NoResourceAnnotation { .. } => "NoGPUResourceAnnotation",
             Self::MissingResource { .. } => "GPUResourceNotFound",
             Self::InvalidResource { .. } => "InvalidSpec",
+            Self::MissingPodGroup { .. } => "PodGroupNotFound",
             Self::Unsatisfiable { .. } => "Unsatisfiable",
         }
     }
@@ -87,6 +99,11 @@ impl fmt::Display for Problem {
             Self::InvalidResource { resource, error } => {
                 write!(f, "GPUResource {resource} is invalid: {error}")
             }
+            Self::MissingPodGroup { pod, group, .. } => write!(
+                f,
+                "pod {pod} joins gang {group} ({} label), but no PodGroup {group} exists; create it (scheduling.x-k8s.io/v1alpha1, with minMember) or remove the label",
+                crate::api::POD_GROUP_LABEL
+            ),
             Self::Unsatisfiable {
                 pod,
                 resource,

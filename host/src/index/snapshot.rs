@@ -12,7 +12,7 @@ use super::node::NodeFacts;
 use super::pod::PodFacts;
 use super::{Index, ObjectKey, Problem};
 use crate::api::{GPUResourceSpec, GpuInfo, Sharing as ApiSharing};
-use crate::engine::types::{Gpu, Node, Request, Sharing, Snapshot};
+use crate::engine::types::{Gang, Gpu, MigInstance, Node, Request, Sharing, Snapshot};
 
 /// A pod that waits for GPUs and could be placed, with its policy.
 struct Waiting<'a> {
@@ -133,6 +133,17 @@ impl Index {
             if state.spec_error.is_some() || state.deleting {
                 continue;
             }
+            if let Some(group) = &pod.pod_group {
+                let gang = ObjectKey::new(&key.namespace, group);
+                if !self.key_to_gang.contains_key(&gang) {
+                    survey.problems.push(Problem::MissingPodGroup {
+                        pod: key.clone(),
+                        resource: resource.clone(),
+                        group: gang,
+                    });
+                    continue;
+                }
+            }
             let reason = fit_to_reason
                 .entry((pod.constraints_key.as_str(), resource.clone()))
                 .or_insert_with(|| self.unsatisfiable(key, pod, &state.spec))
@@ -155,6 +166,7 @@ impl Index {
                     resource: resource.to_string(),
                     count: spec.count,
                     model: spec.model.clone(),
+                    mig_profile: spec.mig_profile.clone(),
                     memory_mib: spec.memory_mib,
                     sharing: match spec.sharing {
                         ApiSharing::Exclusive => Sharing::Exclusive,
@@ -163,6 +175,7 @@ impl Index {
                     priority: pod.priority,
                     created_ms: pod.created_ms,
                     eligible_set: 0,
+                    gang: None,
                 },
             });
         }
@@ -198,11 +211,20 @@ impl Index {
                 continue;
             }
             allowed_nodes += 1;
-            let fitting = inventory
-                .gpus
-                .iter()
-                .filter(|gpu| could_hold(spec, gpu))
-                .count();
+            let fitting = match &spec.mig_profile {
+                Some(profile) => inventory
+                    .gpus
+                    .iter()
+                    .filter(|gpu| could_hold(spec, gpu))
+                    .flat_map(|gpu| &gpu.mig_instances)
+                    .filter(|m| &m.profile == profile)
+                    .count(),
+                None => inventory
+                    .gpus
+                    .iter()
+                    .filter(|gpu| could_hold(spec, gpu))
+                    .count(),
+            };
             if fitting >= spec.count as usize {
                 return None;
             }
@@ -219,6 +241,12 @@ impl Index {
             .as_deref()
             .map(|m| format!(" matching {m:?}"))
             .unwrap_or_default();
+        if let Some(profile) = &spec.mig_profile {
+            return Some(format!(
+                "wants {} MIG instance(s) of profile {profile:?}{model} on one node; the {allowed_nodes} node(s) it may run on have at most {most_fitting}",
+                spec.count
+            ));
+        }
         let memory = match (spec.sharing, spec.memory_mib) {
             (_, 0) => String::new(),
             (ApiSharing::Exclusive, mib) => format!(" with at least {mib} MiB"),
@@ -271,16 +299,94 @@ impl Index {
             constraints_to_position.insert(&w.pod.constraints_key, position);
             w.request.eligible_set = position;
         }
+        let gangs = self.gangs_of(&mut waiting, holdings);
+        let mut tables = Tables::default();
+        let nodes = candidates
+            .iter()
+            .map(|c| node_record(c, holdings, &mut tables))
+            .collect();
         Snapshot {
             round,
-            nodes: candidates
-                .iter()
-                .map(|c| node_record(c, holdings))
-                .collect(),
+            models: tables.models,
+            mig_profiles: tables.mig_profiles,
+            nodes,
             pending: waiting.into_iter().map(|w| w.request).collect(),
             eligible_sets,
+            gangs,
             usage: holdings.namespace_to_usage.values().cloned().collect(),
             config: String::new(),
+        }
+    }
+
+    /// The gangs of `waiting` (sorted by name), each with its members
+    /// already holding GPUs counted as bound; sets each member's `gang`.
+    fn gangs_of(&self, waiting: &mut [Waiting<'_>], holdings: &Holdings) -> Vec<Gang> {
+        let mut key_to_members: BTreeMap<ObjectKey, Vec<u32>> = BTreeMap::new();
+        for (position, w) in waiting.iter().enumerate() {
+            if let Some(group) = &w.pod.pod_group {
+                let key = ObjectKey::new(&w.request.namespace, group);
+                key_to_members
+                    .entry(key)
+                    .or_default()
+                    .push(position as u32);
+            }
+        }
+        let mut gangs = Vec::with_capacity(key_to_members.len());
+        for (key, members) in key_to_members {
+            let Some(facts) = self.key_to_gang.get(&key) else {
+                continue;
+            };
+            let bound = holdings
+                .holders
+                .iter()
+                .filter(|pod| {
+                    pod.namespace == key.namespace
+                        && self
+                            .key_to_pod
+                            .get(*pod)
+                            .and_then(|p| p.pod_group.as_deref())
+                            == Some(key.name.as_str())
+                })
+                .count() as u32;
+            for &m in &members {
+                waiting[m as usize].request.gang = Some(gangs.len() as u32);
+            }
+            gangs.push(Gang {
+                name: key.to_string(),
+                min_member: facts.min_member,
+                bound,
+                pending: members,
+            });
+        }
+        gangs
+    }
+}
+
+/// Names sent once per snapshot: GPU models and MIG profiles.
+#[derive(Default)]
+struct Tables {
+    models: Vec<String>,
+    mig_profiles: Vec<String>,
+}
+
+impl Tables {
+    fn model(&mut self, name: &str) -> u32 {
+        intern(&mut self.models, name)
+    }
+
+    fn mig_profile(&mut self, name: &str) -> u32 {
+        intern(&mut self.mig_profiles, name)
+    }
+}
+
+/// The position of `name` in `names`, added when missing. Tables hold a
+/// handful of names: a scan beats hashing.
+fn intern(names: &mut Vec<String>, name: &str) -> u32 {
+    match names.iter().position(|n| n == name) {
+        Some(i) => i as u32,
+        None => {
+            names.push(name.to_owned());
+            (names.len() - 1) as u32
         }
     }
 }
@@ -295,47 +401,74 @@ fn could_hold(spec: &GPUResourceSpec, gpu: &GpuInfo) -> bool {
 
 /// A candidate node as the policy sees it. NVLink peers become positions
 /// in the node's GPU list (the inventory is sorted by index); peers the
-/// inventory does not list are dropped.
-fn node_record(candidate: &Candidate<'_>, holdings: &Holdings) -> Node {
+/// inventory does not list are dropped. Each GPU is followed by its MIG
+/// instances, which inherit its model and health.
+fn node_record(candidate: &Candidate<'_>, holdings: &Holdings, tables: &mut Tables) -> Node {
     let no_use = GpuUse::default();
-    let uuid_to_position: HashMap<&str, u32> = candidate
-        .inventory
-        .gpus
+    let inventory = &candidate.inventory.gpus;
+    // Positions of whole GPUs, counting the instances listed before them.
+    let mut positions = Vec::with_capacity(inventory.len());
+    let mut next = 0u32;
+    for gpu in inventory {
+        positions.push(next);
+        next += 1 + gpu.mig_instances.len() as u32;
+    }
+    let uuid_to_position: HashMap<&str, u32> = inventory
         .iter()
-        .enumerate()
-        .map(|(position, gpu)| (gpu.uuid.as_str(), position as u32))
+        .zip(&positions)
+        .map(|(gpu, &position)| (gpu.uuid.as_str(), position))
         .collect();
-    let gpus = candidate
-        .inventory
-        .gpus
-        .iter()
-        .map(|gpu| {
-            let held = holdings
-                .gpu_to_use
-                .get(&(candidate.name.to_string(), gpu.uuid.clone()))
-                .unwrap_or(&no_use);
-            let allocated_mib = match held.exclusive_owner {
-                Some(_) => gpu.memory_total_mib,
-                None => held.shared_mib.min(gpu.memory_total_mib),
-            };
-            Gpu {
-                uuid: gpu.uuid.clone(),
+    let use_of = |uuid: &str| {
+        holdings
+            .gpu_to_use
+            .get(&(candidate.name.to_string(), uuid.to_string()))
+            .unwrap_or(&no_use)
+    };
+    let mut gpus = Vec::with_capacity(next as usize);
+    for (gpu, &position) in inventory.iter().zip(&positions) {
+        let held = use_of(&gpu.uuid);
+        let allocated_mib = match held.exclusive_owner {
+            Some(_) => gpu.memory_total_mib,
+            None => held.shared_mib.min(gpu.memory_total_mib),
+        };
+        let model = tables.model(&gpu.model);
+        gpus.push(Gpu {
+            uuid: gpu.uuid.clone(),
+            index: gpu.index,
+            model,
+            memory_mib: gpu.memory_total_mib,
+            allocated_mib,
+            held: held.exclusive_owner.is_some(),
+            shared_owners: held.shared_owners,
+            numa_node: gpu.numa_node,
+            nvlink_peers: gpu
+                .nvlink_peers
+                .iter()
+                .filter_map(|peer| uuid_to_position.get(peer.as_str()).copied())
+                .collect(),
+            healthy: gpu.healthy,
+            mig: None,
+        });
+        for instance in &gpu.mig_instances {
+            let held = use_of(&instance.uuid).exclusive_owner.is_some();
+            gpus.push(Gpu {
+                uuid: instance.uuid.clone(),
                 index: gpu.index,
-                model: gpu.model.clone(),
-                memory_mib: gpu.memory_total_mib,
-                allocated_mib,
-                exclusive_owner: held.exclusive_owner.clone(),
-                shared_owners: held.shared_owners,
+                model,
+                memory_mib: instance.memory_total_mib,
+                allocated_mib: if held { instance.memory_total_mib } else { 0 },
+                held,
+                shared_owners: 0,
                 numa_node: gpu.numa_node,
-                nvlink_peers: gpu
-                    .nvlink_peers
-                    .iter()
-                    .filter_map(|peer| uuid_to_position.get(peer.as_str()).copied())
-                    .collect(),
+                nvlink_peers: Vec::new(),
                 healthy: gpu.healthy,
-            }
-        })
-        .collect();
+                mig: Some(MigInstance {
+                    parent: position,
+                    profile: tables.mig_profile(&instance.profile),
+                }),
+            });
+        }
+    }
     Node {
         name: candidate.name.to_string(),
         labels: candidate

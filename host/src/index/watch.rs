@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::Index;
-use crate::api::{GPUNode, GPUResource};
+use crate::api::{GPUNode, GPUResource, PodGroup};
 
 /// How watch events of kind `K` reach the index. A watcher's `Apply` and
 /// `InitApply` objects go to `apply` (or are gathered for `reset` at
@@ -81,5 +81,22 @@ impl IndexResource<Pod> for Index {
 
     fn reset(&mut self, pods: &[Pod]) {
         self.reset_pods(pods);
+    }
+}
+
+impl IndexResource<PodGroup> for Index {
+    fn apply(&mut self, group: &PodGroup) {
+        self.apply_podgroup(group);
+    }
+
+    fn delete(&mut self, group: &PodGroup) {
+        let meta = &group.metadata;
+        if let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) {
+            self.delete_podgroup(ns, name);
+        }
+    }
+
+    fn reset(&mut self, groups: &[PodGroup]) {
+        self.reset_podgroups(groups);
     }
 }

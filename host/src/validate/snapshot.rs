@@ -5,7 +5,9 @@
 //! the controller's snapshots always obey, so that a policy is never tested
 //! against a round that cannot happen: names are unique, indices point at
 //! something, counts are in range, memory adds up, and a GPU is held either
-//! exclusively or in shares, not both. Names (nodes, GPUs, pods) are at most
+//! exclusively or in shares, not both; model and profile indices point into
+//! their tables, a MIG instance follows its parent and has a profile; gangs
+//! name pending pods that name them back. Names (nodes, GPUs, pods) are at most
 //! [`NAME_BYTES`] long, so that a decision naming them survives the engine's
 //! bounds. The error names the offending entry
 //! the way the file spells it: `pending[3] ("ml/train").count: must be 1 to
@@ -42,7 +44,7 @@ pub fn check(snapshot: &Snapshot) -> Result<(), SnapshotError> {
         if let Some(first) = node_names.insert(&node.name, n) {
             return fail(format!("{at}.name"), format!("repeats nodes[{first}].name"));
         }
-        check_gpus(node, &at, &mut uuid_to_place)?;
+        check_gpus(snapshot, node, &at, &mut uuid_to_place)?;
     }
     let sets = snapshot.eligible_sets.len();
     for (s, set) in snapshot.eligible_sets.iter().enumerate() {
@@ -69,7 +71,35 @@ pub fn check(snapshot: &Snapshot) -> Result<(), SnapshotError> {
         if let Some(first) = pods.insert(&request.pod, p) {
             return fail(format!("{at}.pod"), format!("repeats pending[{first}].pod"));
         }
-        check_request(request, &at, sets)?;
+        check_request(request, &at, sets, snapshot.gangs.len())?;
+    }
+    for (g, gang) in snapshot.gangs.iter().enumerate() {
+        let at = format!("gangs[{g}] ({:?})", gang.name);
+        if gang.min_member == 0 {
+            return fail(format!("{at}.min_member"), "must be at least 1");
+        }
+        for (i, &p) in gang.pending.iter().enumerate() {
+            let names_back = snapshot
+                .pending
+                .get(p as usize)
+                .is_some_and(|r| r.gang == Some(g as u32));
+            if !names_back {
+                return fail(
+                    format!("{at}.pending[{i}]"),
+                    format!("{p} is not a pending request whose gang is {g}"),
+                );
+            }
+        }
+    }
+    for (p, request) in snapshot.pending.iter().enumerate() {
+        if let Some(g) = request.gang
+            && !snapshot.gangs[g as usize].pending.contains(&(p as u32))
+        {
+            return fail(
+                format!("pending[{p}] ({:?}).gang", request.pod),
+                format!("gangs[{g}].pending does not list this request ({p})"),
+            );
+        }
     }
     let mut namespaces: HashMap<&str, usize> = HashMap::new();
     for (u, usage) in snapshot.usage.iter().enumerate() {
@@ -84,6 +114,7 @@ pub fn check(snapshot: &Snapshot) -> Result<(), SnapshotError> {
 }
 
 fn check_gpus<'a>(
+    snapshot: &Snapshot,
     node: &'a Node,
     node_at: &str,
     uuid_to_place: &mut HashMap<&'a str, String>,
@@ -98,11 +129,53 @@ fn check_gpus<'a>(
         if let Some(first) = uuid_to_place.insert(&gpu.uuid, format!("{node_at}.gpus[{g}]")) {
             return fail(format!("{at}.uuid"), format!("repeats {first}.uuid"));
         }
-        if let Some(first) = indices.insert(gpu.index, g) {
+        if gpu.model as usize >= snapshot.models.len() {
             return fail(
-                format!("{at}.index"),
-                format!("{} repeats gpus[{first}].index", gpu.index),
+                format!("{at}.model"),
+                format!(
+                    "{} is out of range ({} models)",
+                    gpu.model,
+                    snapshot.models.len()
+                ),
             );
+        }
+        match &gpu.mig {
+            None => {
+                if let Some(first) = indices.insert(gpu.index, g) {
+                    return fail(
+                        format!("{at}.index"),
+                        format!("{} repeats gpus[{first}].index", gpu.index),
+                    );
+                }
+            }
+            Some(mig) => {
+                let parent = node.gpus.get(mig.parent as usize);
+                if mig.parent as usize >= g || parent.is_none_or(|p| p.mig.is_some()) {
+                    return fail(
+                        format!("{at}.mig.parent"),
+                        format!(
+                            "{} must be the position of a whole GPU listed before the instance",
+                            mig.parent
+                        ),
+                    );
+                }
+                if mig.profile as usize >= snapshot.mig_profiles.len() {
+                    return fail(
+                        format!("{at}.mig.profile"),
+                        format!(
+                            "{} is out of range ({} mig_profiles)",
+                            mig.profile,
+                            snapshot.mig_profiles.len()
+                        ),
+                    );
+                }
+                if gpu.shared_owners > 0 {
+                    return fail(
+                        format!("{at}.shared_owners"),
+                        "a MIG instance is never shared",
+                    );
+                }
+            }
         }
         check_gpu(gpu, &at, node.gpus.len(), g)?;
     }
@@ -119,18 +192,12 @@ fn check_gpu(gpu: &Gpu, at: &str, gpus: usize, position: usize) -> Result<(), Sn
             ),
         );
     }
-    if let Some(owner) = &gpu.exclusive_owner {
-        if owner.trim().is_empty() {
-            return fail(
-                format!("{at}.exclusive_owner"),
-                "must be a pod (namespace/name) or null",
-            );
-        }
+    if gpu.held {
         if gpu.shared_owners > 0 {
             return fail(
-                format!("{at}.exclusive_owner"),
+                format!("{at}.held"),
                 format!(
-                    "a GPU held exclusively (by {owner}) has no shared owners, got shared_owners {}",
+                    "a GPU held exclusively has no shared owners, got shared_owners {}",
                     gpu.shared_owners
                 ),
             );
@@ -160,7 +227,12 @@ fn check_gpu(gpu: &Gpu, at: &str, gpus: usize, position: usize) -> Result<(), Sn
     Ok(())
 }
 
-fn check_request(request: &Request, at: &str, sets: usize) -> Result<(), SnapshotError> {
+fn check_request(
+    request: &Request,
+    at: &str,
+    sets: usize,
+    gangs: usize,
+) -> Result<(), SnapshotError> {
     match request.pod.split_once('/') {
         Some((namespace, name)) if namespace == request.namespace && !name.is_empty() => {}
         _ => {
@@ -193,6 +265,30 @@ fn check_request(request: &Request, at: &str, sets: usize) -> Result<(), Snapsho
         return fail(
             format!("{at}.memory_mib"),
             "a shared request takes a share of each GPU: must be more than 0",
+        );
+    }
+    if request
+        .mig_profile
+        .as_deref()
+        .is_some_and(|m| m.trim().is_empty())
+    {
+        return fail(
+            format!("{at}.mig_profile"),
+            "must not be empty (null asks for whole GPUs)",
+        );
+    }
+    if request.mig_profile.is_some() && request.sharing == Sharing::Shared {
+        return fail(
+            format!("{at}.sharing"),
+            "a MIG request is exclusive: MIG instances are not shared",
+        );
+    }
+    if let Some(g) = request.gang
+        && g as usize >= gangs
+    {
+        return fail(
+            format!("{at}.gang"),
+            format!("{g} is out of range ({gangs} gangs)"),
         );
     }
     if request.eligible_set as usize >= sets {
@@ -233,7 +329,7 @@ mod tests {
 
     fn valid() -> Snapshot {
         let mut a = node("a", 4, "NVIDIA H100 80GB HBM3", 81920);
-        a.gpus[0].exclusive_owner = Some("ns/running".into());
+        a.gpus[0].held = true;
         a.gpus[0].allocated_mib = 81920;
         a.gpus[1].shared_owners = 2;
         a.gpus[1].allocated_mib = 16384;
@@ -284,7 +380,7 @@ mod tests {
             ),
             (
                 Box::new(|s| s.nodes[0].gpus[0].shared_owners = 1),
-                ".gpus[0] (\"GPU-a-0\").exclusive_owner: a GPU held exclusively (by ns/running) has no shared owners",
+                ".gpus[0] (\"GPU-a-0\").held: a GPU held exclusively has no shared owners",
             ),
             (
                 Box::new(|s| s.nodes[0].gpus[0].allocated_mib = 0),
@@ -337,6 +433,23 @@ mod tests {
             (
                 Box::new(|s| s.pending[1].memory_mib = 0),
                 "pending[1] (\"ns/y\").memory_mib: a shared request",
+            ),
+            (
+                Box::new(|s| s.nodes[0].gpus[1].model = 9),
+                ".gpus[1] (\"GPU-a-1\").model: 9 is out of range",
+            ),
+            (
+                Box::new(|s| s.pending[0].gang = Some(0)),
+                "pending[0] (\"ns/x\").gang: 0 is out of range (0 gangs)",
+            ),
+            (
+                Box::new(|s| {
+                    s.nodes[1].gpus[1].mig = Some(crate::engine::types::MigInstance {
+                        parent: 1,
+                        profile: 0,
+                    })
+                }),
+                ".gpus[1] (\"GPU-b-1\").mig.parent: 1 must be the position of a whole GPU listed before",
             ),
             (
                 Box::new(|s| s.pending[0].eligible_set = 1),

@@ -43,22 +43,14 @@ wasmgpu_policy_sdk::export_policy!(Binpack);
 mod tests {
     use super::*;
     use wasmgpu_policy_sdk::Sharing::{Exclusive, Shared};
-    use wasmgpu_policy_sdk::testing::{node, request, restrict, snapshot, with_full_nvlink};
-
-    fn assigned(decisions: &[Decision]) -> Vec<(String, String, Vec<String>)> {
-        decisions
-            .iter()
-            .filter_map(|d| match d {
-                Decision::Assign(a) => Some((a.pod.clone(), a.node.clone(), a.gpus.clone())),
-                _ => None,
-            })
-            .collect()
-    }
+    use wasmgpu_policy_sdk::testing::{
+        assigned, decision_for, node, request, restrict, snapshot, with_full_nvlink,
+    };
 
     #[test]
     fn packs_onto_the_fullest_node_that_fits() {
         let mut busy = node("busy", 4, "NVIDIA H100", 81920);
-        busy.gpus[0].exclusive_owner = Some("x/running".into());
+        busy.gpus[0].held = true;
         let snap = snapshot(
             vec![node("idle", 4, "NVIDIA H100", 81920), busy],
             vec![
@@ -67,7 +59,7 @@ mod tests {
                 request("ns/c", 2, Exclusive, 0),
             ],
         );
-        let got = assigned(&allocate(&snap));
+        let got = assigned(&snap, &allocate(&snap));
         // a → busy (3 free), b → busy (1 free: exact fit), c → idle.
         assert_eq!(got[0].1, "busy");
         assert_eq!(got[1].1, "busy");
@@ -89,7 +81,7 @@ mod tests {
             ],
         );
         let decisions = allocate(&snap);
-        let of = |pod: &str| decisions.iter().find(|d| d.pod() == pod).unwrap();
+        let of = |pod: &str| decision_for(&snap, &decisions, pod).unwrap();
         assert!(matches!(of("ns/first"), Decision::Assign(_)));
         assert!(
             matches!(of("ns/second"), Decision::Wait(d) if d.reason.contains("free right now"))
@@ -109,7 +101,7 @@ mod tests {
                 request("ns/s3", 1, Shared, 8000),
             ],
         );
-        let got = assigned(&allocate(&snap));
+        let got = assigned(&snap, &allocate(&snap));
         assert_eq!(got.len(), 3);
         assert!(
             got.iter().all(|g| g.2 == vec!["GPU-a-0".to_string()]),
@@ -130,11 +122,11 @@ mod tests {
         );
         restrict(&mut snap, 0, &[1]);
         let pair = |a: u32, b: u32| vec![format!("GPU-n1-{a}"), format!("GPU-n1-{b}")];
-        let got = assigned(&allocate(&snap));
+        let got = assigned(&snap, &allocate(&snap));
         assert_eq!((got[0].1.as_str(), &got[0].2), ("n1", &pair(2, 3)));
         // Without the preference, the first free GPUs do.
         snap.config = r#"{"preferNvlink": false}"#.into();
-        let got = assigned(&allocate(&snap));
+        let got = assigned(&snap, &allocate(&snap));
         assert_eq!((got[0].1.as_str(), &got[0].2), ("n1", &pair(0, 1)));
     }
 

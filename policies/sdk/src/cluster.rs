@@ -9,9 +9,12 @@
 //! eligible set.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{Decision, Request, Sharing, Snapshot, assign, glob_match, reject, wait};
+
+/// A profile name no MIG instance of the snapshot has.
+const NO_PROFILE: u32 = u32::MAX;
 
 /// Which end to prefer when several candidates fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,12 +59,21 @@ impl Shortfall {
 pub struct Want<'s> {
     /// The request.
     pub request: &'s Request,
+    /// The request's position in `snapshot.pending`: what decisions name.
+    pub position: u32,
     model_ok: Vec<bool>,
+    /// For a MIG request: the profile, as an index into `snapshot.mig_profiles`.
+    mig: Option<u32>,
 }
 
 impl Want<'_> {
     fn exclusive(&self) -> bool {
         self.request.sharing == Sharing::Exclusive
+    }
+
+    /// True when the request asks for MIG instances, not whole GPUs.
+    pub fn is_mig(&self) -> bool {
+        self.mig.is_some()
     }
 
     fn describe(&self) -> String {
@@ -71,6 +83,9 @@ impl Want<'_> {
             .as_deref()
             .map(|m| format!(" matching \"{m}\""))
             .unwrap_or_default();
+        if let Some(profile) = &r.mig_profile {
+            return format!("{} MIG instance(s) of profile {profile:?}{model}", r.count);
+        }
         match r.sharing {
             Sharing::Exclusive if r.memory_mib == 0 => format!("{} GPU(s){model}", r.count),
             Sharing::Exclusive => format!(
@@ -94,38 +109,62 @@ struct GpuState {
     shares: u32,
     healthy: bool,
     group: u32,
+    /// For a MIG instance: its parent's position and its profile.
+    mig: Option<(u32, u32)>,
+    /// For a whole GPU: how many of its MIG instances are held.
+    mig_held: u32,
+    /// For a MIG instance: its parent is held whole or shared.
+    parent_busy: bool,
 }
 
 impl GpuState {
+    /// A whole GPU (not a MIG instance) nobody holds any part of.
     fn whole_free(&self) -> bool {
-        self.healthy && !self.exclusive && self.shares == 0 && self.free_mib == self.memory_mib
+        self.mig.is_none()
+            && self.healthy
+            && !self.exclusive
+            && self.shares == 0
+            && self.mig_held == 0
+            && self.free_mib == self.memory_mib
     }
 
     fn fits(&self, want: &Want) -> bool {
         if !self.healthy || self.exclusive || !want.model_ok[self.model] {
             return false;
         }
-        if want.exclusive() {
-            self.shares == 0
-                && self.free_mib == self.memory_mib
-                && self.memory_mib >= want.request.memory_mib
-        } else {
-            self.free_mib >= want.request.memory_mib
+        match (want.mig, self.mig) {
+            (Some(profile), Some((_, has))) => profile == has && !self.parent_busy,
+            (Some(_), None) | (None, Some(_)) => false,
+            (None, None) if self.mig_held > 0 => false,
+            (None, None) if want.exclusive() => {
+                self.shares == 0
+                    && self.free_mib == self.memory_mib
+                    && self.memory_mib >= want.request.memory_mib
+            }
+            (None, None) => self.free_mib >= want.request.memory_mib,
         }
     }
 
     fn could_ever_fit(&self, want: &Want) -> bool {
-        self.healthy && want.model_ok[self.model] && self.memory_mib >= want.request.memory_mib
+        self.healthy
+            && want.model_ok[self.model]
+            && match (want.mig, self.mig) {
+                (Some(profile), Some((_, has))) => profile == has,
+                (None, None) => self.memory_mib >= want.request.memory_mib,
+                _ => false,
+            }
     }
 }
 
 #[derive(Clone, Debug)]
 struct NodeState {
     gpus: Vec<GpuState>,
-    /// GPUs nobody holds any part of.
+    /// Whole GPUs nobody holds any part of.
     free_whole: u32,
-    /// Healthy GPUs.
+    /// Healthy whole GPUs.
     healthy: u32,
+    /// The node lists MIG instances: such nodes are searched by a scan.
+    has_mig: bool,
     /// Set when every GPU has the same model and memory: exclusive fit checks
     /// are then O(1), and the node sits in a free-count bucket of its class.
     uniform: Option<(usize, u64)>,
@@ -150,6 +189,7 @@ struct Class {
 struct Shape<'s> {
     /// The model glob; it decides `Want::model_ok`.
     model: Option<&'s str>,
+    mig_profile: Option<&'s str>,
     memory_mib: u64,
     count: u32,
 }
@@ -158,6 +198,7 @@ impl<'s> Shape<'s> {
     fn of(request: &'s Request) -> Self {
         Shape {
             model: request.model.as_deref(),
+            mig_profile: request.mig_profile.as_deref(),
             memory_mib: request.memory_mib,
             count: request.count,
         }
@@ -210,10 +251,10 @@ pub struct Cluster<'s> {
 impl<'s> Cluster<'s> {
     /// Indexes the snapshot.
     pub fn new(snapshot: &'s Snapshot) -> Self {
-        let mut model_to_id: HashMap<&'s str, usize> = HashMap::new();
-        let mut models = Vec::new();
-        // Neighbouring GPUs are nearly always the same model: skip the hash.
-        let mut last_model: Option<(&'s str, usize)> = None;
+        let models: Vec<&'s str> = snapshot.models.iter().map(String::as_str).collect();
+        // A model index out of range (the host never sends one) reads as a
+        // model no glob matches.
+        let unknown_model = models.len();
         let mut groups = UnionFind(Vec::new());
         let mut nodes: Vec<NodeState> = snapshot
             .nodes
@@ -227,50 +268,58 @@ impl<'s> Cluster<'s> {
                         }
                     }
                 }
-                let gpus: Vec<GpuState> = node
+                let mut gpus: Vec<GpuState> = node
                     .gpus
                     .iter()
                     .enumerate()
-                    .map(|(i, g)| {
-                        let model = match last_model {
-                            Some((name, id)) if name == g.model => id,
-                            _ => {
-                                let id =
-                                    *model_to_id.entry(g.model.as_str()).or_insert_with(|| {
-                                        models.push(g.model.as_str());
-                                        models.len() - 1
-                                    });
-                                last_model = Some((g.model.as_str(), id));
-                                id
-                            }
-                        };
-                        GpuState {
-                            model,
-                            memory_mib: g.memory_mib,
-                            free_mib: g.memory_mib.saturating_sub(g.allocated_mib),
-                            exclusive: g.exclusive_owner.is_some(),
-                            shares: g.shared_owners,
-                            healthy: g.healthy,
-                            group: groups.find(i) as u32,
-                        }
+                    .map(|(i, g)| GpuState {
+                        model: (g.model as usize).min(unknown_model),
+                        memory_mib: g.memory_mib,
+                        free_mib: g.memory_mib.saturating_sub(g.allocated_mib),
+                        exclusive: g.held,
+                        shares: g.shared_owners,
+                        healthy: g.healthy,
+                        group: groups.find(i) as u32,
+                        mig: g
+                            .mig
+                            .as_ref()
+                            .filter(|m| (m.parent as usize) < node.gpus.len())
+                            .map(|m| (m.parent, m.profile)),
+                        mig_held: 0,
+                        parent_busy: false,
                     })
                     .collect();
+                let has_mig = gpus.iter().any(|g| g.mig.is_some());
+                if has_mig {
+                    for i in 0..gpus.len() {
+                        if let Some((parent, _)) = gpus[i].mig {
+                            let p = &gpus[parent as usize];
+                            let busy = p.exclusive || p.shares > 0 || p.free_mib < p.memory_mib;
+                            gpus[i].parent_busy = busy;
+                            if gpus[i].exclusive {
+                                gpus[parent as usize].mig_held += 1;
+                            }
+                        }
+                    }
+                }
                 let uniform = match gpus.first() {
                     Some(first)
-                        if gpus.iter().all(|g| {
-                            g.model == first.model && g.memory_mib == first.memory_mib
-                        }) =>
+                        if !has_mig
+                            && gpus.iter().all(|g| {
+                                g.model == first.model && g.memory_mib == first.memory_mib
+                            }) =>
                     {
                         Some((first.model, first.memory_mib))
                     }
                     _ => None,
                 };
                 let free_whole = gpus.iter().filter(|g| g.whole_free()).count() as u32;
-                let healthy = gpus.iter().filter(|g| g.healthy).count() as u32;
+                let healthy = gpus.iter().filter(|g| g.healthy && g.mig.is_none()).count() as u32;
                 NodeState {
                     gpus,
                     free_whole,
                     healthy,
+                    has_mig,
                     uniform,
                     class: None,
                 }
@@ -339,23 +388,48 @@ impl<'s> Cluster<'s> {
     /// first, then older first, then by pod name (so the order is total).
     pub fn pending_in_order(&self) -> Vec<&'s Request> {
         let mut pending: Vec<&Request> = self.snapshot.pending.iter().collect();
-        pending.sort_by(|a, b| {
-            b.priority
-                .cmp(&a.priority)
-                .then(a.created_ms.cmp(&b.created_ms))
-                .then_with(|| a.pod.cmp(&b.pod))
-        });
+        sort_in_order(&mut pending);
         pending
     }
 
     /// Prepares `request` for the fit checks below.
     pub fn want(&self, request: &'s Request) -> Want<'s> {
-        let model_ok = self
+        let mut model_ok: Vec<bool> = self
             .models
             .iter()
             .map(|m| request.model.as_deref().is_none_or(|p| glob_match(p, m)))
             .collect();
-        Want { request, model_ok }
+        // The slot for a model index out of range.
+        model_ok.push(false);
+        let mig = request.mig_profile.as_deref().map(|wanted| {
+            self.snapshot
+                .mig_profiles
+                .iter()
+                .position(|p| p == wanted)
+                .map_or(NO_PROFILE, |p| p as u32)
+        });
+        Want {
+            request,
+            position: self.position(request),
+            model_ok,
+            mig,
+        }
+    }
+
+    /// The position of `request` in `snapshot.pending`: found by address when
+    /// it is borrowed from the snapshot, else by pod name.
+    pub fn position(&self, request: &Request) -> u32 {
+        let pending = &self.snapshot.pending;
+        let size = std::mem::size_of::<Request>();
+        let base = pending.as_ptr() as usize;
+        let addr = std::ptr::from_ref(request) as usize;
+        if addr >= base && addr < base + size * pending.len() && (addr - base) % size == 0 {
+            return ((addr - base) / size) as u32;
+        }
+        pending
+            .iter()
+            .position(|r| r.pod == request.pod)
+            .map_or(u32::MAX, |p| p as u32)
     }
 
     /// The nodes `request` may run on (sorted indices into `snapshot.nodes`).
@@ -391,7 +465,17 @@ impl<'s> Cluster<'s> {
                 best = Some(candidate);
             }
         };
-        if want.exclusive() {
+        if want.is_mig() {
+            // MIG nodes are few: scan them.
+            for &node in self.eligible(want.request) {
+                if (node as usize) < self.nodes.len()
+                    && self.nodes[node as usize].has_mig
+                    && self.fits(node, want)
+                {
+                    consider((self.headroom(node, want), node));
+                }
+            }
+        } else if want.exclusive() {
             let count = want.request.count as usize;
             for class in &self.classes {
                 if !want.model_ok[class.model] || class.memory_mib < want.request.memory_mib {
@@ -526,10 +610,13 @@ impl<'s> Cluster<'s> {
     }
 
     /// Room left on the node for requests like `want`: free whole GPUs for an
-    /// exclusive request, free MiB on GPUs it could share for a shared one.
+    /// exclusive request, free MiB on GPUs it could share for a shared one,
+    /// free instances of its profile for a MIG request.
     pub fn headroom(&self, node: u32, want: &Want) -> u64 {
         let state = &self.nodes[node as usize];
-        if want.exclusive() {
+        if want.is_mig() {
+            state.gpus.iter().filter(|g| g.fits(want)).count() as u64
+        } else if want.exclusive() {
             u64::from(state.free_whole)
         } else {
             state
@@ -545,7 +632,7 @@ impl<'s> Cluster<'s> {
     pub fn fits(&self, node: u32, want: &Want) -> bool {
         let state = &self.nodes[node as usize];
         let count = want.request.count;
-        if want.exclusive() {
+        if want.exclusive() && !want.is_mig() {
             if state.free_whole < count {
                 return false;
             }
@@ -590,12 +677,12 @@ impl<'s> Cluster<'s> {
         Some(valid.any(|&n| {
             let node = &self.nodes[n as usize];
             match node.uniform {
-                Some((model, memory_mib)) => {
+                Some((model, memory_mib)) if !want.is_mig() => {
                     want.model_ok[model]
                         && memory_mib >= want.request.memory_mib
                         && node.healthy as usize >= count
                 }
-                None => node.gpus.iter().filter(|g| g.could_ever_fit(want)).count() >= count,
+                _ => node.gpus.iter().filter(|g| g.could_ever_fit(want)).count() >= count,
             }
         }))
     }
@@ -617,7 +704,21 @@ impl<'s> Cluster<'s> {
         if candidates.len() < count {
             return None;
         }
-        if want.exclusive() {
+        if want.is_mig() {
+            // Pack (or spread) instances by how many of their parent's
+            // instances are still free: fewest free first packs them onto the
+            // fewest parents. Stable: ties keep index order.
+            let free_siblings = |i: usize| {
+                let parent = gpus[i].mig.map(|(p, _)| p);
+                gpus.iter()
+                    .filter(|g| g.mig.map(|(p, _)| p) == parent && !g.exclusive)
+                    .count()
+            };
+            match fit {
+                Fit::Tightest => candidates.sort_by_key(|&i| free_siblings(i)),
+                Fit::Loosest => candidates.sort_by_key(|&i| std::cmp::Reverse(free_siblings(i))),
+            }
+        } else if want.exclusive() {
             if prefer_nvlink && count > 1 {
                 // The NVLink groups among the candidates, in order of first
                 // appearance; the first of the tightest (loosest) that holds
@@ -662,6 +763,17 @@ impl<'s> Cluster<'s> {
         let state = &mut self.nodes[node as usize];
         let free_before = state.free_whole as usize;
         for &i in positions {
+            if let Some((parent, _)) = state.gpus[i].mig {
+                let gpu = &mut state.gpus[i];
+                gpu.exclusive = true;
+                gpu.free_mib = 0;
+                let parent = &mut state.gpus[parent as usize];
+                if parent.whole_free() {
+                    state.free_whole -= 1;
+                }
+                parent.mig_held += 1;
+                continue;
+            }
             let gpu = &mut state.gpus[i];
             if gpu.whole_free() {
                 state.free_whole -= 1;
@@ -672,6 +784,13 @@ impl<'s> Cluster<'s> {
             } else {
                 gpu.shares += 1;
                 gpu.free_mib = gpu.free_mib.saturating_sub(want.request.memory_mib);
+            }
+            if state.has_mig {
+                for g in &mut state.gpus {
+                    if g.mig.is_some_and(|(p, _)| p as usize == i) {
+                        g.parent_busy = true;
+                    }
+                }
             }
         }
         let free_after = state.free_whole as usize;
@@ -699,9 +818,9 @@ impl<'s> Cluster<'s> {
         let positions = self.pick_gpus(node, want, fit, prefer_nvlink)?;
         self.commit(node, &positions, want);
         Some(assign(
-            &want.request.pod,
-            self.node_name(node),
-            self.uuids(node, &positions),
+            want.position,
+            node,
+            positions.iter().map(|&i| i as u32).collect(),
         ))
     }
 
@@ -710,10 +829,86 @@ impl<'s> Cluster<'s> {
     pub fn unplaced(&self, want: &Want<'s>) -> Decision {
         let shortfall = self.shortfall(want);
         if shortfall.is_permanent() {
-            reject(&want.request.pod, shortfall.reason())
+            reject(want.position, shortfall.reason())
         } else {
-            wait(&want.request.pod, shortfall.reason())
+            wait(want.position, shortfall.reason())
         }
+    }
+
+    /// Places the pending members of gang `gang` (an index into
+    /// `snapshot.gangs`) all together or not at all: each member goes where
+    /// [`Cluster::choose_node`] and [`Cluster::pick_gpus`] put it, on a trial
+    /// copy of the round's state; when enough of them fit to reach the
+    /// gang's `min_member` with the members already bound, the trial becomes
+    /// the state and the members that fit are assigned (the others wait).
+    /// Otherwise nothing is committed and every member waits (or is rejected,
+    /// when one of them can never fit) with the reason. The host applies a
+    /// gang's assignments on the same all-or-nothing rule.
+    pub fn place_gang(&mut self, gang: u32, fit: Fit, prefer_nvlink: bool) -> Vec<Decision> {
+        let Some(g) = self.snapshot.gangs.get(gang as usize) else {
+            return Vec::new();
+        };
+        let mut members: Vec<&'s Request> = g
+            .pending
+            .iter()
+            .filter_map(|&p| self.snapshot.pending.get(p as usize))
+            .collect();
+        sort_in_order(&mut members);
+        let need = g.min_member.saturating_sub(g.bound) as usize;
+        let mut trial = self.clone();
+        let mut placed = Vec::new();
+        let mut left: Vec<(Want<'s>, Shortfall)> = Vec::new();
+        for member in members {
+            let want = trial.want(member);
+            match trial
+                .choose_node(&want, fit)
+                .and_then(|node| trial.place(node, &want, fit, prefer_nvlink))
+            {
+                Some(decision) => placed.push(decision),
+                None => {
+                    let shortfall = trial.shortfall(&want);
+                    left.push((want, shortfall));
+                }
+            }
+        }
+        let name = &g.name;
+        if placed.len() >= need {
+            *self = trial;
+            let reason = format!(
+                "gang {name} is placed without this member ({} of {} needed fit); it waits for room",
+                placed.len(),
+                need
+            );
+            placed.extend(left.iter().map(|(w, _)| wait(w.position, reason.clone())));
+            return placed;
+        }
+        let never = left.iter().find(|(_, s)| s.is_permanent());
+        let reason = match never {
+            Some((w, s)) => format!(
+                "gang {name} can never be placed: member {} fits nowhere ({})",
+                w.request.pod,
+                s.reason()
+            ),
+            None => format!(
+                "gang {name}: {} of the {need} more members needed fit now ({} bound, minMember {}); all or nothing, so none is placed yet",
+                placed.len(),
+                g.bound,
+                g.min_member
+            ),
+        };
+        let positions = placed
+            .iter()
+            .map(Decision::pod)
+            .chain(left.iter().map(|(w, _)| w.position));
+        positions
+            .map(|p| {
+                if never.is_some() {
+                    reject(p, reason.clone())
+                } else {
+                    wait(p, reason.clone())
+                }
+            })
+            .collect()
     }
 
     /// UUIDs of the GPUs at `positions` on `node`.
@@ -721,6 +916,16 @@ impl<'s> Cluster<'s> {
         let gpus = &self.snapshot.nodes[node as usize].gpus;
         positions.iter().map(|&i| gpus[i].uuid.clone()).collect()
     }
+}
+
+/// Higher priority first, then older first, then by pod name.
+fn sort_in_order(requests: &mut [&Request]) {
+    requests.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.created_ms.cmp(&b.created_ms))
+            .then_with(|| a.pod.cmp(&b.pod))
+    });
 }
 
 /// Union-find over GPU positions, for NVLink groups.
@@ -757,7 +962,7 @@ mod tests {
     #[test]
     fn exclusive_fit_counts_whole_free_gpus_and_commits() {
         let mut n = node("a", 4, "NVIDIA H100 80GB HBM3", 81920);
-        n.gpus[0].exclusive_owner = Some("ns/other".into());
+        n.gpus[0].held = true;
         n.gpus[0].allocated_mib = 81920;
         let snap = snapshot(vec![n], vec![request("ns/p", 3, Sharing::Exclusive, 40960)]);
         let mut cluster = Cluster::new(&snap);
@@ -833,7 +1038,7 @@ mod tests {
             n.gpus[i as usize].nvlink_peers.push(j);
             n.gpus[j as usize].nvlink_peers.push(i);
         }
-        n.gpus[0].exclusive_owner = Some("ns/o".into());
+        n.gpus[0].held = true;
         let snap = snapshot(vec![n], vec![request("ns/p", 2, Sharing::Exclusive, 0)]);
         let cluster = Cluster::new(&snap);
         let want = cluster.want(&snap.pending[0]);
@@ -882,6 +1087,157 @@ mod tests {
         assert_eq!(cluster.healthy(0), 1);
     }
 
+    /// A node with one whole GPU (0) and one GPU (1) carved into three
+    /// `1g.10gb` instances (positions 2-4).
+    fn mig_node() -> crate::Node {
+        crate::testing::with_mig(
+            node("m", 2, "NVIDIA A100 80GB PCIe", 81920),
+            1,
+            &[("1g.10gb", 9856), ("1g.10gb", 9856), ("1g.10gb", 9856)],
+        )
+    }
+
+    fn mig_request(pod: &str, count: u32) -> Request {
+        Request {
+            mig_profile: Some("1g.10gb".into()),
+            ..request(pod, count, Sharing::Exclusive, 0)
+        }
+    }
+
+    #[test]
+    fn mig_requests_take_instances_and_whole_requests_keep_off_their_parent() {
+        let snap = snapshot(
+            vec![mig_node()],
+            vec![
+                mig_request("ns/m1", 1),
+                mig_request("ns/m2", 2),
+                request("ns/whole", 2, Sharing::Exclusive, 0),
+                request("ns/one", 1, Sharing::Exclusive, 0),
+                mig_request("ns/m3", 1),
+            ],
+        );
+        let decisions = crate::place_each(&snap, Fit::Tightest);
+        let placed: Vec<(u32, Vec<u32>)> = decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Assign(a) => Some((a.pod, a.gpus.clone())),
+                _ => None,
+            })
+            .collect();
+        // In name order: m1 takes instance 2, m2 instances 3 and 4, m3 finds
+        // none left; `one` takes GPU 0, and `whole` waits: GPU 1 is not whole
+        // while its instances are held.
+        assert_eq!(placed, [(0, vec![2]), (1, vec![3, 4]), (3, vec![0])]);
+        let wait_of = |pod| {
+            decisions.iter().find_map(|d| match d {
+                Decision::Wait(w) if w.pod == pod => Some(w.reason.clone()),
+                _ => None,
+            })
+        };
+        assert!(
+            wait_of(4).unwrap().contains("MIG instance"),
+            "{decisions:?}"
+        );
+        assert!(wait_of(2).unwrap().contains("2 GPU(s)"), "{decisions:?}");
+    }
+
+    #[test]
+    fn a_held_parent_blocks_its_instances_and_unknown_profiles_never_fit() {
+        let mut n = mig_node();
+        n.gpus[1].held = true;
+        let snap = snapshot(
+            vec![n],
+            vec![
+                mig_request("ns/m", 1),
+                Request {
+                    mig_profile: Some("7g.80gb".into()),
+                    ..request("ns/big", 1, Sharing::Exclusive, 0)
+                },
+            ],
+        );
+        let cluster = Cluster::new(&snap);
+        let [m, big] = [0, 1].map(|i| cluster.want(&snap.pending[i]));
+        assert!(!cluster.fits(0, &m));
+        assert_eq!(cluster.shortfall(&m), Shortfall::NotNow(m.describe()));
+        assert!(cluster.shortfall(&big).is_permanent());
+        assert_eq!(cluster.free_whole(0), 1);
+    }
+
+    #[test]
+    fn a_gang_is_placed_whole_or_not_at_all() {
+        // Two nodes of 4 GPUs: a gang of three 2-GPU members needs 6 of 8.
+        let nodes = || {
+            vec![
+                node("a", 4, "NVIDIA H100", 81920),
+                node("b", 4, "NVIDIA H100", 81920),
+            ]
+        };
+        let members = |n| (0..n).map(|i| request(&format!("ns/w-{i}"), 2, Sharing::Exclusive, 0));
+        let mut snap = snapshot(nodes(), members(3).collect());
+        crate::testing::gang(&mut snap, "ns/train", 3, &[0, 1, 2]);
+        let decisions = crate::place_each(&snap, Fit::Tightest);
+        assert!(
+            decisions.iter().all(|d| matches!(d, Decision::Assign(_))),
+            "{decisions:?}"
+        );
+
+        // Five members of 2 GPUs cannot all fit on 8 GPUs: none is placed,
+        // and a request after the gang still gets the room.
+        let mut pending: Vec<Request> = members(5).collect();
+        pending.push(Request {
+            created_ms: 1,
+            ..request("ns/solo", 4, Sharing::Exclusive, 0)
+        });
+        let mut snap = snapshot(nodes(), pending);
+        crate::testing::gang(&mut snap, "ns/train", 5, &[0, 1, 2, 3, 4]);
+        let decisions = crate::place_each(&snap, Fit::Tightest);
+        let waits: Vec<&Decision> = decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Wait(_)))
+            .collect();
+        assert_eq!(waits.len(), 5, "{decisions:?}");
+        assert!(
+            matches!(waits[0], Decision::Wait(d) if d.reason.contains("4 of the 5") && d.reason.contains("all or nothing")),
+            "{waits:?}"
+        );
+        assert!(
+            matches!(&decisions[5], Decision::Assign(a) if a.pod == 5),
+            "{decisions:?}"
+        );
+
+        // With two members already bound, three more are enough.
+        snap.gangs[0].bound = 2;
+        snap.gangs[0].min_member = 5;
+        let decisions = crate::place_each(&snap, Fit::Tightest);
+        let assigned = decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Assign(_)))
+            .count();
+        assert_eq!(
+            assigned, 4,
+            "three or more members and the solo pod: {decisions:?}"
+        );
+    }
+
+    #[test]
+    fn a_gang_member_that_can_never_fit_rejects_the_gang() {
+        let mut snap = snapshot(
+            vec![node("a", 4, "NVIDIA H100", 81920)],
+            vec![
+                request("ns/w-0", 1, Sharing::Exclusive, 0),
+                request("ns/w-1", 8, Sharing::Exclusive, 0),
+            ],
+        );
+        crate::testing::gang(&mut snap, "ns/train", 2, &[0, 1]);
+        let decisions = crate::place_each(&snap, Fit::Tightest);
+        assert!(
+            decisions.iter().all(
+                |d| matches!(d, Decision::Reject(r) if r.reason.contains("can never be placed"))
+            ),
+            "{decisions:?}"
+        );
+    }
+
     fn gpu_less_node() -> crate::Node {
         crate::Node {
             name: "cpu".into(),
@@ -917,10 +1273,10 @@ mod tests {
                 }
                 let gpus = node.gpus.iter().enumerate();
                 gpus.map(|(i, g)| G {
-                    model: g.model.clone(),
+                    model: snapshot.models[g.model as usize].clone(),
                     memory: g.memory_mib,
                     free: g.memory_mib.saturating_sub(g.allocated_mib),
-                    exclusive: g.exclusive_owner.is_some(),
+                    exclusive: g.held,
                     shares: g.shared_owners,
                     healthy: g.healthy,
                     group: groups.find(i),
@@ -928,8 +1284,8 @@ mod tests {
                 .collect()
             })
             .collect();
-        let mut pending: Vec<&Request> = snapshot.pending.iter().collect();
-        pending.sort_by(|a, b| {
+        let mut pending: Vec<(u32, &Request)> = (0..).zip(&snapshot.pending).collect();
+        pending.sort_by(|(_, a), (_, b)| {
             (b.priority, &a.created_ms, &a.pod).cmp(&(a.priority, &b.created_ms, &b.pod))
         });
         let model_ok =
@@ -946,7 +1302,7 @@ mod tests {
                 }
         };
         let mut decisions = Vec::new();
-        for r in pending {
+        for (position, r) in pending {
             let describe = Cluster::new(snapshot).want(r).describe();
             let eligible: Vec<usize> = snapshot
                 .eligible_sets
@@ -992,9 +1348,9 @@ mod tests {
                     Shortfall::Never(describe)
                 };
                 decisions.push(if shortfall.is_permanent() {
-                    reject(&r.pod, shortfall.reason())
+                    reject(position, shortfall.reason())
                 } else {
-                    wait(&r.pod, shortfall.reason())
+                    wait(position, shortfall.reason())
                 });
                 continue;
             };
@@ -1047,9 +1403,8 @@ mod tests {
                     }
                 }
             }
-            let node = &snapshot.nodes[n];
-            let uuids = picked.iter().map(|&i| node.gpus[i].uuid.clone()).collect();
-            decisions.push(assign(&r.pod, &node.name, uuids));
+            let positions = picked.iter().map(|&i| i as u32).collect();
+            decisions.push(assign(position, n as u32, positions));
         }
         decisions
     }
@@ -1060,7 +1415,8 @@ mod tests {
     fn varied_large(nodes: u32, pods: u32) -> Snapshot {
         let mut snap = crate::testing::large(nodes, pods);
         snap.nodes[1].gpus[0].memory_mib = 16384;
-        snap.nodes[3].gpus[5].model = "NVIDIA L4".into();
+        snap.nodes[3].gpus[5].model = crate::testing::model("NVIDIA L4");
+        crate::testing::refresh_tables(&mut snap);
         for (n, node) in snap.nodes.iter_mut().enumerate() {
             if n % 11 == 0 {
                 node.gpus[n % 8].healthy = false;

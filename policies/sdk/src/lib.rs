@@ -10,6 +10,7 @@
 //!                 │                 ├─ Cluster::fits / free_whole / load  (choose a node)
 //!                 │                 ├─ Cluster::pick_gpus                 (choose GPUs)
 //!                 │                 └─ Cluster::commit                    (count it)
+//!                 │               gangs: Cluster::place_gang              (all or nothing)
 //!                 └────────────────────▶ Vec<Decision>
 //! ```
 //!
@@ -45,7 +46,8 @@
 //! use wasmgpu_policy_sdk::Sharing::Exclusive;
 //! use wasmgpu_policy_sdk::testing::{node, request, snapshot};
 //! let snap = snapshot(vec![node("a", 2, "NVIDIA L4", 23034)], vec![request("ns/p", 2, Exclusive, 0)]);
-//! assert!(matches!(&allocate(&snap)[0], Decision::Assign(a) if a.node == "a"));
+//! // Decisions name pods, nodes and GPUs by position: pod 0 on node 0, GPUs 0 and 1.
+//! assert!(matches!(&allocate(&snap)[0], Decision::Assign(a) if a.node == 0 && a.gpus == [0, 1]));
 //! ```
 #![deny(unsafe_code)]
 
@@ -97,8 +99,12 @@ pub mod bindings {
 pub use wit_bindgen as __wit_bindgen;
 
 pub use bindings::wasmgpu::policy::types::{
-    Assignment, Decision, Deferral, Gpu, Info, Node, Request, Sharing, Snapshot, Usage,
+    Assignment, Decision, Deferral, Gang, Gpu, Info, MigInstance, Node, Request, Sharing, Snapshot,
+    Usage,
 };
+
+/// The contract this SDK implements, as the host names it.
+pub const CONTRACT: &str = "wasmgpu:policy@0.2.0";
 
 /// An allocation policy: what [`export_policy!`] exports as a component.
 pub trait Policy {
@@ -135,37 +141,36 @@ pub fn log(message: &str) {
     let _ = message;
 }
 
-/// `Decision::Assign` for `pod` on `node` with `gpus`.
-pub fn assign(pod: &str, node: &str, gpus: Vec<String>) -> Decision {
-    Decision::Assign(Assignment {
-        pod: pod.to_owned(),
-        node: node.to_owned(),
-        gpus,
-    })
+/// `Decision::Assign` for the pending request at position `pod`, on the node
+/// at position `node`, of the GPUs at positions `gpus` in that node's list.
+pub fn assign(pod: u32, node: u32, gpus: Vec<u32>) -> Decision {
+    Decision::Assign(Assignment { pod, node, gpus })
 }
 
-/// `Decision::Wait` for `pod` with a reason shown to users.
-pub fn wait(pod: &str, reason: impl Into<String>) -> Decision {
+/// `Decision::Wait` for the pending request at position `pod`, with a reason
+/// shown to users.
+pub fn wait(pod: u32, reason: impl Into<String>) -> Decision {
     Decision::Wait(Deferral {
-        pod: pod.to_owned(),
+        pod,
         reason: reason.into(),
     })
 }
 
-/// `Decision::Reject` for `pod` with a reason shown to users.
-pub fn reject(pod: &str, reason: impl Into<String>) -> Decision {
+/// `Decision::Reject` for the pending request at position `pod`, with a
+/// reason shown to users.
+pub fn reject(pod: u32, reason: impl Into<String>) -> Decision {
     Decision::Reject(Deferral {
-        pod: pod.to_owned(),
+        pod,
         reason: reason.into(),
     })
 }
 
 impl Decision {
-    /// The pod this decision is about.
-    pub fn pod(&self) -> &str {
+    /// The pod this decision is about, as its position in `snapshot.pending`.
+    pub fn pod(&self) -> u32 {
         match self {
-            Decision::Assign(a) => &a.pod,
-            Decision::Wait(d) | Decision::Reject(d) => &d.pod,
+            Decision::Assign(a) => a.pod,
+            Decision::Wait(d) | Decision::Reject(d) => d.pod,
         }
     }
 }

@@ -23,14 +23,24 @@ impl Default for PlacementParams {
 
 /// Serves the snapshot's requests by priority then age; each goes to the
 /// eligible node [`Cluster::choose_node`] picks for `fit`, on the GPUs
-/// [`Cluster::pick_gpus`] picks for the same `fit`. Requests that fit nowhere
-/// get `wait` or `reject` with the reason. An invalid `config.json` fails the
-/// round (see [`fail`]).
+/// [`Cluster::pick_gpus`] picks for the same `fit`. A gang is served whole,
+/// all or nothing ([`Cluster::place_gang`]), when its first member's turn
+/// comes. Requests that fit nowhere get `wait` or `reject` with the reason.
+/// An invalid `config.json` fails the round (see [`fail`]).
 pub fn place_each(snapshot: &Snapshot, fit: Fit) -> Vec<Decision> {
     let params: PlacementParams = parse_config(&snapshot.config).unwrap_or_else(|e| fail(&e));
     let mut cluster = Cluster::new(snapshot);
     let mut decisions = Vec::with_capacity(snapshot.pending.len());
+    let mut gang_served = vec![false; snapshot.gangs.len()];
     for request in cluster.pending_in_order() {
+        if let Some(gang) = request.gang
+            && let Some(served) = gang_served.get_mut(gang as usize)
+        {
+            if !std::mem::replace(served, true) {
+                decisions.extend(cluster.place_gang(gang, fit, params.prefer_nvlink));
+            }
+            continue;
+        }
         let want = cluster.want(request);
         let placed = cluster
             .choose_node(&want, fit)

@@ -1,6 +1,47 @@
 //! Builders for snapshots in tests and benchmarks (of policies and of the host).
+//!
+//! GPU models and MIG profiles are indices into tables of the snapshot; the
+//! builders take names and keep one process-wide table of each, which
+//! [`snapshot`] (and [`refresh_tables`], after later edits) copies into the
+//! snapshot.
 
-use crate::{Gpu, Node, Request, Sharing, Snapshot};
+use std::sync::Mutex;
+
+use crate::{Gang, Gpu, MigInstance, Node, Request, Sharing, Snapshot};
+
+static MODELS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static MIG_PROFILES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn intern(table: &Mutex<Vec<String>>, name: &str) -> u32 {
+    let mut names = table.lock().unwrap_or_else(|e| e.into_inner());
+    match names.iter().position(|n| n == name) {
+        Some(i) => i as u32,
+        None => {
+            names.push(name.to_owned());
+            (names.len() - 1) as u32
+        }
+    }
+}
+
+/// The index of GPU model `name` in the snapshots these builders make.
+pub fn model(name: &str) -> u32 {
+    intern(&MODELS, name)
+}
+
+/// The index of MIG profile `name` in the snapshots these builders make.
+pub fn mig_profile(name: &str) -> u32 {
+    intern(&MIG_PROFILES, name)
+}
+
+/// Copies the model and profile tables into `snapshot` (after [`model`] or
+/// [`mig_profile`] named one the snapshot did not have yet).
+pub fn refresh_tables(snapshot: &mut Snapshot) {
+    snapshot.models = MODELS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    snapshot.mig_profiles = MIG_PROFILES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+}
 
 /// A node named `name` with `gpus` identical GPUs, UUIDs `GPU-{name}-{i}`, all
 /// healthy and free, no NVLink.
@@ -19,15 +60,102 @@ pub fn gpu(uuid: &str, index: u32, model: &str, memory_mib: u64) -> Gpu {
     Gpu {
         uuid: uuid.to_owned(),
         index,
-        model: model.to_owned(),
+        model: self::model(model),
         memory_mib,
         allocated_mib: 0,
-        exclusive_owner: None,
+        held: false,
         shared_owners: 0,
         numa_node: None,
         nvlink_peers: Vec::new(),
         healthy: true,
+        mig: None,
     }
+}
+
+/// Adds `profiles` as MIG instances of the node's GPU at position `parent`
+/// (UUIDs `MIG-{parent uuid}-{k}`), each with `memory_mib`, right after the
+/// parent's other instances. Positions of later GPUs shift; build MIG nodes
+/// last.
+pub fn with_mig(mut node: Node, parent: usize, profiles: &[(&str, u64)]) -> Node {
+    let base = node.gpus[parent].clone();
+    let mut at = parent + 1;
+    while node.gpus.get(at).is_some_and(|g| g.mig.is_some()) {
+        at += 1;
+    }
+    for (k, (profile, memory_mib)) in profiles.iter().enumerate() {
+        let instance = Gpu {
+            uuid: format!("MIG-{}-{k}", base.uuid),
+            memory_mib: *memory_mib,
+            nvlink_peers: Vec::new(),
+            mig: Some(MigInstance {
+                parent: parent as u32,
+                profile: mig_profile(profile),
+            }),
+            ..base.clone()
+        };
+        node.gpus.insert(at + k, instance);
+    }
+    node
+}
+
+/// A gang `name` of the pending requests at `members` (positions), which
+/// must hold GPUs `min_member` at a time; none bound yet. Sets the members'
+/// `gang`.
+pub fn gang(snapshot: &mut Snapshot, name: &str, min_member: u32, members: &[u32]) {
+    let index = snapshot.gangs.len() as u32;
+    snapshot.gangs.push(Gang {
+        name: name.to_owned(),
+        min_member,
+        bound: 0,
+        pending: members.to_vec(),
+    });
+    for &m in members {
+        snapshot.pending[m as usize].gang = Some(index);
+    }
+}
+
+/// The assignments among `decisions`, by name: `(pod, node, GPU UUIDs)`.
+/// Positions out of range read as `?`.
+pub fn assigned(
+    snapshot: &Snapshot,
+    decisions: &[crate::Decision],
+) -> Vec<(String, String, Vec<String>)> {
+    decisions
+        .iter()
+        .filter_map(|d| match d {
+            crate::Decision::Assign(a) => {
+                let pod = snapshot
+                    .pending
+                    .get(a.pod as usize)
+                    .map_or("?", |r| r.pod.as_str());
+                let node = snapshot.nodes.get(a.node as usize);
+                let gpus = a
+                    .gpus
+                    .iter()
+                    .map(|&g| {
+                        node.and_then(|n| n.gpus.get(g as usize))
+                            .map_or("?".to_owned(), |g| g.uuid.clone())
+                    })
+                    .collect();
+                Some((
+                    pod.to_owned(),
+                    node.map_or("?", |n| n.name.as_str()).to_owned(),
+                    gpus,
+                ))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The decision about pod `pod` (`namespace/name`), if any.
+pub fn decision_for<'d>(
+    snapshot: &Snapshot,
+    decisions: &'d [crate::Decision],
+    pod: &str,
+) -> Option<&'d crate::Decision> {
+    let position = snapshot.pending.iter().position(|r| r.pod == pod)? as u32;
+    decisions.iter().find(|d| d.pod() == position)
 }
 
 /// Links every pair of GPUs on the node with NVLink (as on an HGX board).
@@ -53,25 +181,32 @@ pub fn request(pod: &str, count: u32, sharing: Sharing, memory_mib: u64) -> Requ
         namespace,
         count,
         model: None,
+        mig_profile: None,
         memory_mib,
         sharing,
         priority: 0,
         created_ms: 0,
         eligible_set: 0,
+        gang: None,
     }
 }
 
 /// A snapshot of `nodes` and `pending` whose eligible set 0 is every node.
 pub fn snapshot(nodes: Vec<Node>, pending: Vec<Request>) -> Snapshot {
     let all: Vec<u32> = (0..nodes.len() as u32).collect();
-    Snapshot {
+    let mut snapshot = Snapshot {
         round: 1,
+        models: Vec::new(),
+        mig_profiles: Vec::new(),
         nodes,
         pending,
         eligible_sets: vec![all],
+        gangs: Vec::new(),
         usage: Vec::new(),
         config: String::new(),
-    }
+    };
+    refresh_tables(&mut snapshot);
+    snapshot
 }
 
 /// Restricts pending request `pod` (by position) to `nodes`, through a new
@@ -119,7 +254,7 @@ pub fn large(nodes: u32, pods: u32) -> Snapshot {
                 gpu.numa_node = Some(i as u32 / 4);
                 match next() % 8 {
                     0 => {
-                        gpu.exclusive_owner = Some(format!("running/pod-{n}-{i}"));
+                        gpu.held = true;
                         gpu.allocated_mib = gpu.memory_mib;
                     }
                     1 => {

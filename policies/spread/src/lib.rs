@@ -43,16 +43,17 @@ wasmgpu_policy_sdk::export_policy!(Spread);
 mod tests {
     use super::*;
     use wasmgpu_policy_sdk::Sharing::{Exclusive, Shared};
-    use wasmgpu_policy_sdk::testing::{node, request, snapshot};
+    use wasmgpu_policy_sdk::testing::{assigned, node, request, snapshot};
 
-    fn nodes_of(decisions: &[Decision]) -> Vec<String> {
-        decisions
-            .iter()
-            .map(|d| match d {
-                Decision::Assign(a) => a.node.clone(),
-                other => panic!("not placed: {other:?}"),
-            })
-            .collect()
+    fn nodes_of(snap: &Snapshot) -> Vec<String> {
+        let decisions = allocate(snap);
+        let placed = assigned(snap, &decisions);
+        assert_eq!(
+            placed.len(),
+            decisions.len(),
+            "not all placed: {decisions:?}"
+        );
+        placed.into_iter().map(|(_, node, _)| node).collect()
     }
 
     #[test]
@@ -67,18 +68,18 @@ mod tests {
                 .map(|i| request(&format!("ns/p{i}"), 1, Exclusive, 0))
                 .collect(),
         );
-        assert_eq!(nodes_of(&allocate(&snap)), ["a", "b", "c", "a", "b", "c"]);
+        assert_eq!(nodes_of(&snap), ["a", "b", "c", "a", "b", "c"]);
     }
 
     #[test]
     fn prefers_the_least_loaded_node() {
         let mut busy = node("busy", 4, "NVIDIA H100", 81920);
-        busy.gpus[0].exclusive_owner = Some("x/running".into());
+        busy.gpus[0].held = true;
         let snap = snapshot(
             vec![busy, node("idle", 4, "NVIDIA H100", 81920)],
             vec![request("ns/p", 2, Exclusive, 0)],
         );
-        assert_eq!(nodes_of(&allocate(&snap)), ["idle"]);
+        assert_eq!(nodes_of(&snap), ["idle"]);
     }
 
     #[test]
@@ -90,12 +91,9 @@ mod tests {
                 request("ns/s2", 1, Shared, 8000),
             ],
         );
-        let gpus: Vec<Vec<String>> = allocate(&snap)
+        let gpus: Vec<Vec<String>> = assigned(&snap, &allocate(&snap))
             .into_iter()
-            .map(|d| match d {
-                Decision::Assign(a) => a.gpus,
-                other => panic!("{other:?}"),
-            })
+            .map(|(_, _, gpus)| gpus)
             .collect();
         assert_eq!(
             gpus,

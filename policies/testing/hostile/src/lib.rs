@@ -38,20 +38,9 @@ impl Policy for Hostile {
     }
 
     fn allocate(snapshot: Snapshot) -> Vec<Decision> {
-        let first_pod = || {
-            snapshot
-                .pending
-                .first()
-                .map(|r| r.pod.clone())
-                .unwrap_or_default()
-        };
-        let first_node = || {
-            snapshot
-                .nodes
-                .first()
-                .map(|n| n.name.clone())
-                .unwrap_or_default()
-        };
+        // Decisions name pods and nodes by position: the first of each.
+        let first_pod = || 0u32;
+        let first_node = || 0u32;
         // A JSON string (`"trap"`, as a config.json holds it) names the same.
         match snapshot.config.trim().trim_matches('"') {
             "noop" => Vec::new(),
@@ -72,47 +61,37 @@ impl Policy for Hostile {
             "trap-over-2" if snapshot.pending.len() > 2 => panic!("deliberate trap: busy"),
             "trap-over-2" => Vec::new(),
             "recursion" => vec![wait(
-                &first_pod(),
+                first_pod(),
                 format!("{}", recurse(std::hint::black_box(1))),
             )],
-            "huge-output" => (0..200_000)
-                .map(|i| wait(&format!("pod-{i}"), "x"))
-                .collect(),
-            "no-gpus" => vec![assign(&first_pod(), &first_node(), Vec::new())],
-            other if other.starts_with("decisions:") => (0..number(other))
-                .map(|i| wait(&format!("pod-{i}"), "x"))
-                .collect(),
+            "huge-output" => (0..200_000).map(|i| wait(i as u32, "x")).collect(),
+            "no-gpus" => vec![assign(first_pod(), first_node(), Vec::new())],
+            other if other.starts_with("decisions:") => {
+                (0..number(other)).map(|i| wait(i as u32, "x")).collect()
+            }
             other if other.starts_with("long-reason:") => {
-                vec![wait(&first_pod(), "x".repeat(number(other)))]
+                vec![wait(first_pod(), "x".repeat(number(other)))]
             }
             "ghost-gpu" => {
                 let count = snapshot.pending.first().map_or(1, |r| r.count);
-                let ghosts = (0..count)
-                    .map(|i| format!("GPU-does-not-exist-{i}"))
-                    .collect();
-                vec![assign(&first_pod(), &first_node(), ghosts)]
+                // Positions past the end of the node's GPU list.
+                let ghosts = (0..count).map(|i| 1_000 + i).collect();
+                vec![assign(first_pod(), first_node(), ghosts)]
             }
             "taken-gpu" => {
-                let taken = snapshot
-                    .nodes
-                    .iter()
-                    .flat_map(|n| n.gpus.iter().map(move |g| (n, g)))
-                    .find(|(_, g)| g.exclusive_owner.is_some());
-                let single = snapshot.pending.iter().find(|r| r.count == 1);
+                let taken = snapshot.nodes.iter().enumerate().find_map(|(n, node)| {
+                    let g = node.gpus.iter().position(|g| g.held)?;
+                    Some((n as u32, g as u32))
+                });
+                let single = snapshot.pending.iter().position(|r| r.count == 1);
                 match (taken, single) {
-                    (Some((n, g)), Some(r)) => vec![assign(&r.pod, &n.name, vec![g.uuid.clone()])],
+                    (Some((n, g)), Some(r)) => vec![assign(r as u32, n, vec![g])],
                     _ => Vec::new(),
                 }
             }
-            "same-gpu-twice" => {
-                let gpu = snapshot.nodes[0].gpus[0].uuid.clone();
-                snapshot
-                    .pending
-                    .iter()
-                    .take(2)
-                    .map(|r| assign(&r.pod, &first_node(), vec![gpu.clone()]))
-                    .collect()
-            }
+            "same-gpu-twice" => (0..snapshot.pending.len().min(2) as u32)
+                .map(|r| assign(r, first_node(), vec![0]))
+                .collect(),
             "clock-random" => {
                 let wall = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
@@ -123,7 +102,7 @@ impl Policy for Hostile {
                 let elapsed = start.elapsed().as_nanos();
                 let random = RandomState::new().hash_one(spun);
                 vec![wait(
-                    &first_pod(),
+                    first_pod(),
                     format!("wall={wall} elapsed={elapsed} random={random:x}"),
                 )]
             }
@@ -139,7 +118,7 @@ impl Policy for Hostile {
                 let env: Vec<(String, String)> = std::env::vars().collect();
                 let args: Vec<String> = std::env::args().collect();
                 vec![wait(
-                    &first_pod(),
+                    first_pod(),
                     format!("file={file:?} dir={dir:?} env={env:?} args={args:?}"),
                 )]
             }
