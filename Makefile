@@ -19,7 +19,7 @@ WASMGPU := $(TARGET_DIR)/release/wasmgpu
 DEMO_SNAPSHOT := policies/snapshots/demo.json
 BENCH_SNAPSHOT := $(TARGET_DIR)/snapshots/large-1000x8-1000.json
 
-.PHONY: toolchain policies policies-all policies-js policies-python test-sdks deploy-policies build demo demo-offline test lint bench bench-snapshot bench-e2e
+.PHONY: toolchain policies policies-all policies-js policies-python policies-go test-sdks deploy-policies build demo demo-offline test lint bench bench-snapshot bench-e2e
 toolchain: ## Install the Rust pieces the build needs (wasm32-wasip2 target, rustfmt, clippy)
 	@rustup target list --installed | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
 	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
@@ -30,11 +30,12 @@ policies: toolchain ## Build the shipped policies (and the test-only hostile one
 	@$(CARGO) build --quiet --target $(WASM_TARGET) --profile policy $(addprefix -p ,$(POLICIES))
 	@ls -l $(WASMGPU_POLICY_DIR)/*.wasm | awk '{printf "    %-60s %7d bytes\n", $$NF, $$5}'
 
-# The SDKs for other languages (policies/js, policies/python) build binpack
-# ports into the same directory (binpack_js.wasm, binpack_py.wasm). Their
+# The SDKs for other languages (policies/js, policies/python, policies/go)
+# build binpack ports into the same directory (binpack_js.wasm,
+# binpack_py.wasm, binpack_go.wasm). Their
 # toolchains and outputs are cached outside the clone, keyed by content, so a
 # rebuild with nothing changed is a copy.
-policies-all: policies policies-js policies-python ## Build every policy: Rust, and the JavaScript and Python SDKs' binpack
+policies-all: policies policies-js policies-python policies-go ## Build every policy: Rust, and the JavaScript, Python and Go SDKs' binpack
 	@ls -l $(WASMGPU_POLICY_DIR)/binpack_*.wasm | awk '{printf "    %-60s %7d bytes\n", $$NF, $$5}'
 
 policies-js: ## Build the JavaScript binpack component (componentize-js; see policies/js/README.md)
@@ -43,11 +44,16 @@ policies-js: ## Build the JavaScript binpack component (componentize-js; see pol
 policies-python: ## Build the Python binpack component (componentize-py; see policies/python/README.md)
 	@policies/python/build.sh >/dev/null
 
-test-sdks: ## Unit tests of the JavaScript and Python SDKs, run natively
+policies-go: ## Build the Go binpack component (stock Go, wasip1 + adapter; see policies/go/README.md)
+	@policies/go/build.sh >/dev/null
+
+test-sdks: ## Unit tests of the JavaScript, Python and Go SDKs, run natively
 	@echo "==> JavaScript SDK (node --test)"
 	@cd policies/js && node --test --test-reporter=dot test/*.test.js
 	@echo "==> Python SDK (unittest)"
 	@policies/python/build.sh --test
+	@echo "==> Go SDK (go test)"
+	@policies/go/build.sh --test
 
 deploy-policies: policies ## Refresh the shipped policy components in deploy/policies (ConfigMaps)
 	@cp $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm deploy/policies/binpack.wasm

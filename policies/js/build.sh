@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the JavaScript binpack component into the policy directory
 # (target/wasm32-wasip2/policy/binpack_js.wasm, or $WASMGPU_POLICY_DIR) and
-# prints its path.
+# prints its path. `build.sh --toolchain` only installs the toolchain and
+# prints its node_modules directory (the Go build takes the WASI adapter from
+# it).
 #
 # The toolchain (componentize-js, jco; pinned by package-lock.json) is
 # installed once per lock file into a cache outside the clone, and linked as
@@ -35,6 +37,10 @@ if [[ ! -d "$toolchain/node_modules" ]]; then
   trap - EXIT
 fi
 ln -sfn "$toolchain/node_modules" "$here/node_modules"
+if [[ "${1:-}" == "--toolchain" ]]; then
+  echo "$toolchain/node_modules"
+  exit 0
+fi
 
 src_hash="$( (cd "$here" && cat build.mjs sdk/*.js binpack/*.js "$root/wit/policy.wit"; echo "$tool_hash") | sha256sum | cut -c1-16)"
 built="$cache/policy-js-$src_hash/binpack_js.wasm"

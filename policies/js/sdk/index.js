@@ -163,7 +163,7 @@ export function describeRequest(request) {
   const model = request.model !== undefined ? ` matching "${request.model}"` : '';
   const mem = BigInt(request.memoryMib);
   if (request.migProfile !== undefined) {
-    return `${request.count} MIG instance(s) of profile ${request.migProfile}${model}`;
+    return `${request.count} MIG instance(s) of profile ${JSON.stringify(request.migProfile)}${model}`;
   }
   if (request.sharing === 'shared') {
     return `${request.count} GPU(s)${model} with ${mem} MiB to share`;
@@ -197,9 +197,6 @@ export class Cluster {
       for (const node of set) if (node < n) out.push(node);
       return out;
     });
-    // `requestIndex(request)` for requests passed as objects.
-    this.positions = new Map();
-    snapshot.pending.forEach((r, i) => this.positions.set(r, i));
     this.everFits = new Map();
     this.modelOk = new Map();
   }
@@ -211,15 +208,7 @@ export class Cluster {
   pendingInOrder() {
     const pending = this.snapshot.pending;
     const order = pending.map((_, i) => i);
-    order.sort((a, b) => {
-      const ra = pending[a];
-      const rb = pending[b];
-      if (ra.priority !== rb.priority) return rb.priority - ra.priority;
-      const ca = BigInt(ra.createdMs);
-      const cb = BigInt(rb.createdMs);
-      if (ca !== cb) return ca < cb ? -1 : 1;
-      return ra.pod < rb.pod ? -1 : ra.pod > rb.pod ? 1 : 0;
-    });
+    order.sort((a, b) => compareRequests(pending[a], pending[b]));
     return order;
   }
 
@@ -273,9 +262,10 @@ export class Cluster {
     const u = state.units[i];
     if (!u.healthy || u.held || !want.modelOk[u.model]) return false;
     if (want.kind === MIG) {
+      // An instance is free while its parent is used neither whole nor shared.
       if (u.parent < 0 || u.profile !== want.profile) return false;
       const parent = state.units[u.parent];
-      return !parent.held && parent.shares === 0;
+      return !parent.held && parent.shares === 0 && parent.free >= parent.memory;
     }
     if (u.parent >= 0 || u.kidsHeld > 0) return false;
     if (want.kind === EXCLUSIVE) {
@@ -342,8 +332,10 @@ export class Cluster {
    * `gpus` list (ascending), or `null` when the node does not fit. Exclusive
    * requests for more than one GPU take a connected NVLink group that holds
    * them when `preferNvlink` (the smallest for `Fit.Tightest`, the largest for
-   * `Fit.Loosest`), else the first free GPUs; shared requests take the GPUs
-   * with the least (most) free memory; MIG requests the first free instances.
+   * `Fit.Loosest`; a connected group, not GPUs that are all mutual peers),
+   * else the first free GPUs; shared requests take the GPUs with the least
+   * (most) free memory; MIG requests the instances whose parent has the
+   * fewest (most) free instances.
    */
   pickGpus(node, want, fit, preferNvlink) {
     const state = this.nodes[node];
@@ -369,6 +361,18 @@ export class Cluster {
         }
       }
       if (bestGroup >= 0) candidates = candidates.filter((i) => state.units[i].group === bestGroup);
+    } else if (want.kind === MIG) {
+      // Pack (or spread) instances by how many of their parent's instances
+      // are still free: fewest first packs them onto the fewest parents.
+      const freeSiblings = (i) => {
+        let n = 0;
+        for (const u of state.units) if (u.parent === state.units[i].parent && !u.held) n++;
+        return n;
+      };
+      const key = new Map(candidates.map((i) => [i, freeSiblings(i)]));
+      candidates.sort(
+        fit === Fit.Tightest ? (a, b) => key.get(a) - key.get(b) : (a, b) => key.get(b) - key.get(a),
+      );
     } else if (want.kind === SHARED) {
       // Array.prototype.sort is stable: ties keep position order.
       const free = (i) => state.units[i].free;
@@ -403,35 +407,64 @@ export class Cluster {
     }
   }
 
-  /** Undoes `commit(node, positions, want)`. */
-  release(node, positions, want) {
-    const state = this.nodes[node];
-    for (const i of positions) {
-      const u = state.units[i];
-      if (u.parent >= 0) {
-        const parent = state.units[u.parent];
-        parent.kidsHeld -= 1;
-        u.held = false;
-        u.free = u.memory;
-        if (isWholeFree(parent)) state.freeWhole += 1;
-      } else if (want.kind === SHARED) {
-        u.shares -= 1;
-        u.free = Math.min(u.memory, u.free + want.memory);
-        if (isWholeFree(u)) state.freeWhole += 1;
-      } else {
-        u.held = false;
-        u.free = u.memory;
-        if (isWholeFree(u)) state.freeWhole += 1;
-      }
-    }
-  }
-
   /** Picks, commits and returns the `assign` decision, or `null` when `node` does not fit. */
   place(node, want, fit, preferNvlink) {
     const positions = this.pickGpus(node, want, fit, preferNvlink);
     if (positions === null) return null;
     this.commit(node, positions, want);
     return assign(want.pod, node, positions);
+  }
+
+  /** A copy whose placements do not touch this one (for trials). */
+  clone() {
+    const copy = Object.create(Cluster.prototype);
+    Object.assign(copy, this);
+    copy.nodes = this.nodes.map((state) => ({
+      ...state,
+      units: state.units.map((u) => ({ ...u })),
+    }));
+    return copy;
+  }
+
+  /**
+   * Places the pending members of gang `gang` (an index into
+   * `snapshot.gangs`) all together or not at all: each member, in order, goes
+   * where `chooseNode` and `pickGpus` put it, on a trial copy of the round's
+   * state. When enough fit to reach the gang's `minMember` with the members
+   * already bound, the trial becomes the state and the members that fit are
+   * assigned (the others wait); otherwise nothing is committed and every
+   * member waits (or is rejected, when one of them can never fit), with the
+   * reason. The host applies a gang's assignments on the same rule.
+   */
+  placeGang(gang, fit, preferNvlink) {
+    const g = this.snapshot.gangs[gang];
+    if (g === undefined) return [];
+    const pending = this.snapshot.pending;
+    const members = Array.from(g.pending).filter((p) => p < pending.length);
+    members.sort((a, b) => compareRequests(pending[a], pending[b]));
+    const need = Math.max(0, g.minMember - g.bound);
+    const trial = this.clone();
+    const placed = [];
+    const left = [];
+    for (const pod of members) {
+      const want = trial.want(pod);
+      const node = trial.chooseNode(want, fit);
+      const decision = node >= 0 ? trial.place(node, want, fit, preferNvlink) : null;
+      if (decision !== null) placed.push(decision);
+      else left.push([pod, want, trial.shortfall(want)]);
+    }
+    if (placed.length >= need) {
+      this.nodes = trial.nodes;
+      const reason = `gang ${g.name} is placed without this member (${placed.length} of ${need} needed fit); it waits for room`;
+      return placed.concat(left.map(([pod]) => wait(pod, reason)));
+    }
+    const never = left.find(([, , s]) => s.permanent);
+    const reason =
+      never !== undefined
+        ? `gang ${g.name} can never be placed: member ${never[1].request.pod} fits nowhere (${never[2].reason()})`
+        : `gang ${g.name}: ${placed.length} of the ${need} more members needed fit now (${g.bound} bound, minMember ${g.minMember}); all or nothing, so none is placed yet`;
+    const pods = placed.map((d) => d.val.pod).concat(left.map(([pod]) => pod));
+    return pods.map((pod) => (never !== undefined ? reject(pod, reason) : wait(pod, reason)));
   }
 
   /** Why `want` fits on none of its eligible nodes. */
@@ -471,6 +504,15 @@ export class Cluster {
   }
 }
 
+/** Higher priority first, then older, then by pod name. */
+function compareRequests(ra, rb) {
+  if (ra.priority !== rb.priority) return rb.priority - ra.priority;
+  const ca = BigInt(ra.createdMs);
+  const cb = BigInt(rb.createdMs);
+  if (ca !== cb) return ca < cb ? -1 : 1;
+  return ra.pod < rb.pod ? -1 : ra.pod > rb.pod ? 1 : 0;
+}
+
 function isWholeFree(u) {
   return u.healthy && !u.held && u.shares === 0 && u.free === u.memory && u.kidsHeld === 0;
 }
@@ -501,6 +543,7 @@ function newNodeState(node) {
   let uniform = gpus.length > 0;
   for (let i = 0; i < gpus.length; i++) {
     const g = gpus[i];
+    const mig = g.mig !== undefined && g.mig.parent < gpus.length;
     const memory = Number(g.memoryMib);
     const allocated = Number(g.allocatedMib);
     units[i] = {
@@ -511,11 +554,12 @@ function newNodeState(node) {
       shares: g.sharedOwners,
       healthy: g.healthy,
       group: find(i),
-      parent: g.mig !== undefined ? g.mig.parent : -1,
-      profile: g.mig !== undefined ? g.mig.profile : -1,
+      // An instance naming a parent out of range reads as a whole GPU.
+      parent: mig ? g.mig.parent : -1,
+      profile: mig ? g.mig.profile : -1,
       kidsHeld: 0,
     };
-    if (g.mig !== undefined) uniform = false;
+    if (mig) uniform = false;
     else if (g.model !== gpus[0].model || memory !== Number(gpus[0].memoryMib)) uniform = false;
   }
   for (const u of units) {
@@ -534,12 +578,10 @@ export const PLACEMENT_DEFAULTS = Object.freeze({ preferNvlink: true });
 
 /**
  * Serves the requests by priority then age; each goes to the eligible node
- * `chooseNode` picks for `fit`, on the GPUs `pickGpus` picks. Requests that
- * fit nowhere get `wait` or `reject` with the reason. Gangs are all or
- * nothing: when a gang's placed members and those already bound fall short
- * of its `minMember`, its members wait and the round is decided again
- * without them, so their GPUs go to others. An invalid config.json fails the
- * round.
+ * `chooseNode` picks for `fit`, on the GPUs `pickGpus` picks. A gang is served
+ * whole, all or nothing (`Cluster.placeGang`), when its first member's turn
+ * comes. Requests that fit nowhere get `wait` or `reject` with the reason. An
+ * invalid config.json fails the round.
  */
 export function placeEach(snapshot, fit) {
   let params;
@@ -548,35 +590,24 @@ export function placeEach(snapshot, fit) {
   } catch (e) {
     fail(e.message);
   }
-  const held = new Map(); // pending position -> reason, for gangs left waiting
-  for (;;) {
-    const cluster = new Cluster(snapshot);
-    const decisions = [];
-    const placed = new Map(); // gang -> members placed this pass
-    for (const pod of cluster.pendingInOrder()) {
-      if (held.has(pod)) {
-        decisions.push(wait(pod, held.get(pod)));
-        continue;
+  const cluster = new Cluster(snapshot);
+  const decisions = [];
+  const gangServed = new Array(snapshot.gangs.length).fill(false);
+  for (const pod of cluster.pendingInOrder()) {
+    const gang = snapshot.pending[pod].gang;
+    if (gang !== undefined && gang < gangServed.length) {
+      if (!gangServed[gang]) {
+        gangServed[gang] = true;
+        decisions.push(...cluster.placeGang(gang, fit, params.preferNvlink));
       }
-      const want = cluster.want(pod);
-      const node = cluster.chooseNode(want, fit);
-      const decision = node >= 0 ? cluster.place(node, want, fit, params.preferNvlink) : null;
-      if (decision !== null && want.request.gang !== undefined) {
-        placed.set(want.request.gang, (placed.get(want.request.gang) ?? 0) + 1);
-      }
-      decisions.push(decision ?? cluster.unplaced(want));
+      continue;
     }
-    let short = false;
-    snapshot.gangs.forEach((gang, g) => {
-      const got = placed.get(g) ?? 0;
-      if (got > 0 && gang.bound + got < gang.minMember) {
-        short = true;
-        const reason = `gang ${gang.name}: ${gang.bound + got} of at least ${gang.minMember} members fit; waiting for room for all of them`;
-        for (const pod of gang.pending) held.set(pod, reason);
-      }
-    });
-    if (!short) return decisions;
+    const want = cluster.want(pod);
+    const node = cluster.chooseNode(want, fit);
+    const placed = node >= 0 ? cluster.place(node, want, fit, params.preferNvlink) : null;
+    decisions.push(placed ?? cluster.unplaced(want));
   }
+  return decisions;
 }
 
 /**

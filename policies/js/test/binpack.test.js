@@ -91,7 +91,7 @@ test('MIG requests take free instances of their profile, never beside a held par
   const d = allocate(snap);
   assert.deepEqual(assigned(d), [[0, 0, [2]], [2, 0, [4]]]);
   assert.equal(decisionOf(d, 1).tag, 'wait');
-  assert.match(decisionOf(d, 1).val.reason, /MIG instance\(s\) of profile 1g.10gb free right now/);
+  assert.match(decisionOf(d, 1).val.reason, /MIG instance\(s\) of profile "1g.10gb" free right now/);
   assert.equal(decisionOf(d, 3).tag, 'wait', 'GPU 0 has held instances: not whole');
   assert.equal(decisionOf(d, 4).tag, 'reject');
 });
@@ -106,12 +106,35 @@ test('a gang that cannot reach its minimum places none and frees the room', () =
   const d = allocate(snap);
   for (const pod of [0, 1, 2]) {
     assert.equal(decisionOf(d, pod).tag, 'wait');
-    assert.match(decisionOf(d, pod).val.reason, /gang ml\/job: 2 of at least 3/);
+    assert.match(decisionOf(d, pod).val.reason, /gang ml\/job: 2 of the 3 more members needed fit now/);
   }
   assert.deepEqual(assigned(d), [[3, 0, [0, 1]]]);
-  // One member already bound: the two that fit complete it.
+  // One member already bound: the two that fit complete it; the third waits.
   snap.gangs[0].bound = 1;
-  assert.equal(assigned(allocate(snap)).length, 2);
+  const again = allocate(snap);
+  assert.deepEqual(assigned(again), [[0, 0, [0]], [1, 0, [1]]]);
+  assert.match(decisionOf(again, 2).val.reason, /placed without this member/);
+  // A member that can never fit rejects the whole gang.
+  snap.gangs[0].bound = 0;
+  snap.pending[2].count = 8;
+  for (const dec of allocate(snap).slice(0, 3)) {
+    assert.equal(dec.tag, 'reject');
+    assert.match(dec.val.reason, /can never be placed: member ml\/w2/);
+  }
+});
+
+test('MIG instances pack onto the parent with the fewest free instances', () => {
+  // GPUs 0 and 1 each carved into two instances (2-3 of GPU 0, 4-5 of GPU 1);
+  // one instance of GPU 1 is held.
+  const n = node('a', 6, 0, 81920);
+  for (const [i, parent] of [[2, 0], [3, 0], [4, 1], [5, 1]]) {
+    Object.assign(n.gpus[i], { index: parent, memoryMib: 40192n, mig: { parent, profile: 0 } });
+  }
+  n.gpus[4].held = true;
+  const snap = snapshot(['NVIDIA A100'], [n], [
+    request('ns/m', 1, 'exclusive', 0, { migProfile: '3g.40gb' }),
+  ], { migProfiles: ['3g.40gb'] });
+  assert.deepEqual(assigned(allocate(snap)), [[0, 0, [5]]]);
 });
 
 test('order is priority, then age, then name', () => {

@@ -84,7 +84,7 @@ class Binpack(unittest.TestCase):
         ], mig_profiles=["1g.10gb", "3g.40gb"])
         d = allocate(snap)
         self.assertEqual(assigned(d), [(0, 0, [2]), (2, 0, [4])])
-        self.assertIn("MIG instance(s) of profile 1g.10gb free right now", decision_of(d, 1).value.reason)
+        self.assertIn('MIG instance(s) of profile "1g.10gb" free right now', decision_of(d, 1).value.reason)
         self.assertIsInstance(decision_of(d, 3), t.Decision_Wait)
         self.assertIsInstance(decision_of(d, 4), t.Decision_Reject)
 
@@ -97,10 +97,31 @@ class Binpack(unittest.TestCase):
         ], gangs=[t.Gang(name="ml/job", min_member=3, bound=0, pending=[0, 1, 2])])
         d = allocate(snap)
         for pod in (0, 1, 2):
-            self.assertIn("gang ml/job: 2 of at least 3", decision_of(d, pod).value.reason)
+            self.assertIn("gang ml/job: 2 of the 3 more members needed fit now", decision_of(d, pod).value.reason)
         self.assertEqual(assigned(d), [(3, 0, [0, 1])])
+        # One member already bound: the two that fit complete it; the third waits.
         snap.gangs[0].bound = 1
-        self.assertEqual(len(assigned(allocate(snap))), 2)
+        again = allocate(snap)
+        self.assertEqual(assigned(again), [(0, 0, [0]), (1, 0, [1])])
+        self.assertIn("placed without this member", decision_of(again, 2).value.reason)
+        # A member that can never fit rejects the whole gang.
+        snap.gangs[0].bound = 0
+        snap.pending[2].count = 8
+        for dec in allocate(snap)[:3]:
+            self.assertIsInstance(dec, t.Decision_Reject)
+            self.assertIn("can never be placed: member ml/w2", dec.value.reason)
+
+    def test_mig_instances_pack_onto_the_parent_with_the_fewest_free_instances(self):
+        n = node("a", 6, 0, 81920)
+        for i, parent in [(2, 0), (3, 0), (4, 1), (5, 1)]:
+            n.gpus[i].index = parent
+            n.gpus[i].memory_mib = 40192
+            n.gpus[i].mig = t.MigInstance(parent=parent, profile=0)
+        n.gpus[4].held = True
+        snap = snapshot(["NVIDIA A100"], [n], [
+            request("ns/m", 1, EXCLUSIVE, 0, mig_profile="3g.40gb"),
+        ], mig_profiles=["3g.40gb"])
+        self.assertEqual(assigned(allocate(snap)), [(0, 0, [5])])
 
     def test_order_is_priority_then_age_then_name(self):
         snap = snapshot([], [], [

@@ -183,7 +183,7 @@ def describe_request(request: t.Request) -> str:
     """What `request` asks for, in words (used in wait and reject reasons)."""
     model = f' matching "{request.model}"' if request.model is not None else ""
     if request.mig_profile is not None:
-        return f"{request.count} MIG instance(s) of profile {request.mig_profile}{model}"
+        return f"{request.count} MIG instance(s) of profile {json.dumps(request.mig_profile)}{model}"
     if request.sharing == t.Sharing.SHARED:
         return f"{request.count} GPU(s){model} with {request.memory_mib} MiB to share"
     if request.memory_mib == 0:
@@ -192,6 +192,11 @@ def describe_request(request: t.Request) -> str:
 
 
 EXCLUSIVE, SHARED, MIG = 0, 1, 2
+
+
+def _order_key(r: t.Request):
+    """Higher priority first, then older, then by pod name."""
+    return (-r.priority, r.created_ms, r.pod.encode())
 
 
 class _Unit:
@@ -210,7 +215,7 @@ class _Unit:
 class _NodeState:
     __slots__ = ("units", "free_whole", "healthy_whole", "uniform")
 
-    def __init__(self, node: t.Node):
+    def __init__(self, node: t.Node, models: int):
         gpus = node.gpus
         n = len(gpus)
         up = list(range(n))
@@ -230,19 +235,21 @@ class _NodeState:
         units = []
         uniform = n > 0
         for i, g in enumerate(gpus):
+            # An instance naming a parent out of range reads as a whole GPU.
+            mig = g.mig is not None and g.mig.parent < n
             u = _Unit()
-            u.model = g.model
+            u.model = min(g.model, models)
             u.memory = g.memory_mib
             u.free = max(0, g.memory_mib - g.allocated_mib)
             u.held = g.held
             u.shares = g.shared_owners
             u.healthy = g.healthy
             u.group = find(i)
-            u.parent = g.mig.parent if g.mig is not None else -1
-            u.profile = g.mig.profile if g.mig is not None else -1
+            u.parent = g.mig.parent if mig else -1
+            u.profile = g.mig.profile if mig else -1
             u.kids_held = 0
             units.append(u)
-            if g.mig is not None or g.model != gpus[0].model or g.memory_mib != gpus[0].memory_mib:
+            if mig or g.model != gpus[0].model or g.memory_mib != gpus[0].memory_mib:
                 uniform = False
         for u in units:
             if u.parent >= 0 and u.held and u.parent < n:
@@ -271,7 +278,8 @@ class Cluster:
 
     def __init__(self, snapshot: t.Snapshot):
         self.snapshot = snapshot
-        self.nodes = [_NodeState(n) for n in snapshot.nodes]
+        models = len(snapshot.models)
+        self.nodes = [_NodeState(n, models) for n in snapshot.nodes]
         count = len(snapshot.nodes)
         self.eligible_sets = [[n for n in s if n < count] for s in snapshot.eligible_sets]
         self._model_ok: Dict[Optional[str], List[bool]] = {}
@@ -281,16 +289,14 @@ class Cluster:
         """Pending positions in the order they should be served: higher
         priority first, then older, then by pod name (a total order)."""
         pending = self.snapshot.pending
-        return sorted(
-            range(len(pending)),
-            key=lambda i: (-pending[i].priority, pending[i].created_ms, pending[i].pod.encode()),
-        )
+        return sorted(range(len(pending)), key=lambda i: _order_key(pending[i]))
 
     def model_mask(self, glob: Optional[str]) -> List[bool]:
         """For each entry of `snapshot.models`, whether `glob` (or no glob) accepts it."""
         mask = self._model_ok.get(glob)
         if mask is None:
             mask = [glob is None or glob_match(glob, m) for m in self.snapshot.models]
+            mask.append(False)  # a model index out of range matches nothing
             self._model_ok[glob] = mask
         return mask
 
@@ -332,10 +338,11 @@ class Cluster:
         if not u.healthy or u.held or not want.model_ok[u.model]:
             return False
         if want.kind == MIG:
+            # An instance is free while its parent is used neither whole nor shared.
             if u.parent < 0 or u.profile != want.profile:
                 return False
             parent = units[u.parent]
-            return not parent.held and parent.shares == 0
+            return not parent.held and parent.shares == 0 and parent.free >= parent.memory
         if u.parent >= 0 or u.kids_held > 0:
             return False
         if want.kind == EXCLUSIVE:
@@ -395,9 +402,10 @@ class Cluster:
         node's `gpus` list (ascending), or None when the node does not fit.
         Exclusive requests for more than one GPU take a connected NVLink group
         that holds them when `prefer_nvlink` (the smallest for TIGHTEST, the
-        largest for LOOSEST), else the first free GPUs; shared requests take the
-        GPUs with the least (most) free memory; MIG requests the first free
-        instances."""
+        largest for LOOSEST; a connected group, not GPUs that are all mutual
+        peers), else the first free GPUs; shared requests take the GPUs with
+        the least (most) free memory; MIG requests the instances whose parent
+        has the fewest (most) free instances."""
         units = self.nodes[node].units
         candidates = [i for i in range(len(units)) if self.unit_fits(node, i, want)]
         if len(candidates) < want.count:
@@ -417,6 +425,15 @@ class Cluster:
                     best_group, best_size = group, size
             if best_group >= 0:
                 candidates = [i for i in candidates if units[i].group == best_group]
+        elif want.kind == MIG:
+            # Pack (or spread) instances by how many of their parent's
+            # instances are still free: fewest first packs them onto the
+            # fewest parents. Stable: ties keep position order.
+            def free_siblings(i: int) -> int:
+                parent = units[i].parent
+                return sum(1 for u in units if u.parent == parent and not u.held)
+
+            candidates.sort(key=free_siblings, reverse=fit != Fit.TIGHTEST)
         elif want.kind == SHARED:
             # sorted() is stable: ties keep position order.
             candidates.sort(key=lambda i: units[i].free, reverse=fit != Fit.TIGHTEST)
@@ -450,6 +467,73 @@ class Cluster:
             return None
         self.commit(node, positions, want)
         return assign(want.pod, node, positions)
+
+    def clone(self) -> "Cluster":
+        """A copy whose placements do not touch this one (for trials)."""
+        copy = object.__new__(Cluster)
+        copy.__dict__.update(self.__dict__)
+        nodes = []
+        for state in self.nodes:
+            c = object.__new__(_NodeState)
+            c.free_whole, c.healthy_whole, c.uniform = state.free_whole, state.healthy_whole, state.uniform
+            units = []
+            for u in state.units:
+                v = object.__new__(_Unit)
+                for slot in _Unit.__slots__:
+                    setattr(v, slot, getattr(u, slot))
+                units.append(v)
+            c.units = units
+            nodes.append(c)
+        copy.nodes = nodes
+        return copy
+
+    def place_gang(self, gang: int, fit: str, prefer_nvlink: bool) -> List[t.Decision]:
+        """Places the pending members of gang `gang` (an index into
+        `snapshot.gangs`) all together or not at all: each member, in order,
+        goes where `choose_node` and `pick_gpus` put it, on a trial copy of the
+        round's state. When enough fit to reach the gang's `min_member` with
+        the members already bound, the trial becomes the state and the members
+        that fit are assigned (the others wait); otherwise nothing is committed
+        and every member waits (or is rejected, when one of them can never
+        fit), with the reason. The host applies a gang's assignments on the
+        same rule."""
+        if gang >= len(self.snapshot.gangs):
+            return []
+        g = self.snapshot.gangs[gang]
+        pending = self.snapshot.pending
+        members = sorted((p for p in g.pending if p < len(pending)), key=lambda p: _order_key(pending[p]))
+        need = max(0, g.min_member - g.bound)
+        trial = self.clone()
+        placed: List[t.Decision] = []
+        left = []
+        for pod in members:
+            want = trial.want(pod)
+            node = trial.choose_node(want, fit)
+            decision = trial.place(node, want, fit, prefer_nvlink) if node >= 0 else None
+            if decision is not None:
+                placed.append(decision)
+            else:
+                left.append((pod, want, trial.shortfall(want)))
+        if len(placed) >= need:
+            self.nodes = trial.nodes
+            reason = (
+                f"gang {g.name} is placed without this member ({len(placed)} of {need} needed fit); "
+                "it waits for room"
+            )
+            return placed + [wait(pod, reason) for pod, _, _ in left]
+        never = next((x for x in left if x[2].permanent), None)
+        if never is not None:
+            reason = (
+                f"gang {g.name} can never be placed: member {never[1].request.pod} fits nowhere "
+                f"({never[2].reason()})"
+            )
+        else:
+            reason = (
+                f"gang {g.name}: {len(placed)} of the {need} more members needed fit now "
+                f"({g.bound} bound, minMember {g.min_member}); all or nothing, so none is placed yet"
+            )
+        pods = [d.value.pod for d in placed] + [pod for pod, _, _ in left]
+        return [reject(p, reason) if never is not None else wait(p, reason) for p in pods]
 
     def shortfall(self, want: Want) -> Shortfall:
         """Why `want` fits on none of its eligible nodes."""
@@ -492,44 +576,29 @@ PLACEMENT_DEFAULTS = {"preferNvlink": True}
 
 def place_each(snapshot: t.Snapshot, fit: str) -> List[t.Decision]:
     """Serves the requests by priority then age; each goes to the eligible
-    node `choose_node` picks for `fit`, on the GPUs `pick_gpus` picks.
-    Requests that fit nowhere get `wait` or `reject` with the reason. Gangs are
-    all or nothing: when a gang's placed members and those already bound fall
-    short of its `min_member`, its members wait and the round is decided again
-    without them, so their GPUs go to others. An invalid config.json fails the
-    round."""
+    node `choose_node` picks for `fit`, on the GPUs `pick_gpus` picks. A gang
+    is served whole, all or nothing (`Cluster.place_gang`), when its first
+    member's turn comes. Requests that fit nowhere get `wait` or `reject` with
+    the reason. An invalid config.json fails the round."""
     try:
         params = parse_config(snapshot.config, PLACEMENT_DEFAULTS)
     except PolicyError as e:
         fail(str(e))
-    held: Dict[int, str] = {}
-    while True:
-        cluster = Cluster(snapshot)
-        decisions: List[t.Decision] = []
-        placed: Dict[int, int] = {}
-        for pod in cluster.pending_in_order():
-            if pod in held:
-                decisions.append(wait(pod, held[pod]))
-                continue
-            want = cluster.want(pod)
-            node = cluster.choose_node(want, fit)
-            decision = cluster.place(node, want, fit, params["preferNvlink"]) if node >= 0 else None
-            if decision is not None and want.request.gang is not None:
-                placed[want.request.gang] = placed.get(want.request.gang, 0) + 1
-            decisions.append(decision if decision is not None else cluster.unplaced(want))
-        short = False
-        for g, gang in enumerate(snapshot.gangs):
-            got = placed.get(g, 0)
-            if got > 0 and gang.bound + got < gang.min_member:
-                short = True
-                reason = (
-                    f"gang {gang.name}: {gang.bound + got} of at least {gang.min_member} "
-                    "members fit; waiting for room for all of them"
-                )
-                for pod in gang.pending:
-                    held[pod] = reason
-        if not short:
-            return decisions
+    cluster = Cluster(snapshot)
+    decisions: List[t.Decision] = []
+    gang_served = [False] * len(snapshot.gangs)
+    for pod in cluster.pending_in_order():
+        gang = snapshot.pending[pod].gang
+        if gang is not None and gang < len(gang_served):
+            if not gang_served[gang]:
+                gang_served[gang] = True
+                decisions.extend(cluster.place_gang(gang, fit, params["preferNvlink"]))
+            continue
+        want = cluster.want(pod)
+        node = cluster.choose_node(want, fit)
+        placed = cluster.place(node, want, fit, params["preferNvlink"]) if node >= 0 else None
+        decisions.append(placed if placed is not None else cluster.unplaced(want))
+    return decisions
 
 
 def export_policy(describe: Callable[[], t.Info], allocate: Callable[[t.Snapshot], List[t.Decision]]):
