@@ -84,7 +84,7 @@ if [[ ! -f "$built" ]]; then
   echo "Building binpack_go.wasm (Go $(go env GOVERSION), wasip1 + component adapter)" >&2
   tmp="$(mktemp -d "$cache/.policy-go.XXXXXX")"
   trap 'rm -rf "$tmp"' EXIT
-  GOOS=wasip1 GOARCH=wasm go build -trimpath -o "$tmp/core.wasm" -buildmode=c-shared -ldflags=-checklinkname=0 .
+  GOOS=wasip1 GOARCH=wasm go build -trimpath -o "$tmp/core.wasm" -buildmode=c-shared -ldflags="-s -w -checklinkname=0" .
   "$tools/bin/wasm-tools" component embed -w policy "$root/wit" "$tmp/core.wasm" -o "$tmp/embedded.wasm"
   "$tools/bin/wasm-tools" component new --adapt "$adapter" "$tmp/embedded.wasm" -o "$tmp/binpack_go.wasm"
   rm "$tmp/core.wasm" "$tmp/embedded.wasm"

@@ -199,6 +199,34 @@ export class Cluster {
     });
     this.everFits = new Map();
     this.modelOk = new Map();
+    // Nodes in the order commits changed them, and the shared-request
+    // headroom per shape (see `sharedRooms`).
+    this.touched = [];
+    this.shared = new Map();
+    this.eligibleMasks = new Map();
+    // Nodes whose GPUs are all whole and of one model and memory, bucketed
+    // by free whole GPUs (sorted node positions per bucket); the others.
+    this.classes = [];
+    this.mixed = [];
+    const classOf = new Map();
+    for (let node = 0; node < n; node++) {
+      const state = this.nodes[node];
+      if (!state.uniform) {
+        this.mixed.push(node);
+        continue;
+      }
+      const u = state.units[0];
+      const key = `${u.model}\u0000${u.memory}`;
+      let cls = classOf.get(key);
+      if (cls === undefined) {
+        cls = { model: u.model, memory: u.memory, buckets: [] };
+        classOf.set(key, cls);
+        this.classes.push(cls);
+      }
+      while (cls.buckets.length <= state.units.length) cls.buckets.push([]);
+      cls.buckets[state.freeWhole].push(node);
+      state.cls = cls;
+    }
   }
 
   /**
@@ -312,9 +340,7 @@ export class Cluster {
   chooseNode(want, fit) {
     let best = -1;
     let bestRoom = 0;
-    for (const node of this.eligible(want)) {
-      if (!this.fits(node, want)) continue;
-      const room = this.headroom(node, want);
+    const consider = (room, node) => {
       if (
         best < 0 ||
         (fit === Fit.Tightest ? room < bestRoom : room > bestRoom) ||
@@ -323,8 +349,89 @@ export class Cluster {
         best = node;
         bestRoom = room;
       }
+    };
+    if (want.kind === EXCLUSIVE) {
+      // Nodes of one GPU type sit in buckets by free whole GPUs: the first
+      // eligible node of the first bucket that holds the request, from the
+      // preferred end, is the class's candidate. Other nodes are scanned.
+      const eligible = this.eligibleMask(want);
+      for (const cls of this.classes) {
+        if (!want.modelOk[cls.model] || cls.memory < want.memory) continue;
+        const top = cls.buckets.length - 1;
+        for (let k = 0; k <= top - want.count; k++) {
+          const level = fit === Fit.Tightest ? want.count + k : top - k;
+          const node = cls.buckets[level].find((n) => eligible[n] === 1);
+          if (node !== undefined) {
+            consider(level, node);
+            break;
+          }
+        }
+      }
+      for (const node of this.mixed) {
+        if (eligible[node] === 1 && this.fits(node, want)) consider(this.headroom(node, want), node);
+      }
+      return best;
+    }
+    const rooms = want.kind === SHARED ? this.sharedRooms(want) : null;
+    for (const node of this.eligible(want)) {
+      let room;
+      if (rooms !== null) {
+        room = rooms[node];
+        if (room < 0) continue;
+      } else {
+        if (!this.fits(node, want)) continue;
+        room = this.headroom(node, want);
+      }
+      consider(room, node);
     }
     return best;
+  }
+
+  /** For each node, 1 when the request may run there (built once per eligible set). */
+  eligibleMask(want) {
+    const set = want.request.eligibleSet;
+    let mask = this.eligibleMasks.get(set);
+    if (mask === undefined) {
+      mask = new Uint8Array(this.nodes.length);
+      for (const node of this.eligible(want)) mask[node] = 1;
+      this.eligibleMasks.set(set, mask);
+    }
+    return mask;
+  }
+
+  /**
+   * Per node, the headroom of a shared request shaped like `want` (model
+   * glob, memory, count) where it fits, else -1: computed once per shape and
+   * round, then brought up to date with the nodes commits touched since.
+   */
+  sharedRooms(want) {
+    const r = want.request;
+    const key = `${r.model ?? '\u0000'}\u0000${want.memory}\u0000${want.count}`;
+    let entry = this.shared.get(key);
+    if (entry === undefined) {
+      const rooms = new Float64Array(this.nodes.length);
+      for (let n = 0; n < rooms.length; n++) rooms[n] = this.sharedRoom(n, want);
+      entry = { seen: this.touched.length, rooms };
+      this.shared.set(key, entry);
+    }
+    for (; entry.seen < this.touched.length; entry.seen++) {
+      const n = this.touched[entry.seen];
+      entry.rooms[n] = this.sharedRoom(n, want);
+    }
+    return entry.rooms;
+  }
+
+  sharedRoom(node, want) {
+    const state = this.nodes[node];
+    let fitting = 0;
+    let room = 0;
+    for (let i = 0; i < state.units.length; i++) {
+      if (this.unitFits(node, i, want)) {
+        fitting++;
+        room += state.units[i].free;
+      }
+    }
+    return fitting >= want.count ? room : -1;
   }
 
   /**
@@ -386,6 +493,8 @@ export class Cluster {
   /** Records that `want` took the units at `positions` on `node`. */
   commit(node, positions, want) {
     const state = this.nodes[node];
+    if (positions.length > 0) this.touched.push(node);
+    const freeBefore = state.freeWhole;
     for (const i of positions) {
       const u = state.units[i];
       const wasFree = u.parent < 0 && isWholeFree(u);
@@ -405,6 +514,11 @@ export class Cluster {
         state.freeWhole -= 1;
       }
     }
+    if (state.cls !== undefined && state.freeWhole !== freeBefore) {
+      const buckets = state.cls.buckets;
+      removeSorted(buckets[freeBefore], node);
+      insertSorted(buckets[state.freeWhole], node);
+    }
   }
 
   /** Picks, commits and returns the `assign` decision, or `null` when `node` does not fit. */
@@ -423,6 +537,12 @@ export class Cluster {
       ...state,
       units: state.units.map((u) => ({ ...u })),
     }));
+    copy.touched = this.touched.slice();
+    copy.shared = new Map();
+    copy.classes = this.classes.map((cls) => ({ ...cls, buckets: cls.buckets.map((b) => b.slice()) }));
+    this.classes.forEach((cls, i) => {
+      for (const b of copy.classes[i].buckets) for (const node of b) copy.nodes[node].cls = copy.classes[i];
+    });
     return copy;
   }
 
@@ -455,6 +575,8 @@ export class Cluster {
     }
     if (placed.length >= need) {
       this.nodes = trial.nodes;
+      this.touched = trial.touched;
+      this.classes = trial.classes;
       const reason = `gang ${g.name} is placed without this member (${placed.length} of ${need} needed fit); it waits for room`;
       return placed.concat(left.map(([pod]) => wait(pod, reason)));
     }
@@ -502,6 +624,28 @@ export class Cluster {
       ? reject(want.pod, shortfall.reason())
       : wait(want.pod, shortfall.reason());
   }
+}
+
+function insertSorted(list, value) {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (list[mid] < value) lo = mid + 1;
+    else hi = mid;
+  }
+  list.splice(lo, 0, value);
+}
+
+function removeSorted(list, value) {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (list[mid] < value) lo = mid + 1;
+    else hi = mid;
+  }
+  if (list[lo] === value) list.splice(lo, 1);
 }
 
 /** Higher priority first, then older, then by pod name. */
