@@ -84,10 +84,30 @@ if [[ ! -f "$built" ]]; then
   echo "Building binpack_go.wasm (Go $(go env GOVERSION), wasip1 + component adapter)" >&2
   tmp="$(mktemp -d "$cache/.policy-go.XXXXXX")"
   trap 'rm -rf "$tmp"' EXIT
-  GOOS=wasip1 GOARCH=wasm go build -trimpath -o "$tmp/core.wasm" -buildmode=c-shared -ldflags="-s -w -checklinkname=0" .
+  # The sandbox's clocks are frozen at zero, which Go's runtime refuses at
+  # start ("nanotime returning zero"): overlay the runtime's wasip1 nanotime1
+  # with one that adds 1 µs per reading to the host's clock (deterministic,
+  # like the sandbox).
+  runtime_src="$(go env GOROOT)/src/runtime/os_wasip1.go"
+  python3 - "$runtime_src" "$tmp/os_wasip1.go" <<'PY'
+import sys
+src = open(sys.argv[1]).read()
+old = "\treturn int64(time)\n}"
+start = src.index("func nanotime1() int64 {")
+end = src.index(old, start) + len(old)
+body = src[start:end].replace(
+    "\treturn int64(time)\n}",
+    "\twasmgpuNanotime += 1000\n\treturn int64(time) + wasmgpuNanotime\n}",
+)
+patched = src[:start] + "var wasmgpuNanotime int64\n\n" + body + src[end:]
+open(sys.argv[2], "w").write(patched)
+PY
+  printf '{"Replace": {"%s": "%s"}}\n' "$runtime_src" "$tmp/os_wasip1.go" > "$tmp/overlay.json"
+  GOOS=wasip1 GOARCH=wasm go build -trimpath -overlay "$tmp/overlay.json" -o "$tmp/core.wasm" \
+    -buildmode=c-shared -ldflags="-s -w -checklinkname=0" .
   "$tools/bin/wasm-tools" component embed -w policy "$root/wit" "$tmp/core.wasm" -o "$tmp/embedded.wasm"
   "$tools/bin/wasm-tools" component new --adapt "$adapter" "$tmp/embedded.wasm" -o "$tmp/binpack_go.wasm"
-  rm "$tmp/core.wasm" "$tmp/embedded.wasm"
+  rm "$tmp/core.wasm" "$tmp/embedded.wasm" "$tmp/overlay.json" "$tmp/os_wasip1.go"
   mv -T "$tmp" "$(dirname "$built")"
   trap - EXIT
 fi
