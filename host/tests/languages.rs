@@ -12,11 +12,12 @@
 mod common;
 
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::{convert, policy_bytes, policy_dir};
 use wasmgpu::engine::types::{Decision, Snapshot};
-use wasmgpu::engine::{Engine, Limits};
+use wasmgpu::engine::{Engine, Limits, LoadedPolicy};
 use wasmgpu::validate::validate;
 use wasmgpu_policy_sdk::Sharing::Exclusive;
 use wasmgpu_policy_sdk::testing::{gang, large, refresh_tables, request, with_mig};
@@ -69,7 +70,14 @@ fn demo() -> Snapshot {
 /// What `wasmgpu policy generate-snapshot --nodes 200 --pods 200` writes.
 fn generated_200() -> Snapshot {
     let out = Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
-        .args(["policy", "generate-snapshot", "--nodes", "200", "--pods", "200"])
+        .args([
+            "policy",
+            "generate-snapshot",
+            "--nodes",
+            "200",
+            "--pods",
+            "200",
+        ])
         .output()
         .expect("run wasmgpu policy generate-snapshot");
     assert!(
@@ -88,22 +96,33 @@ fn varied() -> Snapshot {
     for n in [3usize, 8, 13] {
         // Carve GPUs 1 and 4 into instances (inserted after each parent),
         // then point NVLink peers at the whole GPUs' new positions.
-        let node = with_mig(snap.nodes[n].clone(), 1, &[
-            ("1g.10gb", 9856),
-            ("1g.10gb", 9856),
-            ("3g.40gb", 40192),
-        ]);
-        let four = node.gpus.iter().position(|g| g.mig.is_none() && g.index == 4).unwrap();
+        let node = with_mig(
+            snap.nodes[n].clone(),
+            1,
+            &[("1g.10gb", 9856), ("1g.10gb", 9856), ("3g.40gb", 40192)],
+        );
+        let four = node
+            .gpus
+            .iter()
+            .position(|g| g.mig.is_none() && g.index == 4)
+            .unwrap();
         let mut node = with_mig(node, four, &[("3g.40gb", 40192), ("3g.40gb", 40192)]);
         let position_of_index: Vec<u32> = (0..8)
             .map(|index| {
-                let at = node.gpus.iter().position(|g| g.mig.is_none() && g.index == index);
+                let at = node
+                    .gpus
+                    .iter()
+                    .position(|g| g.mig.is_none() && g.index == index);
                 at.unwrap() as u32
             })
             .collect();
         for gpu in &mut node.gpus {
             if gpu.mig.is_none() {
-                gpu.nvlink_peers = gpu.nvlink_peers.iter().map(|&p| position_of_index[p as usize]).collect();
+                gpu.nvlink_peers = gpu
+                    .nvlink_peers
+                    .iter()
+                    .map(|&p| position_of_index[p as usize])
+                    .collect();
             }
         }
         for gpu in [1, position_of_index[4] as usize] {
@@ -117,7 +136,12 @@ fn varied() -> Snapshot {
         snap.nodes[n] = node;
     }
     refresh_tables(&mut snap);
-    for (i, profile) in [(5usize, "1g.10gb"), (17, "3g.40gb"), (29, "1g.10gb"), (41, "7g.80gb")] {
+    for (i, profile) in [
+        (5usize, "1g.10gb"),
+        (17, "3g.40gb"),
+        (29, "1g.10gb"),
+        (41, "7g.80gb"),
+    ] {
         snap.pending[i].mig_profile = Some(profile.into());
         snap.pending[i].sharing = Exclusive;
         snap.pending[i].count = 1 + (i as u32 % 2);
@@ -130,67 +154,89 @@ fn varied() -> Snapshot {
         });
     }
     gang(&mut snap, "train/small", 3, &[at, at + 1, at + 2]);
-    gang(&mut snap, "train/huge", 4, &[at + 3, at + 4, at + 5, at + 6]);
+    gang(
+        &mut snap,
+        "train/huge",
+        4,
+        &[at + 3, at + 4, at + 5, at + 6],
+    );
     snap.pending[at as usize + 6].count = 16;
     snap.config = r#"{"preferNvlink": false}"#.into();
     convert(&snap)
 }
 
-#[test]
-fn ports_decide_exactly_what_the_rust_binpack_decides() {
-    let engine = engine();
-    let rust = engine.load(&policy_bytes("binpack")).unwrap();
-    let snapshots = [
-        ("the demo snapshot", demo()),
-        ("a generated 200-node snapshot", generated_200()),
-        ("a snapshot with MIG and gangs", varied()),
-    ];
-    let expected: Vec<Vec<Decision>> = snapshots
-        .iter()
-        .map(|(_, snap)| rust.allocate(snap).unwrap().decisions)
-        .collect();
-    let mut ran = 0;
-    for &(language, file) in PORTS {
-        let Some(bytes) = port(language, file) else {
-            continue;
-        };
+/// The Rust binpack and every port that is built, loaded once per test
+/// process (compiling an interpreter takes a while).
+fn policies() -> &'static (LoadedPolicy, Vec<(&'static str, LoadedPolicy)>) {
+    static POLICIES: OnceLock<(LoadedPolicy, Vec<(&'static str, LoadedPolicy)>)> = OnceLock::new();
+    POLICIES.get_or_init(|| {
+        let engine = engine();
+        let rust = engine.load(&policy_bytes("binpack")).unwrap();
+        let ports = PORTS
+            .iter()
+            .filter_map(|&(language, file)| {
+                let bytes = port(language, file)?;
+                let started = Instant::now();
+                let policy = engine.load(&bytes).unwrap();
+                assert_eq!(policy.info().name, "binpack", "{language}");
+                eprintln!("{language}: loaded in {:?}", started.elapsed());
+                Some((language, policy))
+            })
+            .collect();
+        (rust, ports)
+    })
+}
+
+/// Every port decides on `snap` exactly what the Rust binpack decides, and
+/// the host accepts every decision.
+fn assert_ports_agree(what: &str, snap: &Snapshot) {
+    let (rust, ports) = policies();
+    let want = rust.allocate(snap).unwrap().decisions;
+    for (language, policy) in ports {
         let started = Instant::now();
-        let policy = engine.load(&bytes).unwrap();
-        assert_eq!(policy.info().name, "binpack", "{language}");
-        eprintln!("{language}: loaded in {:?}", started.elapsed());
-        for ((what, snap), want) in snapshots.iter().zip(&expected) {
-            let started = Instant::now();
-            let round = policy.allocate(snap).unwrap();
-            eprintln!(
-                "{language} on {what}: {} decisions in {:?}, fuel {}",
-                round.decisions.len(),
-                started.elapsed(),
-                round.stats.fuel_used
-            );
-            let verdict = validate(snap, &round.decisions);
-            assert!(
-                verdict.refused.is_empty(),
-                "{language} on {what}: {:?}",
-                verdict.refused
-            );
-            assert_eq!(round.decisions.len(), want.len(), "{language} on {what}");
-            for (k, (got, want)) in round.decisions.iter().zip(want).enumerate() {
-                assert_eq!(got, want, "{language} on {what}: decision {k}");
-            }
+        let round = policy.allocate(snap).unwrap();
+        eprintln!(
+            "{language} on {what}: {} decisions in {:?}, fuel {}",
+            round.decisions.len(),
+            started.elapsed(),
+            round.stats.fuel_used
+        );
+        let verdict = validate(snap, &round.decisions);
+        assert!(
+            verdict.refused.is_empty(),
+            "{language} on {what}: {:?}",
+            verdict.refused
+        );
+        assert_eq!(round.decisions.len(), want.len(), "{language} on {what}");
+        for (k, (got, want)) in round.decisions.iter().zip(&want).enumerate() {
+            assert_eq!(got, want, "{language} on {what}: decision {k}");
         }
-        ran += 1;
     }
-    if ran == 0 {
-        eprintln!("no port was built; nothing compared");
+    if ports.is_empty() {
+        eprintln!("no port was built; nothing compared on {what}");
     }
+}
+
+#[test]
+fn ports_decide_as_the_rust_binpack_on_the_demo_snapshot() {
+    assert_ports_agree("the demo snapshot", &demo());
+}
+
+#[test]
+fn ports_decide_as_the_rust_binpack_on_a_generated_200_node_snapshot() {
+    assert_ports_agree("a generated 200-node snapshot", &generated_200());
+}
+
+#[test]
+fn ports_decide_as_the_rust_binpack_with_mig_gangs_and_a_config() {
+    assert_ports_agree("a snapshot with MIG and gangs", &varied());
 }
 
 #[test]
 fn the_snapshots_compared_exercise_every_kind_of_decision() {
     // The comparison above means something only if the Rust binpack places,
     // defers and rejects, places MIG instances and gangs on these snapshots.
-    let engine = engine();
-    let rust = engine.load(&policy_bytes("binpack")).unwrap();
+    let (rust, _) = policies();
     let snap = varied();
     let decisions = rust.allocate(&snap).unwrap().decisions;
     let count = |f: &dyn Fn(&Decision) -> bool| decisions.iter().filter(|d| f(d)).count();
@@ -198,9 +244,10 @@ fn the_snapshots_compared_exercise_every_kind_of_decision() {
     assert!(count(&|d| matches!(d, Decision::Wait(_))) > 0);
     assert!(count(&|d| matches!(d, Decision::Reject(_))) > 0);
     let mig_assigned = decisions.iter().any(|d| match d {
-        Decision::Assign(a) => a.gpus.iter().any(|&g| {
-            snap.nodes[a.node as usize].gpus[g as usize].mig.is_some()
-        }),
+        Decision::Assign(a) => a
+            .gpus
+            .iter()
+            .any(|&g| snap.nodes[a.node as usize].gpus[g as usize].mig.is_some()),
         _ => false,
     });
     assert!(mig_assigned, "a MIG instance is assigned");
