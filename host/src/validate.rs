@@ -807,7 +807,7 @@ mod tests {
 
     /// Node "m": GPU 0 whole, GPU 1 with instances at positions 2 and 3
     /// (`1g.10gb`) and 4 (`2g.20gb`).
-    fn mig_snapshot(pending: Vec<Request>) -> Snapshot {
+    fn mig_snapshot(pending: Vec<wasmgpu_policy_sdk::Request>) -> Snapshot {
         let node = with_mig(
             node("m", 2, "NVIDIA A100 80GB PCIe", 81920),
             1,
@@ -816,8 +816,8 @@ mod tests {
         snapshot(vec![node], pending)
     }
 
-    fn mig(pod: &str, profile: &str) -> Request {
-        Request {
+    fn mig(pod: &str, profile: &str) -> wasmgpu_policy_sdk::Request {
+        wasmgpu_policy_sdk::Request {
             mig_profile: Some(profile.into()),
             ..request(pod, 1, S::Exclusive, 0)
         }

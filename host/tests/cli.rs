@@ -139,7 +139,7 @@ fn refused_decisions_can_fail_the_command() {
     let out = wasmgpu(&args);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        text(&out).contains("REFUSED: GPU GPU-does-not-exist-0 does not exist"),
+        text(&out).contains("REFUSED: node \"gpu-h100-0\" has no GPU at position 1000"),
         "{}",
         text(&out)
     );
@@ -154,7 +154,7 @@ fn refused_decisions_can_fail_the_command() {
     assert_eq!(refused["refusal"]["code"], "unknown-gpu", "{refused}");
     assert_eq!(
         refused["refusal"]["message"],
-        "GPU GPU-does-not-exist-0 does not exist"
+        "node \"gpu-h100-0\" has no GPU at position 1000"
     );
 }
 

@@ -15,7 +15,7 @@ use wasmgpu_policy_sdk::testing::{node, request, snapshot, with_full_nvlink};
 
 fn small() -> Snapshot {
     let mut busy = node("a100", 4, "NVIDIA A100-SXM4-40GB", 40960);
-    busy.gpus[0].exclusive_owner = Some("ml/running".into());
+    busy.gpus[0].held = true;
     busy.gpus[0].allocated_mib = 40960;
     convert(&snapshot(
         vec![
@@ -282,7 +282,8 @@ fn impossible_decisions_are_refused_by_the_validator() {
     assert_eq!(
         verdict.refused[0].reason,
         Invalid::UnknownGpu {
-            gpu: "GPU-does-not-exist-0".into()
+            gpu: 1000,
+            node: "h100".into()
         }
     );
 
@@ -292,7 +293,7 @@ fn impossible_decisions_are_refused_by_the_validator() {
     let verdict = validate(&snap, &round.decisions);
     assert!(verdict.accepted.is_empty());
     assert!(
-        matches!(&verdict.refused[0].reason, Invalid::GpuTaken { by, .. } if by == "ml/running")
+        matches!(&verdict.refused[0].reason, Invalid::GpuTaken { by, .. } if by == "a running pod")
     );
 
     let mut snap: Snapshot = convert(&snapshot(
@@ -505,4 +506,35 @@ fn the_canary_rejects_policies_that_fail_or_decide_invalidly() {
         );
         assert!(expected, "{config}: {error}");
     }
+}
+
+/// `bytes` with every `from` replaced by `to` (of the same length).
+fn patched(bytes: &[u8], from: &str, to: &str) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut out = bytes.to_vec();
+    let mut found = 0;
+    let mut i = 0;
+    while let Some(at) = out[i..].windows(from.len()).position(|w| w == from.as_bytes()) {
+        out[i + at..i + at + to.len()].copy_from_slice(to.as_bytes());
+        i += at + to.len();
+        found += 1;
+    }
+    assert!(found > 0, "{from:?} is not in the component");
+    out
+}
+
+#[test]
+fn a_component_of_another_contract_version_is_refused_naming_both() {
+    let engine = engine();
+    let bytes = policy_bytes("binpack");
+    let old = patched(&bytes, "wasmgpu:policy/types@0.2.0", "wasmgpu:policy/types@0.1.0");
+    let error = engine.load(&old).expect_err("0.1.0 is refused");
+    assert_eq!(error.kind(), "wrong-contract");
+    let message = error.to_string();
+    assert!(
+        message.contains("wasmgpu:policy@0.1.0") && message.contains("wasmgpu:policy@0.2.0"),
+        "{message}"
+    );
+    // This version loads.
+    engine.load(&bytes).expect("0.2.0 loads");
 }

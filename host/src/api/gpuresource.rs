@@ -274,6 +274,7 @@ mod tests {
 
     fn spec(count: u32) -> GPUResourceSpec {
         GPUResourceSpec {
+            mig_profile: None,
             count,
             model: None,
             memory_mib: 0,

@@ -62,7 +62,17 @@ mod tests {
         "model",
         "memory_mib",
         "allocated_mib",
-        "exclusive_owner",
+        "held",
+        "models",
+        "mig_profiles",
+        "gangs",
+        "mig",
+        "parent",
+        "profile",
+        "gang",
+        "mig_profile",
+        "min_member",
+        "bound",
         "shared_owners",
         "numa_node",
         "nvlink_peers",
@@ -95,7 +105,7 @@ mod tests {
                 (1, Some(gpu), _) => gpu.allocated_mib = value,
                 (2, Some(gpu), _) => gpu.shared_owners = small % 3,
                 (3, Some(gpu), _) => {
-                    gpu.exclusive_owner = gpu.exclusive_owner.take().xor(Some("ns/o".into()));
+                    gpu.held = !gpu.held;
                 }
                 (4, Some(gpu), _) => gpu.nvlink_peers.push(small % 12),
                 (5, _, _) => snapshot.eligible_sets[0].push(small % 6),

@@ -215,6 +215,7 @@ pub async fn run(
         resync: config.resync,
         metrics,
         leader: leadership.subscribe(),
+        gang_waits_told: Default::default(),
     };
     let mut rounds = tokio::spawn(rounds.run());
     let http_failed = async {

@@ -49,6 +49,8 @@ pub struct Rounds {
     pub(super) metrics: Metrics,
     /// Whether this replica leads: rounds run only while it does.
     pub(super) leader: watch::Receiver<bool>,
+    /// Gang members told why they wait (pod, reason): told once per reason.
+    pub(super) gang_waits_told: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 // === impl Rounds ===
@@ -280,6 +282,7 @@ impl Rounds {
                 message,
             );
         }
+        self.tell_gang_waits(&verdict);
         for rejected in &verdict.rejected {
             let Some(pod) = ObjectKey::parse(&rejected.pod) else {
                 continue;
@@ -299,6 +302,41 @@ impl Rounds {
         let started = self.applier.assign(policy, &snapshot, verdict.accepted);
         self.metrics.phase("writes", writes.elapsed());
         started
+    }
+}
+
+impl Rounds {
+    /// An Event on each gang member that waits for its gang (all or
+    /// nothing), once per reason: why its pod stays pending.
+    fn tell_gang_waits(&self, verdict: &crate::validate::Verdict) {
+        let mut told = self
+            .gang_waits_told
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if told.len() > 10_000 {
+            told.clear();
+        }
+        let gang_waits = verdict
+            .waiting
+            .iter()
+            .chain(&verdict.rejected)
+            .filter(|w| w.reason.starts_with("gang "));
+        for wait in gang_waits {
+            if !told.insert((wait.pod.clone(), wait.reason.clone()))
+            {
+                continue;
+            }
+            let Some(pod) = ObjectKey::parse(&wait.pod) else {
+                continue;
+            };
+            let uid = self.shared.index().pod_uid(&pod).map(str::to_string);
+            self.events.normal(
+                pod_ref(&pod, uid.as_deref()),
+                "GangWaiting",
+                "Allocate",
+                wait.reason.clone(),
+            );
+        }
     }
 }
 

@@ -72,6 +72,7 @@ async fn deleting_a_gpuresource_or_its_namespace_frees_no_gpu_a_live_pod_holds()
             &GPUResource::new(
                 "tg",
                 wasmgpu::api::GPUResourceSpec {
+                    mig_profile: None,
                     count: 1,
                     model: None,
                     memory_mib: 0,
@@ -212,6 +213,7 @@ async fn an_earlier_versions_ledger_is_moved_onto_its_pods_without_moving_them()
     let mut old = GPUResource::new(
         "old",
         wasmgpu::api::GPUResourceSpec {
+            mig_profile: None,
             count: 1,
             model: None,
             memory_mib: 0,

@@ -110,6 +110,7 @@ pub async fn gpuresource(
     let resource = GPUResource::new(
         name,
         GPUResourceSpec {
+            mig_profile: None,
             count,
             model: None,
             memory_mib,

@@ -6,14 +6,16 @@ use crate::api::PodAllocation;
 use crate::index::{ObjectKey, PendingBinding, PodCounts};
 
 fn owner(index: &Index, uuid: &str) -> Option<String> {
-    default_snapshot(index)
+    let held = default_snapshot(index)
         .nodes
         .iter()
         .flat_map(|n| &n.gpus)
         .find(|g| g.uuid == uuid)
         .unwrap_or_else(|| panic!("no GPU {uuid}"))
-        .exclusive_owner
-        .clone()
+        .held;
+    let holder = holder(index, uuid);
+    assert_eq!(held, holder.is_some(), "the snapshot and the holdings agree on {uuid}");
+    holder
 }
 
 fn pending(index: &Index) -> Vec<String> {
@@ -85,7 +87,7 @@ fn shared_pods_add_up_their_shares() {
     let snapshot = default_snapshot(&index);
     let gpu = &snapshot.nodes[0].gpus[0];
     assert_eq!((gpu.allocated_mib, gpu.shared_owners), (20_000, 2));
-    assert_eq!(gpu.exclusive_owner, None);
+    assert_eq!(gpu.held, false);
     assert_eq!(snapshot.usage[0].shared_mib, 20_000);
 }
 

@@ -33,15 +33,12 @@ fn an_exclusive_hold_takes_the_whole_gpu() {
     let snapshot = default_snapshot(&index);
     for uuid in ["GPU-n-0", "GPU-n-1"] {
         let held = gpu(&snapshot, uuid);
-        assert_eq!(held.exclusive_owner.as_deref(), Some("ml/p1"));
+        assert_eq!(held.held, true);
         assert_eq!(held.allocated_mib, H100_MIB);
         assert_eq!(held.shared_owners, 0);
     }
     let free = gpu(&snapshot, "GPU-n-2");
-    assert_eq!(
-        (free.exclusive_owner.as_deref(), free.allocated_mib),
-        (None, 0)
-    );
+    assert_eq!((free.held, free.allocated_mib), (false, 0));
     assert_eq!(snapshot.usage.len(), 1);
     assert_eq!(snapshot.usage[0].namespace, "ml");
     assert_eq!(snapshot.usage[0].exclusive_gpus, 2);
@@ -70,7 +67,7 @@ fn shared_holds_add_up_their_memory() {
     let shared = gpu(&snapshot, "GPU-n-0");
     assert_eq!(shared.allocated_mib, 8192 * 2 + 4096);
     assert_eq!(shared.shared_owners, 3);
-    assert_eq!(shared.exclusive_owner, None);
+    assert_eq!(shared.held, false);
     let usage: Vec<_> = snapshot
         .usage
         .iter()
@@ -135,11 +132,10 @@ fn entries_of_deleted_finished_or_recreated_pods_are_released_and_free() {
     );
     let snapshot = default_snapshot(&index);
     for uuid in ["GPU-n-0", "GPU-n-1", "GPU-n-2"] {
-        assert_eq!(gpu(&snapshot, uuid).exclusive_owner, None, "{uuid}");
+        assert_eq!(gpu(&snapshot, uuid).held, false, "{uuid}");
     }
     assert_eq!(
-        gpu(&snapshot, "GPU-n-3").exclusive_owner.as_deref(),
-        Some("ml/running")
+        gpu(&snapshot, "GPU-n-3").held, true
     );
     assert_eq!(snapshot.usage[0].exclusive_gpus, 1);
     // The recreated pod is a different pod: it waits for GPUs of its own.
@@ -191,8 +187,7 @@ fn before_pods_are_listed_every_entry_holds_and_none_is_released() {
     assert!(index.releases().is_empty());
     let snapshot = default_snapshot(&index);
     assert_eq!(
-        gpu(&snapshot, "GPU-n-0").exclusive_owner.as_deref(),
-        Some("ml/unseen")
+        gpu(&snapshot, "GPU-n-0").held, true
     );
     index.reset_pods(&[]);
     assert_eq!(index.releases().len(), 1);
@@ -246,8 +241,7 @@ fn a_bound_holder_moves_onto_its_pod_then_its_entry_goes() {
     assert_eq!(released, [ReleaseReason::Moved]);
     let snapshot = default_snapshot(&index);
     assert_eq!(
-        gpu(&snapshot, "GPU-n-0").exclusive_owner.as_deref(),
-        Some("ml/p1")
+        gpu(&snapshot, "GPU-n-0").held, true
     );
     assert_eq!(snapshot.usage[0].exclusive_gpus, 1, "counted once");
 }
@@ -261,8 +255,7 @@ fn entries_on_unknown_gpus_change_nothing() {
             .build(),
     );
     assert_eq!(
-        gpu(&default_snapshot(&index), "GPU-n-0").exclusive_owner,
-        None
+        gpu(&default_snapshot(&index), "GPU-n-0").held, false
     );
 }
 
@@ -296,9 +289,11 @@ fn a_written_ledger_survives_older_versions_from_the_watch() {
         .build();
     index.record_write(&written);
     let held = |index: &Index| {
-        gpu(&default_snapshot(index), "GPU-n-0")
-            .exclusive_owner
-            .clone()
+        assert_eq!(
+            gpu(&default_snapshot(index), "GPU-n-0").held,
+            holder(index, "GPU-n-0").is_some()
+        );
+        holder(index, "GPU-n-0")
     };
     assert_eq!(held(&index).as_deref(), Some("ml/p1"));
     // The watch still delivers versions from before the write: ignored.
@@ -324,8 +319,7 @@ fn a_newer_version_ends_the_wait_for_a_written_version() {
     );
     index.apply_gpuresource(&gpuresource("ml", "r").version("10").build());
     assert_eq!(
-        gpu(&default_snapshot(&index), "GPU-n-0").exclusive_owner,
-        None
+        gpu(&default_snapshot(&index), "GPU-n-0").held, false
     );
 }
 
@@ -340,8 +334,7 @@ fn a_relist_ends_the_wait_for_a_written_version() {
     );
     index.reset_gpuresources(&[gpuresource("ml", "r").version("9").build()]);
     assert_eq!(
-        gpu(&default_snapshot(&index), "GPU-n-0").exclusive_owner,
-        None
+        gpu(&default_snapshot(&index), "GPU-n-0").held, false
     );
 }
 
@@ -358,8 +351,7 @@ fn a_gpuresource_being_deleted_takes_no_new_pods_but_its_ledger_holds() {
     let snapshot = default_snapshot(&index);
     assert!(snapshot.pending.is_empty());
     assert_eq!(
-        gpu(&snapshot, "GPU-n-0").exclusive_owner.as_deref(),
-        Some("ml/p1")
+        gpu(&snapshot, "GPU-n-0").held, true
     );
     let views = index.resources();
     assert_eq!(views.len(), 1);

@@ -344,6 +344,7 @@ pub(super) fn gpuresource(namespace: &str, name: &str) -> TestResource {
     let mut resource = GPUResource::new(
         name,
         GPUResourceSpec {
+            mig_profile: None,
             count: 1,
             model: None,
             memory_mib: 0,
@@ -461,4 +462,14 @@ pub(super) fn eligible_names(snapshot: &Snapshot, pod: &str) -> Vec<String> {
 /// The snapshot of the default policy.
 pub(super) fn default_snapshot(index: &Index) -> Snapshot {
     index.snapshot(DEFAULT_POLICY, 1)
+}
+
+/// The pod holding GPU `uuid` exclusively, as the holdings read it.
+pub(super) fn holder(index: &Index, uuid: &str) -> Option<String> {
+    index
+        .holdings()
+        .gpu_to_use
+        .iter()
+        .find(|((_, u), _)| u == uuid)
+        .and_then(|(_, gpu_use)| gpu_use.exclusive_owner.clone())
 }

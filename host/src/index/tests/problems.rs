@@ -75,10 +75,8 @@ fn an_invalid_resource_keeps_its_ledger() {
             .build(),
     );
     let snapshot = default_snapshot(&index);
-    assert_eq!(
-        snapshot.nodes[0].gpus[0].exclusive_owner.as_deref(),
-        Some("ml/p")
-    );
+    assert!(snapshot.nodes[0].gpus[0].held);
+    assert_eq!(holder(&index, "GPU-n-0").as_deref(), Some("ml/p"));
 }
 
 fn unsatisfiable_reason(index: &Index) -> String {
