@@ -19,7 +19,7 @@ WASMGPU := $(TARGET_DIR)/release/wasmgpu
 DEMO_SNAPSHOT := policies/snapshots/demo.json
 BENCH_SNAPSHOT := $(TARGET_DIR)/snapshots/large-1000x8-1000.json
 
-.PHONY: toolchain policies deploy-policies build demo demo-offline test lint bench bench-snapshot bench-e2e
+.PHONY: toolchain policies policies-all policies-js policies-python policies-go test-sdks deploy-policies build demo demo-offline test lint bench bench-snapshot bench-e2e
 toolchain: ## Install the Rust pieces the build needs (wasm32-wasip2 target, rustfmt, clippy)
 	@rustup target list --installed | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
 	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
@@ -29,6 +29,31 @@ policies: toolchain ## Build the shipped policies (and the test-only hostile one
 	@echo "==> building policies for $(WASM_TARGET)"
 	@$(CARGO) build --quiet --target $(WASM_TARGET) --profile policy $(addprefix -p ,$(POLICIES))
 	@ls -l $(WASMGPU_POLICY_DIR)/*.wasm | awk '{printf "    %-60s %7d bytes\n", $$NF, $$5}'
+
+# The SDKs for other languages (policies/js, policies/python, policies/go)
+# build binpack ports into the same directory (binpack_js.wasm,
+# binpack_py.wasm, binpack_go.wasm). Their
+# toolchains and outputs are cached outside the clone, keyed by content, so a
+# rebuild with nothing changed is a copy.
+policies-all: policies policies-js policies-python policies-go ## Build every policy: Rust, and the JavaScript, Python and Go SDKs' binpack
+	@ls -l $(WASMGPU_POLICY_DIR)/binpack_*.wasm | awk '{printf "    %-60s %7d bytes\n", $$NF, $$5}'
+
+policies-js: ## Build the JavaScript binpack component (componentize-js; see policies/js/README.md)
+	@policies/js/build.sh >/dev/null
+
+policies-python: ## Build the Python binpack component (componentize-py; see policies/python/README.md)
+	@policies/python/build.sh >/dev/null
+
+policies-go: ## Build the Go binpack component (stock Go, wasip1 + adapter; see policies/go/README.md)
+	@policies/go/build.sh >/dev/null
+
+test-sdks: ## Unit tests of the JavaScript, Python and Go SDKs, run natively
+	@echo "==> JavaScript SDK (node --test)"
+	@cd policies/js && node --test --test-reporter=dot test/*.test.js
+	@echo "==> Python SDK (unittest)"
+	@policies/python/build.sh --test
+	@echo "==> Go SDK (go test)"
+	@policies/go/build.sh --test
 
 deploy-policies: policies ## Refresh the shipped policy components in deploy/policies (ConfigMaps)
 	@cp $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm deploy/policies/binpack.wasm
@@ -56,7 +81,7 @@ demo-offline: policies build ## Run binpack and spread on the demo snapshot and 
 	@echo "==> binpack and spread side by side"
 	@$(WASMGPU) policy compare $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm $(WASMGPU_POLICY_DIR)/wasmgpu_spread.wasm --snapshot $(DEMO_SNAPSHOT)
 
-test: policies control-plane ## Run every test (unit, Wasm engine, real control plane)
+test: policies-all test-sdks control-plane ## Run every test (unit, Wasm engine, real control plane, SDKs)
 	@echo "==> cargo test (release)"
 	@$(CARGO) test --release --workspace
 

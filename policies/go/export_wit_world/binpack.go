@@ -1,0 +1,38 @@
+// Package export_wit_world holds the component's exports: binpack, which
+// fills the fullest node that still fits, so pods land on as few nodes as
+// possible and whole nodes stay free for large jobs. Within a node, a
+// multi-GPU exclusive request takes the smallest NVLink group that holds it; a
+// shared request takes the GPUs with the least free memory that fits.
+//
+// Parameters (config.json, all optional): {"preferNvlink": true}
+package export_wit_world
+
+import (
+	"fmt"
+
+	"wit_component/sdk"
+	. "wit_component/wasmgpu_policy_types"
+	"wit_component/wit_world"
+)
+
+func init() {
+	sdk.SetLogSink(wit_world.Log)
+}
+
+// Describe says who the policy is.
+func Describe() Info {
+	return sdk.NewInfo("binpack", "0.2.0", "Fill the fullest node that fits first; fewest nodes touched")
+}
+
+// Allocate decides one round.
+func Allocate(snapshot Snapshot) (decisions []Decision) {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(sdk.PolicyError); !ok {
+				sdk.Log(fmt.Sprintf("allocate failed: %v", r))
+			}
+			panic(r)
+		}
+	}()
+	return sdk.PlaceEach(&snapshot, sdk.Tightest)
+}

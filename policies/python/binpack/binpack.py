@@ -1,0 +1,24 @@
+"""binpack: fills the fullest node that still fits, so pods land on as few
+nodes as possible and whole nodes stay free for large jobs. Within a node, a
+multi-GPU exclusive request takes the smallest NVLink group that holds it; a
+shared request takes the GPUs with the least free memory that fits.
+
+Parameters (config.json, all optional): {"preferNvlink": true}
+"""
+
+from typing import List
+
+from wasmgpu_policy import Fit, export_policy, info, place_each
+from wit_world.imports import types as t
+
+
+def describe() -> t.Info:
+    return info("binpack", "0.2.0", "Fill the fullest node that fits first; fewest nodes touched")
+
+
+def allocate(snapshot: t.Snapshot) -> List[t.Decision]:
+    return place_each(snapshot, Fit.TIGHTEST)
+
+
+# The component's exports (componentize-py looks for `WitWorld`).
+WitWorld = export_policy(describe, allocate)
