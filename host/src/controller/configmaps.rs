@@ -34,7 +34,7 @@ use super::watch::{Shared, Sink, follow};
 use crate::api::policy::{
     CONFIG_KEY, DIGEST_ANNOTATION, POLICY_SELECTOR, PolicyStatus, STATUS_ANNOTATION,
 };
-use crate::engine::{Digest, Engine, PolicyError};
+use crate::engine::{Cause, Digest, Engine, PolicyError};
 
 /// The ConfigMap an Event is about.
 fn configmap_ref(configmap: &ConfigMap) -> ObjectReference {
@@ -103,9 +103,9 @@ impl Loader {
                 let engine = Arc::clone(&self.engine);
                 match tokio::task::spawn_blocking(move || payload.load(&engine)).await {
                     Ok(result) => result,
-                    Err(error) => Err(RejectError::Load(PolicyError::Engine(format!(
+                    Err(error) => Err(RejectError::Load(PolicyError::Engine(Cause::msg(format!(
                         "the load panicked: {error}"
-                    )))),
+                    ))))),
                 }
             }
             Err(error) => Err(error),

@@ -1,6 +1,59 @@
 //! Typed policy errors.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// The wasmtime error behind a [`PolicyError`], kept whole (not as text):
+/// [`Cause::error`] gives it back for downcasting, and `Display` shows its
+/// whole context chain (`outer: inner: root`). Equality compares that text,
+/// so `PolicyError` stays comparable in tests.
+#[derive(Clone)]
+pub struct Cause(Arc<wasmtime::Error>);
+
+impl Cause {
+    /// Keeps `error`.
+    pub fn new(error: wasmtime::Error) -> Self {
+        Cause(Arc::new(error))
+    }
+
+    /// A cause that is only a message (no wasmtime error behind it).
+    pub fn msg(message: impl fmt::Display + fmt::Debug + Send + Sync + 'static) -> Self {
+        Cause::new(wasmtime::Error::msg(message))
+    }
+
+    /// The wasmtime error.
+    pub fn error(&self) -> &wasmtime::Error {
+        &self.0
+    }
+
+    /// Whether any error of the chain says `text`.
+    pub fn contains(&self, text: &str) -> bool {
+        self.to_string().contains(text)
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl fmt::Debug for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Cause({:#})", self.0)
+    }
+}
+
+impl std::error::Error for Cause {}
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for Cause {}
 
 /// Why loading or running a policy failed.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -16,12 +69,12 @@ pub enum PolicyError {
     CoreModule,
     /// The component does not compile.
     #[error("the component does not compile: {0}")]
-    Compile(String),
+    Compile(#[source] Cause),
     /// The component does not implement the `wasmgpu:policy` world: an export
     /// is missing or has another type, or it imports something the sandbox
     /// does not provide.
     #[error("not a {contract} component: {0}", contract = super::CONTRACT)]
-    WrongWorld(String),
+    WrongWorld(#[source] Cause),
     /// The component was built for another version of the contract.
     #[error(
         "the component implements wasmgpu:policy@{found}, this controller speaks {expected}: rebuild the policy against wit/policy.wit of this version (the SDK's version follows the contract)"
@@ -60,7 +113,7 @@ pub enum PolicyError {
     InvalidOutput(String),
     /// The engine itself failed (e.g. no free instance slot).
     #[error("policy engine error: {0}")]
-    Engine(String),
+    Engine(#[source] Cause),
 }
 
 fn log_suffix(log_tail: &[String]) -> String {
@@ -92,3 +145,25 @@ impl PolicyError {
 
 /// `Result` with [`PolicyError`].
 pub type Result<T, E = PolicyError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_keeps_the_wasmtime_error_and_shows_its_chain() {
+        let error = wasmtime::Error::msg("root").context("outer");
+        let policy_error = PolicyError::Compile(Cause::new(error));
+        assert_eq!(
+            policy_error.to_string(),
+            "the component does not compile: outer: root"
+        );
+        let source = std::error::Error::source(&policy_error).expect("a typed source");
+        assert_eq!(source.to_string(), "outer: root");
+        let PolicyError::Compile(cause) = &policy_error else {
+            unreachable!()
+        };
+        assert_eq!(cause.error().root_cause().to_string(), "root");
+        assert_eq!(policy_error.clone(), policy_error);
+    }
+}

@@ -33,7 +33,7 @@ use std::thread;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-pub use error::{PolicyError, Result};
+pub use error::{Cause, PolicyError, Result};
 pub use limits::{EPOCH_TICK, Limits};
 pub use policy::{Digest, LoadedPolicy, Round, RoundStats};
 
@@ -98,9 +98,9 @@ impl Engine {
             .epoch_interruption(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine =
-            wasmtime::Engine::new(&config).map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+            wasmtime::Engine::new(&config).map_err(|e| PolicyError::Engine(Cause::new(e)))?;
         let mut linker = Linker::new(&engine);
-        sandbox::link(&mut linker).map_err(|e| PolicyError::Engine(format!("{e:#}")))?;
+        sandbox::link(&mut linker).map_err(|e| PolicyError::Engine(Cause::new(e)))?;
         let ticker = Ticker::start(engine.clone());
         Ok(Engine {
             shared: Arc::new(Shared {
@@ -153,7 +153,7 @@ impl Engine {
         // Compile outside the lock: it can take a while, and other digests
         // should not wait for it.
         let component = Component::new(&self.shared.engine, bytes)
-            .map_err(|e| PolicyError::Compile(format!("{e:#}")))?;
+            .map_err(|e| PolicyError::Compile(Cause::new(e)))?;
         let mut cache = self.digest_to_component.lock().expect("cache lock");
         if cache.len() >= CACHE_CAPACITY
             && let Some(oldest) = cache

@@ -8,6 +8,7 @@ use sha2::{Digest as _, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap};
 
+use super::Cause;
 use super::bindings::{Policy, PolicyPre};
 use super::bounds::{self, CALL_BYTES};
 use super::error::{PolicyError, Result};
@@ -88,9 +89,9 @@ impl LoadedPolicy {
         let instance_pre = shared
             .linker
             .instantiate_pre(&component)
-            .map_err(|e| PolicyError::WrongWorld(format!("{e:#}")))?;
+            .map_err(|e| PolicyError::WrongWorld(Cause::new(e)))?;
         let pre =
-            PolicyPre::new(instance_pre).map_err(|e| PolicyError::WrongWorld(format!("{e:#}")))?;
+            PolicyPre::new(instance_pre).map_err(|e| PolicyError::WrongWorld(Cause::new(e)))?;
         let placeholder = Info {
             name: String::new(),
             version: String::new(),
@@ -181,7 +182,7 @@ impl LoadedPolicy {
         store.set_hostcall_fuel(transfer_bytes);
         let mut stats = RoundStats::default();
         if let Err(e) = store.set_fuel(limits.fuel) {
-            return (Err(PolicyError::Engine(format!("{e:#}"))), stats);
+            return (Err(PolicyError::Engine(Cause::new(e))), stats);
         }
         store.set_epoch_deadline(limits.deadline_ticks());
         store.epoch_deadline_trap();
@@ -240,7 +241,7 @@ fn classify(
         Some(Trap::Interrupt) => PolicyError::Deadline {
             deadline: limits.deadline,
         },
-        Some(Trap::AllocationTooLarge) => PolicyError::MemoryLimit(format!("{error:#}")),
+        Some(Trap::AllocationTooLarge) => PolicyError::MemoryLimit(error.root_cause().to_string()),
         _ => {
             let tail = log.iter().rev().take(3).rev().cloned().collect();
             PolicyError::Trap {
