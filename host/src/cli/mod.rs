@@ -8,6 +8,7 @@ mod out;
 mod output;
 mod policy;
 mod policy_cluster;
+mod policy_push;
 mod policy_run;
 mod snapshot_file;
 mod table;

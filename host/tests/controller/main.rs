@@ -7,6 +7,7 @@ mod chaos;
 mod common;
 mod configmaps;
 mod holdings;
+mod oci;
 mod operate;
 mod outage;
 mod scale;
