@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams};
 use wasmgpu::api::Sharing;
 use wasmgpu::api::policy::{
     COMPONENT_REF_KEY, PULL_SECRET_ANNOTATION, PULL_SECRET_CA_KEY, PolicyStatus,
@@ -134,7 +134,12 @@ async fn rejected(
     Ok(status)
 }
 
-async fn pull_secret(ctx: &TestContext, registry: &Registry) -> Result<()> {
+/// Creates or replaces the pull Secret: the registry's CA and its user with
+/// `password`.
+async fn pull_secret(ctx: &TestContext, registry: &Registry, password: &str) -> Result<()> {
+    let config = serde_json::json!({
+        "auths": { &registry.address: { "username": registry.username, "password": password } }
+    });
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(SECRET.into()),
@@ -144,7 +149,7 @@ async fn pull_secret(ctx: &TestContext, registry: &Registry) -> Result<()> {
         data: Some(BTreeMap::from([
             (
                 ".dockerconfigjson".to_string(),
-                ByteString(registry.docker_config().into_bytes()),
+                ByteString(config.to_string().into_bytes()),
             ),
             (
                 PULL_SECRET_CA_KEY.to_string(),
@@ -153,8 +158,15 @@ async fn pull_secret(ctx: &TestContext, registry: &Registry) -> Result<()> {
         ])),
         ..Default::default()
     };
+    let mut value = serde_json::to_value(&secret)?;
+    value["apiVersion"] = "v1".into();
+    value["kind"] = "Secret".into();
     ctx.api::<Secret>()
-        .create(&PostParams::default(), &secret)
+        .patch(
+            SECRET,
+            &PatchParams::apply("wasmgpu-test").force(),
+            &Patch::Apply(&value),
+        )
         .await?;
     Ok(())
 }
@@ -258,7 +270,7 @@ async fn components_named_by_oci_reference_are_pulled_and_failures_keep_the_acti
     assert!(pinned.starts_with(&prefix), "{pinned}");
     let other_pinned = push_ok(&registry, &other_file, "policies/other").await?;
     let huge_pinned = push_ok(&registry, &huge_file, "policies/huge").await?;
-    pull_secret(&ctx, &registry).await?;
+    pull_secret(&ctx, &registry, &registry.password).await?;
 
     let cache = dir.path().join("cache");
     let port = free_port()?;
@@ -303,7 +315,8 @@ async fn components_named_by_oci_reference_are_pulled_and_failures_keep_the_acti
     // Each failure keeps that version, and says why.
     let layer_digest = wasmgpu::oci::sha256(&big);
     let digest_of = |r: &str| r.rsplit_once('@').map(|(_, d)| d.to_string()).unwrap();
-    let (digest, other_digest) = (digest_of(&pinned), digest_of(&other_pinned));
+    let other_digest = digest_of(&other_pinned);
+    let never = wasmgpu::oci::sha256(b"never pushed");
     let address = &registry.address;
     let closed = free_port()?;
     let over = format!("over the limit of {CAP} bytes");
@@ -327,8 +340,8 @@ async fn components_named_by_oci_reference_are_pulled_and_failures_keep_the_acti
             Some(SECRET),
             "the registry has no such",
         ),
-        // No credentials.
-        (other_pinned.clone(), None, "refused access"),
+        // No Secret: neither its CA nor its user.
+        (other_pinned.clone(), None, "invalid peer certificate"),
         // A Secret the controller may not read (least privilege).
         (
             other_pinned.clone(),
@@ -337,9 +350,9 @@ async fn components_named_by_oci_reference_are_pulled_and_failures_keep_the_acti
         ),
         // Over --max-component-bytes.
         (huge_pinned.clone(), Some(SECRET), &over),
-        // Nobody listens there.
+        // Nobody listens there (a digest not in the cache).
         (
-            format!("oci://127.0.0.1:{closed}/policies/big@{digest}"),
+            format!("oci://127.0.0.1:{closed}/policies/big@{never}"),
             Some(SECRET),
             "cannot reach the registry",
         ),
@@ -347,6 +360,17 @@ async fn components_named_by_oci_reference_are_pulled_and_failures_keep_the_acti
     for (reference, secret, reason) in &cases {
         rejected(&ctx, reference, *secret, reason, &big_digest).await?;
     }
+    // A Secret with a wrong password (the CA right).
+    pull_secret(&ctx, &registry, "wrong").await?;
+    rejected(
+        &ctx,
+        &other_pinned,
+        Some(SECRET),
+        "refused access",
+        &big_digest,
+    )
+    .await?;
+    pull_secret(&ctx, &registry, &registry.password).await?;
     create_pod(&ctx, "p-1", "one").await?;
     wait_bound(&ctx, "p-1").await?;
     let digests = pod_digests(&ctx, "one").await?;
@@ -358,10 +382,11 @@ async fn components_named_by_oci_reference_are_pulled_and_failures_keep_the_acti
             pulls("registry", 1),
             pulls("not-found", 2),
             pulls("unauthorized", 1),
+            pulls("tls", 1),
             pulls("pull-secret", 1),
             pulls("too-large", 1),
             pulls("unreachable", 1),
-            "wasmgpu_policy_loads_total{policy=\"big\",result=\"rejected\"} 7".into(),
+            "wasmgpu_policy_loads_total{policy=\"big\",result=\"rejected\"} 8".into(),
         ],
         &controller,
     )
