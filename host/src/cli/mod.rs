@@ -37,7 +37,8 @@ enum Command {
     /// others wait.
     Allocations(allocations::AllocationsCommand),
     /// Run the allocating controller.
-    Controller(controller::ControllerCommand),
+    // Boxed: its many flags make it far larger than the other commands.
+    Controller(Box<controller::ControllerCommand>),
     /// Print the CRD YAML generated from the API types.
     Crd(crd::CrdCommand),
     // Its help is the doc of `AgentCommand`.

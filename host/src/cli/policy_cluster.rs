@@ -262,7 +262,29 @@ async fn write(api: &Api<ConfigMap>, configmap: &ConfigMap) -> anyhow::Result<Co
         &Patch::Apply(&value),
     )
     .await
+    .map_err(|error| explain(error, &namespace))
     .with_context(|| format!("applying ConfigMap {namespace}/{name}"))
+}
+
+/// An API error in words a user can act on, when it is a common one.
+fn explain(error: kube::Error, namespace: &str) -> anyhow::Error {
+    match &error {
+        kube::Error::Api(status)
+            if status.is_not_found() && status.message.contains("namespaces") =>
+        {
+            anyhow::anyhow!(
+                "namespace {namespace} does not exist: install the controller there \
+                 (kubectl apply --server-side -k deploy/), or give the namespace it watches \
+                 with --namespace (its --policy-namespace)"
+            )
+        }
+        kube::Error::Api(status) if status.is_forbidden() => anyhow::anyhow!(
+            "not allowed to write ConfigMaps in namespace {namespace} ({}): publishing needs \
+             get, create and patch on configmaps there",
+            status.message
+        ),
+        _ => anyhow::Error::new(error),
+    }
 }
 
 /// When the existing ConfigMap holds the payload key `configmap` does not
@@ -373,6 +395,17 @@ pub(crate) fn list(namespace: String, output: Output) -> anyhow::Result<ExitCode
             let mut table = Table::new(&["NAME", "ACTIVE", "VERSION", "LOADED", "LAST ERROR"]);
             let none = || "-".to_string();
             for row in rows {
+                if row.status == PolicyStatus::default() {
+                    table.row(vec![
+                        row.name,
+                        none(),
+                        none(),
+                        none(),
+                        "not yet loaded by a controller (is one running, watching this namespace?)"
+                            .into(),
+                    ]);
+                    continue;
+                }
                 table.row(vec![
                     row.name,
                     row.status.active_digest.map_or_else(none, |d| short(&d)),
