@@ -81,7 +81,7 @@ demo-offline: policies build ## Run binpack and spread on the demo snapshot and 
 	@echo "==> binpack and spread side by side"
 	@$(WASMGPU) policy compare $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm $(WASMGPU_POLICY_DIR)/wasmgpu_spread.wasm --snapshot $(DEMO_SNAPSHOT)
 
-test: policies-all test-sdks control-plane ## Run every test (unit, Wasm engine, real control plane, SDKs)
+test: policies-all test-sdks control-plane registry ## Run every test (unit, Wasm engine, real control plane, registry, SDKs)
 	@echo "==> cargo test (release)"
 	@$(CARGO) test --release --workspace
 
@@ -127,6 +127,16 @@ CLUSTER_KUBECONFIG := $(CURDIR)/.work/kubeconfig
 # The test harness (tests/harness) finds the binaries through these.
 export WASMGPU_CONTROL_PLANE := $(CONTROL_PLANE_BIN)
 export WASMGPU_KUBECTL := $(KUBECTL_BIN)
+
+# The OCI registry the policy-component tests push to and pull from: the CNCF
+# distribution registry, built from its Go module like the control plane,
+# cached outside the clone by the hash of tests/registry.
+REGISTRY_BUILD := tests/registry/build.sh
+export WASMGPU_REGISTRY := $(shell $(REGISTRY_BUILD) --path)
+
+.PHONY: registry
+registry: ## Build the test OCI registry (once; cached outside the clone)
+	@$(REGISTRY_BUILD) >/dev/null
 
 .PHONY: control-plane kubectl cluster
 control-plane: ## Build the local control plane (once; cached outside the clone)

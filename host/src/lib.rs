@@ -5,6 +5,7 @@
 //! * [`api`] holds the CRD types (`GPUResource`, `GPUNode`).
 //! * [`index`] keeps cluster state in memory and builds policy snapshots (no I/O).
 //! * [`engine`] loads and runs policy components (no Kubernetes in it).
+//! * [`oci`] pulls and pushes policy components in OCI registries (no Kubernetes in it).
 //! * [`validate`] checks a policy's decisions against the snapshot it saw.
 //! * [`controller`] wires watches, index, policies and API writes together.
 //! * [`agent`] publishes a node's GPUs as its `GPUNode` (NVML or an inventory file).
@@ -17,6 +18,7 @@ pub mod cli;
 pub mod controller;
 pub mod engine;
 pub mod index;
+pub mod oci;
 pub mod validate;
 
 #[cfg(test)]

@@ -928,3 +928,44 @@ fn a_snapshot_of_another_contract_is_refused_naming_both() {
         "{shown}"
     );
 }
+
+#[tokio::test]
+async fn publish_into_a_missing_namespace_says_what_to_do_and_list_says_not_yet_loaded()
+-> anyhow::Result<()> {
+    let ctx = wasmgpu_test_harness::TestContext::new("publish-missing").await?;
+    let kubeconfig = ctx.cluster().kubeconfig_path();
+    let missing = format!("{}-absent", ctx.namespace);
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
+        .args(["policy", "publish"])
+        .arg(policy("binpack"))
+        .args(["--name", "p", "--namespace", &missing])
+        .env("KUBECONFIG", kubeconfig)
+        .output()?;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("namespace {missing} does not exist"))
+            && stderr.contains("--policy-namespace")
+            && !stderr.contains("Status {"),
+        "{stderr}"
+    );
+    // Published where no controller runs: listed as not yet loaded.
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
+        .args(["policy", "publish"])
+        .arg(policy("binpack"))
+        .args(["--name", "p", "--namespace", &ctx.namespace])
+        .env("KUBECONFIG", kubeconfig)
+        .output()?;
+    assert!(out.status.success(), "{}", text(&out));
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
+        .args(["policy", "list", "--namespace", &ctx.namespace])
+        .env("KUBECONFIG", kubeconfig)
+        .output()?;
+    assert!(out.status.success(), "{}", text(&out));
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        listed.contains("not yet loaded by a controller"),
+        "{listed}"
+    );
+    Ok(())
+}

@@ -3,10 +3,13 @@
 //!
 //! ```text
 //!  ConfigMap <policy name>            (label wasmgpu.io/policy=true)
-//!    binaryData: policy.wasm | policy.wasm.gz   the component
-//!    data:       config.json                    snapshot.config (optional)
+//!    binaryData: policy.wasm | policy.wasm.gz   the component, or instead
+//!    data:       component.ref                  oci://registry/repo@sha256:<manifest>
+//!                config.json                    snapshot.config (optional)
 //!    annotations:
-//!      wasmgpu.io/sha256   sha256:<hex> of the component (optional pin)
+//!      wasmgpu.io/sha256        sha256:<hex> of the component (optional pin)
+//!      wasmgpu.io/pull-secret   Secret (kubernetes.io/dockerconfigjson, optional
+//!                               ca.crt) for component.ref's registry (optional)
 //!      wasmgpu.io/status   PolicyStatus as JSON (written by the controller)
 //! ```
 
@@ -20,6 +23,17 @@ pub const POLICY_SELECTOR: &str = "wasmgpu.io/policy=true";
 pub const POLICY_KEY: &str = "policy.wasm";
 /// Key of the gzip-compressed component in `binaryData`.
 pub const POLICY_GZ_KEY: &str = "policy.wasm.gz";
+/// Key in `data` naming the component in an OCI registry, pinned by its
+/// manifest digest (`oci://registry/repository@sha256:<hex>`), instead of
+/// carrying it in `binaryData`.
+pub const COMPONENT_REF_KEY: &str = "component.ref";
+/// Annotation naming the Secret (same namespace, type
+/// `kubernetes.io/dockerconfigjson`) with the credentials for the registry of
+/// [`COMPONENT_REF_KEY`]; its optional `ca.crt` key is a PEM bundle of CAs to
+/// trust for that registry.
+pub const PULL_SECRET_ANNOTATION: &str = "wasmgpu.io/pull-secret";
+/// Key of a pull Secret holding a PEM bundle of CAs to trust.
+pub const PULL_SECRET_CA_KEY: &str = "ca.crt";
 /// Key of the policy's parameters in `data`.
 pub const CONFIG_KEY: &str = "config.json";
 /// Annotation pinning the component's digest (`sha256:<hex>`).

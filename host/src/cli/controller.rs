@@ -117,6 +117,25 @@ pub struct ControllerCommand {
     #[arg(long, value_enum, default_value_t)]
     log_format: LogFormat,
 
+    /// Where components pulled from OCI registries are kept, by digest,
+    /// across restarts (a writable directory; the Deployment mounts an
+    /// emptyDir) [default: $TMPDIR/wasmgpu-components]. `off` keeps them in
+    /// memory only.
+    #[arg(long, value_name = "DIR")]
+    component_cache: Option<PathBuf>,
+
+    /// A PEM bundle of CAs to trust for every registry, besides the system's
+    /// (repeat for several). A pull Secret's `ca.crt` adds CAs for the
+    /// ConfigMaps that name it.
+    #[arg(long = "registry-ca", value_name = "FILE")]
+    registry_cas: Vec<PathBuf>,
+
+    /// The largest component pulled from a registry, in bytes; a larger
+    /// layer is refused before it is read (and a registry that sends more
+    /// than it announced is cut off).
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    max_component_bytes: usize,
+
     #[command(flatten)]
     limits: LimitArgs,
 }
@@ -154,6 +173,18 @@ impl ControllerCommand {
                 })?;
             source.config = Some(path.clone());
         }
+        let mut ca_pem = Vec::new();
+        for path in &self.registry_cas {
+            let pem = std::fs::read(path)
+                .with_context(|| format!("--registry-ca {}: cannot read it", path.display()))?;
+            crate::oci::check_pem(&pem, &format!("--registry-ca {}", path.display()))?;
+            ca_pem.push(pem);
+        }
+        let cache_dir = match &self.component_cache {
+            Some(dir) if dir.as_os_str() == "off" => None,
+            Some(dir) => Some(dir.clone()),
+            None => Some(std::env::temp_dir().join("wasmgpu-components")),
+        };
         let config = controller::Config {
             policies: sources,
             policy_namespace: self
@@ -177,6 +208,11 @@ impl ControllerCommand {
             writes: controller::WriteSettings {
                 concurrency: usize::from(self.write_concurrency),
                 timeout: self.write_timeout,
+            },
+            registry: controller::RegistrySettings {
+                cache_dir,
+                ca_pem,
+                max_component_bytes: self.max_component_bytes,
             },
         };
         let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

@@ -9,6 +9,7 @@ mod output;
 mod policy;
 mod policy_cluster;
 mod policy_new;
+mod policy_push;
 mod policy_run;
 mod policy_snapshot;
 mod snapshot_contract;
@@ -39,7 +40,8 @@ enum Command {
     /// others wait.
     Allocations(allocations::AllocationsCommand),
     /// Run the allocating controller.
-    Controller(controller::ControllerCommand),
+    // Boxed: its many flags make it far larger than the other commands.
+    Controller(Box<controller::ControllerCommand>),
     /// Print the CRD YAML generated from the API types.
     Crd(crd::CrdCommand),
     // Its help is the doc of `AgentCommand`.

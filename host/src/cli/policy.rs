@@ -108,9 +108,24 @@ pub(crate) enum PolicyCommand {
     /// replaced in the same step, so exactly one remains; `published` is
     /// printed only when the controller's payload check passes on the
     /// result.
+    ///
+    /// With --oci REF instead of FILE, the ConfigMap names a component pushed
+    /// to an OCI registry (`wasmgpu policy push`): `data["component.ref"]`,
+    /// and `wasmgpu.io/pull-secret` from --pull-secret; any component it
+    /// carried is removed in the same step.
     Publish {
         /// The policy component (.wasm).
-        file: PathBuf,
+        #[arg(required_unless_present = "oci")]
+        file: Option<PathBuf>,
+        /// Name a component in an OCI registry instead of carrying one:
+        /// oci://REGISTRY/REPOSITORY@sha256:<manifest digest>, as `policy
+        /// push` prints it.
+        #[arg(long, value_name = "REF", conflicts_with = "file")]
+        oci: Option<String>,
+        /// The Secret (kubernetes.io/dockerconfigjson, in the namespace) with
+        /// the registry's credentials and optional `ca.crt`, for --oci.
+        #[arg(long, value_name = "SECRET", requires = "oci")]
+        pull_secret: Option<String>,
         /// The policy's name (the ConfigMap's; GPUResources name it in `spec.policy`).
         #[arg(long)]
         name: String,
@@ -120,6 +135,21 @@ pub(crate) enum PolicyCommand {
         /// The controller's policy namespace [default: $POD_NAMESPACE, else wasmgpu-system].
         #[arg(long, short)]
         namespace: Option<String>,
+    },
+    /// Push a component to an OCI registry, as a Wasm OCI artifact (config
+    /// `application/vnd.wasm.config.v0+json`, layer `application/wasm`, as
+    /// `wkg oci push` writes it), under TARGET's tag. Prints the reference
+    /// pinned to the manifest's digest (`oci://REGISTRY/REPOSITORY@sha256:…`):
+    /// put it in a policy ConfigMap's `data["component.ref"]` (see
+    /// docs/POLICIES.md, "Components too big for a ConfigMap"). FILE is
+    /// checked as `policy check` does before anything is sent.
+    Push {
+        /// The policy component (.wasm).
+        file: PathBuf,
+        /// Where: oci://REGISTRY/REPOSITORY:TAG.
+        target: String,
+        #[command(flatten)]
+        registry: super::policy_push::RegistryArgs,
     },
     /// Show the policy ConfigMaps in the cluster and what the controller
     /// made of each: active digest and version, when it was loaded, and why
@@ -373,15 +403,32 @@ impl PolicyCommand {
             PolicyCommand::Check { file, output } => check(&file, output),
             PolicyCommand::Publish {
                 file,
+                oci,
+                pull_secret,
                 name,
                 config,
                 namespace,
-            } => super::policy_cluster::publish(
-                &file,
-                &name,
-                config.as_deref(),
-                super::policy_cluster::namespace(namespace),
-            ),
+            } => {
+                let namespace = super::policy_cluster::namespace(namespace);
+                match (file, oci) {
+                    (_, Some(reference)) => super::policy_cluster::publish_ref(
+                        &reference,
+                        pull_secret.as_deref(),
+                        &name,
+                        config.as_deref(),
+                        namespace,
+                    ),
+                    (Some(file), None) => {
+                        super::policy_cluster::publish(&file, &name, config.as_deref(), namespace)
+                    }
+                    (None, None) => anyhow::bail!("give FILE or --oci REF"),
+                }
+            }
+            PolicyCommand::Push {
+                file,
+                target,
+                registry,
+            } => super::policy_push::push(&file, &target, &registry),
             PolicyCommand::List { namespace, output } => {
                 super::policy_cluster::list(super::policy_cluster::namespace(namespace), output)
             }

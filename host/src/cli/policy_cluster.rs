@@ -16,11 +16,12 @@ use serde_json::json;
 use super::policy::Output;
 use super::table::Table;
 use crate::api::policy::{
-    CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY, POLICY_LABEL, POLICY_SELECTOR,
-    PolicyStatus, STATUS_ANNOTATION,
+    COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY, POLICY_LABEL,
+    POLICY_SELECTOR, PULL_SECRET_ANNOTATION, PolicyStatus, STATUS_ANNOTATION,
 };
-use crate::controller::Payload;
+use crate::controller::{ComponentSource, Payload};
 use crate::engine::Digest;
+use crate::oci::ComponentRef;
 
 /// Field manager of `wasmgpu policy publish`.
 pub(crate) const PUBLISH_MANAGER: &str = "wasmgpu-publish";
@@ -89,16 +90,7 @@ pub(crate) fn publish(
     namespace: String,
 ) -> anyhow::Result<ExitCode> {
     let wasm = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    let config = match config {
-        None => None,
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading --config {}", path.display()))?;
-            serde_json::from_str::<serde_json::Value>(&text)
-                .with_context(|| format!("--config {} is not valid JSON", path.display()))?;
-            Some(text)
-        }
-    };
+    let config = read_config(config)?;
     let configmap = policy_configmap(name, &namespace, &wasm, config)?;
     let digest = Digest::of(&wasm);
     let written = block_on(async {
@@ -128,6 +120,108 @@ pub(crate) fn publish(
         if compressed { ", gzip-compressed" } else { "" }
     ))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--config`, checked to be JSON.
+fn read_config(config: Option<&Path>) -> anyhow::Result<Option<String>> {
+    let Some(path) = config else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --config {}", path.display()))?;
+    serde_json::from_str::<serde_json::Value>(&text)
+        .with_context(|| format!("--config {} is not valid JSON", path.display()))?;
+    Ok(Some(text))
+}
+
+/// The ConfigMap `publish --oci` applies.
+pub(crate) fn policy_ref_configmap(
+    name: &str,
+    namespace: &str,
+    reference: &ComponentRef,
+    pull_secret: Option<&str>,
+    config: Option<String>,
+) -> ConfigMap {
+    let mut data = BTreeMap::from([(COMPONENT_REF_KEY.to_string(), reference.to_string())]);
+    if let Some(config) = config {
+        data.insert(CONFIG_KEY.into(), config);
+    }
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(BTreeMap::from([(POLICY_LABEL.into(), "true".into())])),
+            annotations: pull_secret
+                .map(|s| BTreeMap::from([(PULL_SECRET_ANNOTATION.to_string(), s.to_string())])),
+            ..Default::default()
+        },
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+/// `wasmgpu policy publish --oci REF`.
+pub(crate) fn publish_ref(
+    reference: &str,
+    pull_secret: Option<&str>,
+    name: &str,
+    config: Option<&Path>,
+    namespace: String,
+) -> anyhow::Result<ExitCode> {
+    let reference = ComponentRef::parse_pinned(reference).context("--oci")?;
+    let config = read_config(config)?;
+    let configmap = policy_ref_configmap(name, &namespace, &reference, pull_secret, config);
+    let written = block_on(async {
+        let api: Api<ConfigMap> = Api::namespaced(client().await?, &namespace);
+        drop_inline_component(&api, name).await.with_context(|| {
+            format!("removing the component ConfigMap {namespace}/{name} carries")
+        })?;
+        write(&api, &configmap).await
+    })?;
+    match ComponentSource::of(&written) {
+        Ok(ComponentSource::Registry { reference: got, .. }) if got == reference => {}
+        Ok(_) => anyhow::bail!(
+            "ConfigMap {namespace}/{name} does not name {reference} after the write: someone else wrote it at the same time; publish again"
+        ),
+        Err(reason) => anyhow::bail!(
+            "ConfigMap {namespace}/{name} was written, but the controller refuses it ({}): {reason}",
+            reason.kind()
+        ),
+    }
+    super::out::println(&format!(
+        "published {namespace}/{name}: {reference} (the controller pulls it; `wasmgpu policy list` shows the result)"
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Removes the component an existing ConfigMap carries in binaryData (and
+/// its pin), in one write guarded by the `resourceVersion` read: an apply
+/// cannot remove keys another field manager wrote, and the controller
+/// refuses a ConfigMap that both carries and names a component.
+async fn drop_inline_component(api: &Api<ConfigMap>, name: &str) -> Result<(), kube::Error> {
+    let Some(existing) = api.get_opt(name).await? else {
+        return Ok(());
+    };
+    if existing.binary_data.as_ref().is_none_or(|b| b.is_empty()) {
+        return Ok(());
+    }
+    let mut ops = vec![
+        json!({ "op": "test", "path": "/metadata/resourceVersion", "value": existing.resource_version() }),
+        json!({ "op": "remove", "path": "/binaryData" }),
+    ];
+    if existing.annotations().contains_key(DIGEST_ANNOTATION) {
+        let pointer = DIGEST_ANNOTATION.replace('~', "~0").replace('/', "~1");
+        ops.push(json!({ "op": "remove", "path": format!("/metadata/annotations/{pointer}") }));
+    }
+    let patch = Patch::<()>::Json(
+        serde_json::from_value(serde_json::Value::Array(ops)).map_err(kube::Error::SerdeError)?,
+    );
+    let params = PatchParams {
+        field_manager: Some(PUBLISH_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    api.patch(name, &params, &patch).await?;
+    Ok(())
 }
 
 /// How many times a payload key swap is tried when the ConfigMap changes
@@ -170,7 +264,29 @@ async fn write(api: &Api<ConfigMap>, configmap: &ConfigMap) -> anyhow::Result<Co
         &Patch::Apply(&value),
     )
     .await
+    .map_err(|error| explain(error, &namespace))
     .with_context(|| format!("applying ConfigMap {namespace}/{name}"))
+}
+
+/// An API error in words a user can act on, when it is a common one.
+fn explain(error: kube::Error, namespace: &str) -> anyhow::Error {
+    match &error {
+        kube::Error::Api(status)
+            if status.is_not_found() && status.message.contains("namespaces") =>
+        {
+            anyhow::anyhow!(
+                "namespace {namespace} does not exist: install the controller there \
+                 (kubectl apply --server-side -k deploy/), or give the namespace it watches \
+                 with --namespace (its --policy-namespace)"
+            )
+        }
+        kube::Error::Api(status) if status.is_forbidden() => anyhow::anyhow!(
+            "not allowed to write ConfigMaps in namespace {namespace} ({}): publishing needs \
+             get, create and patch on configmaps there",
+            status.message
+        ),
+        _ => anyhow::Error::new(error),
+    }
 }
 
 /// When the existing ConfigMap holds the payload key `configmap` does not
@@ -281,6 +397,17 @@ pub(crate) fn list(namespace: String, output: Output) -> anyhow::Result<ExitCode
             let mut table = Table::new(&["NAME", "ACTIVE", "VERSION", "LOADED", "LAST ERROR"]);
             let none = || "-".to_string();
             for row in rows {
+                if row.status == PolicyStatus::default() {
+                    table.row(vec![
+                        row.name,
+                        none(),
+                        none(),
+                        none(),
+                        "not yet loaded by a controller (is one running, watching this namespace?)"
+                            .into(),
+                    ]);
+                    continue;
+                }
                 table.row(vec![
                     row.name,
                     row.status.active_digest.map_or_else(none, |d| short(&d)),

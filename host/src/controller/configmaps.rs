@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!  ConfigMap (wasmgpu.io/policy=true) ──▶ payload.rs: size, gunzip, digest pin, config.json
+//!      (data component.ref: registry.rs pulls it first, verified and cached by digest)
 //!      ──▶ compile + describe (blocking pool; the engine caches by digest)
 //!      ──▶ canary allocate() on a small built-in snapshot, decisions validated
 //!      ──▶ Policies::activate (atomic per name)  ──▶ Event PolicyLoaded, status annotation
@@ -28,11 +29,13 @@ use tokio::sync::watch;
 use super::connection::{Link, error_chain};
 use super::events::EventSink;
 use super::metrics::Metrics;
-use super::payload::{Payload, RejectError};
+use super::payload::{ComponentSource, Payload, RejectError};
 use super::policies::Policies;
+use super::registry::Puller;
 use super::watch::{Shared, Sink, follow};
 use crate::api::policy::{
-    CONFIG_KEY, DIGEST_ANNOTATION, POLICY_SELECTOR, PolicyStatus, STATUS_ANNOTATION,
+    COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_SELECTOR, PULL_SECRET_ANNOTATION,
+    PolicyStatus, STATUS_ANNOTATION,
 };
 use crate::engine::{Cause, Digest, Engine, PolicyError};
 
@@ -52,11 +55,23 @@ fn configmap_ref(configmap: &ConfigMap) -> ObjectReference {
 /// inputs it already tried (e.g. after its own status write), and records
 /// it in the status as `observed`.
 pub fn fingerprint(configmap: &ConfigMap) -> Digest {
-    let inputs = json!({
+    let mut inputs = json!({
         "binaryData": configmap.binary_data,
         "config": configmap.data.as_ref().and_then(|d| d.get(CONFIG_KEY)),
         "pin": configmap.annotations().get(DIGEST_ANNOTATION),
     });
+    // Only when present: the fingerprints of ConfigMaps that carry their
+    // component stay what they were.
+    if let Some(reference) = configmap
+        .data
+        .as_ref()
+        .and_then(|d| d.get(COMPONENT_REF_KEY))
+    {
+        inputs["ref"] = reference.as_str().into();
+    }
+    if let Some(secret) = configmap.annotations().get(PULL_SECRET_ANNOTATION) {
+        inputs["pullSecret"] = secret.as_str().into();
+    }
     Digest::of(inputs.to_string().as_bytes())
 }
 
@@ -75,6 +90,8 @@ pub(super) struct Loader {
     /// Every replica loads (a new leader decides at once); only the leader
     /// writes Events and the status annotation.
     pub(super) leader: watch::Receiver<bool>,
+    /// Pulls the components ConfigMaps name by OCI reference.
+    pub(super) puller: Puller,
 }
 
 // === impl Loader ===
@@ -98,7 +115,20 @@ impl Loader {
         }
         self.name_to_tried.insert(name.clone(), fingerprint.clone());
         let started = Instant::now();
-        let result = match Payload::from_configmap(configmap) {
+        let payload = match ComponentSource::of(configmap) {
+            Ok(ComponentSource::Inline(wasm)) => Payload::with_component(configmap, wasm),
+            Ok(ComponentSource::Registry {
+                reference,
+                pull_secret,
+            }) => self
+                .puller
+                .fetch(&name, &reference, pull_secret.as_deref())
+                .await
+                .and_then(|wasm| Payload::with_component(configmap, wasm)),
+            Err(error) => Err(error),
+        };
+        let last_digest = payload.as_ref().ok().map(|p| p.digest.to_string());
+        let result = match payload {
             Ok(payload) => {
                 let engine = Arc::clone(&self.engine);
                 match tokio::task::spawn_blocking(move || payload.load(&engine)).await {
@@ -171,9 +201,7 @@ impl Loader {
                         active.loaded.info().version
                     ));
                 }
-                status.last_digest = Payload::from_configmap(configmap)
-                    .ok()
-                    .map(|p| p.digest.to_string());
+                status.last_digest = last_digest;
                 status.last_error = Some(error.to_string());
                 status.last_error_at = Some(now);
             }

@@ -8,6 +8,7 @@
 //! | `wasmgpu_policy_call_seconds` | histogram | `policy` |
 //! | `wasmgpu_policy_failures_total` | counter | `policy`, `kind` (`trap`, `out-of-fuel`, `deadline`, …) |
 //! | `wasmgpu_policy_loads_total` | counter | `policy`, `result` (`loaded`, `rejected`) |
+//! | `wasmgpu_component_pulls_total` | counter | `policy`, `result` (`registry`, `disk`, `memory`: where it came from; else why not: `not-found`, `unauthorized`, `unreachable`, `tls`, `too-large`, `digest-mismatch`, `pull-secret`, …) |
 //! | `wasmgpu_gpus` | gauge | `node`, `model`, `state` (`allocated`, `free`, `unhealthy`) |
 //! | `wasmgpu_leader` | gauge | 1 while this replica leads |
 //! | `wasmgpu_api_writes_total` | counter | `kind` (`binding`, `annotation`, `ledger`, `finalizer`, `status`, `event`), `result` (`ok`, an HTTP status code, `timeout`, `error`) |
@@ -84,6 +85,7 @@ pub struct Metrics {
     policy_call: Family<PolicyLabels, Histogram>,
     policy_failures: Family<FailureLabels, Counter>,
     policy_loads: Family<LoadLabels, Counter>,
+    component_pulls: Family<LoadLabels, Counter>,
     gpus: Family<GpuLabels, Gauge>,
     leader: Gauge,
     writes: Family<WriteLabels, Counter>,
@@ -134,6 +136,12 @@ impl Metrics {
             "policy_loads",
             "Policy versions loaded or rejected",
             policy_loads.clone(),
+        );
+        let component_pulls = Family::<LoadLabels, Counter>::default();
+        registry.register(
+            "component_pulls",
+            "Policy components named by OCI reference: where each came from, or why it could not be pulled",
+            component_pulls.clone(),
         );
         let gpus = Family::<GpuLabels, Gauge>::default();
         registry.register("gpus", "GPUs by node, model and state", gpus.clone());
@@ -186,6 +194,7 @@ impl Metrics {
             policy_call,
             policy_failures,
             policy_loads,
+            component_pulls,
             gpus,
             leader,
             watch_connected,
@@ -243,6 +252,17 @@ impl Metrics {
     /// A version of `policy` was loaded (`loaded`) or refused (`rejected`).
     pub fn policy_load(&self, policy: &str, result: &'static str) {
         self.policy_loads
+            .get_or_create(&LoadLabels {
+                policy: policy.into(),
+                result,
+            })
+            .inc();
+    }
+
+    /// The component of `policy` came from `result` (`registry`, `disk`,
+    /// `memory`), or could not be pulled for that reason.
+    pub fn component_pull(&self, policy: &str, result: &'static str) {
+        self.component_pulls
             .get_or_create(&LoadLabels {
                 policy: policy.into(),
                 result,

@@ -36,6 +36,7 @@ mod leader;
 mod metrics;
 mod payload;
 mod policies;
+mod registry;
 mod report;
 mod round;
 mod watch;
@@ -54,8 +55,9 @@ pub use apply::{FIELD_MANAGER, WriteSettings};
 pub use configmaps::fingerprint;
 pub use leader::{Leadership, LeaseConfig};
 pub use metrics::Metrics;
-pub use payload::{MAX_POLICY_BYTES, Payload, RejectError, canary_snapshot};
+pub use payload::{ComponentSource, MAX_POLICY_BYTES, Payload, RejectError, canary_snapshot};
 pub use policies::{ActivePolicy, LoadError, Policies, PolicySet, PolicySource};
+pub use registry::RegistrySettings;
 pub use round::OnPolicyFailure;
 
 use crate::api::{GPUNode, GPUResource, POD_GROUP_LABEL, PodGroup, SCHEDULER_NAME};
@@ -95,6 +97,8 @@ pub struct Config {
     pub lease: Option<LeaseConfig>,
     /// Concurrency and timeout of API writes.
     pub writes: WriteSettings,
+    /// Components named by OCI reference: cache, CAs, size cap.
+    pub registry: RegistrySettings,
 }
 
 /// Whether the API server serves scheduler-plugins PodGroups (their CRD is
@@ -192,6 +196,12 @@ pub async fn run(
         name_to_status: HashMap::new(),
         metrics: metrics.clone(),
         leader: leadership.subscribe(),
+        puller: registry::Puller::new(
+            client.clone(),
+            &config.policy_namespace,
+            config.registry.clone(),
+            metrics.clone(),
+        ),
     };
     tracing::info!(namespace = %config.policy_namespace, "Watching policy ConfigMaps");
     watches.spawn(loader.run(links.link("ConfigMap")));

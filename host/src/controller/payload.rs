@@ -1,7 +1,8 @@
-//! A policy ConfigMap's contents: checked (size, gunzip, digest pin,
-//! `config.json`), then loaded (compile, `describe()`) and tried on a canary
-//! round. Pure but for the compile; the loader (`configmaps.rs`) does the
-//! watching and the writing.
+//! A policy ConfigMap's contents: where its component is (inline, or an
+//! OCI reference the loader pulls through `registry.rs`), checked (size,
+//! gunzip, digest pin, `config.json`), then loaded (compile, `describe()`)
+//! and tried on a canary round. Pure but for the compile; the loader
+//! (`configmaps.rs`) does the watching, the pulling and the writing.
 
 use std::io::Read;
 
@@ -9,9 +10,13 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 
 use super::policies::ActivePolicy;
-use crate::api::policy::{CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY};
+use crate::api::policy::{
+    COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY,
+    PULL_SECRET_ANNOTATION,
+};
 use crate::engine::types::Snapshot;
 use crate::engine::{Digest, Engine, LoadedPolicy, PolicyError};
+use crate::oci::{ComponentRef, OciError};
 use crate::validate::validate;
 
 /// The largest component accepted, after decompression.
@@ -30,15 +35,41 @@ pub struct Payload {
     pub config: String,
 }
 
+/// Where a policy ConfigMap's component is.
+#[derive(Clone, Debug)]
+pub enum ComponentSource {
+    /// In the ConfigMap (decompressed, size-checked).
+    Inline(Vec<u8>),
+    /// In an OCI registry, pinned by digest.
+    Registry {
+        /// The reference (`data["component.ref"]`).
+        reference: ComponentRef,
+        /// The Secret with the registry's credentials (and CA), if named.
+        pull_secret: Option<String>,
+    },
+}
+
 /// Why a policy ConfigMap's version was not activated.
 #[derive(Debug, thiserror::Error)]
 pub enum RejectError {
     /// No component in the ConfigMap.
-    #[error("binaryData has neither {POLICY_KEY:?} nor {POLICY_GZ_KEY:?}")]
+    #[error(
+        "the ConfigMap has no component: put it in binaryData {POLICY_KEY:?} or {POLICY_GZ_KEY:?}, \
+         or name it in data {COMPONENT_REF_KEY:?} (oci://REGISTRY/REPOSITORY@sha256:<hex>)"
+    )]
     Missing,
     /// Two components in the ConfigMap.
-    #[error("binaryData has both {POLICY_KEY:?} and {POLICY_GZ_KEY:?}; keep one")]
-    Ambiguous,
+    #[error("{0}; keep one")]
+    Ambiguous(&'static str),
+    /// `component.ref` is not a pinned `oci://` reference.
+    #[error("data {COMPONENT_REF_KEY:?}: {0}")]
+    Reference(OciError),
+    /// The component could not be pulled from its registry.
+    #[error("cannot pull the component: {0}")]
+    Pull(#[source] OciError),
+    /// The pull Secret cannot be used.
+    #[error("annotation {PULL_SECRET_ANNOTATION}: {0}")]
+    PullSecret(String),
     /// The component is over [`MAX_POLICY_BYTES`].
     #[error("the component is over the limit of {limit} bytes ({size} bytes or more)")]
     TooLarge {
@@ -80,7 +111,10 @@ impl RejectError {
     pub fn kind(&self) -> &'static str {
         match self {
             RejectError::Missing => "missing",
-            RejectError::Ambiguous => "ambiguous",
+            RejectError::Ambiguous(_) => "ambiguous",
+            RejectError::Reference(e) => e.kind(),
+            RejectError::Pull(e) => e.kind(),
+            RejectError::PullSecret(_) => "pull-secret",
             RejectError::TooLarge { .. } => "too-large",
             RejectError::Gunzip(_) => "gunzip",
             RejectError::DigestMismatch { .. } => "digest-mismatch",
@@ -92,16 +126,43 @@ impl RejectError {
     }
 }
 
-// === impl Payload ===
+// === impl ComponentSource ===
 
-impl Payload {
-    /// Reads, decompresses and checks a policy ConfigMap (no compiling).
-    pub fn from_configmap(configmap: &ConfigMap) -> Result<Self, RejectError> {
+impl ComponentSource {
+    /// Where `configmap`'s component is; an inline one is read, checked
+    /// and decompressed.
+    pub fn of(configmap: &ConfigMap) -> Result<Self, RejectError> {
         let binary = configmap.binary_data.as_ref();
         let raw = binary.and_then(|b| b.get(POLICY_KEY));
         let gz = binary.and_then(|b| b.get(POLICY_GZ_KEY));
+        let named = configmap
+            .data
+            .as_ref()
+            .and_then(|d| d.get(COMPONENT_REF_KEY))
+            .filter(|r| !r.trim().is_empty());
+        if let Some(named) = named {
+            if raw.is_some() || gz.is_some() {
+                return Err(RejectError::Ambiguous(
+                    "the ConfigMap both carries a component in binaryData and names one in data \"component.ref\"",
+                ));
+            }
+            let reference = ComponentRef::parse_pinned(named).map_err(RejectError::Reference)?;
+            let pull_secret = configmap
+                .annotations()
+                .get(PULL_SECRET_ANNOTATION)
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty());
+            return Ok(ComponentSource::Registry {
+                reference,
+                pull_secret,
+            });
+        }
         let wasm = match (raw, gz) {
-            (Some(_), Some(_)) => return Err(RejectError::Ambiguous),
+            (Some(_), Some(_)) => {
+                return Err(RejectError::Ambiguous(
+                    "binaryData has both \"policy.wasm\" and \"policy.wasm.gz\"",
+                ));
+            }
             (None, None) => return Err(RejectError::Missing),
             (Some(raw), None) => {
                 if raw.0.len() > MAX_POLICY_BYTES {
@@ -114,6 +175,25 @@ impl Payload {
             }
             (None, Some(gz)) => gunzip(&gz.0, MAX_POLICY_BYTES)?,
         };
+        Ok(ComponentSource::Inline(wasm))
+    }
+}
+
+// === impl Payload ===
+
+impl Payload {
+    /// Reads, decompresses and checks a policy ConfigMap that carries its
+    /// component (no compiling); one that names it in a registry is
+    /// [`RejectError::Missing`] here: pull it, then call [`Payload::with_component`].
+    pub fn from_configmap(configmap: &ConfigMap) -> Result<Self, RejectError> {
+        match ComponentSource::of(configmap)? {
+            ComponentSource::Inline(wasm) => Self::with_component(configmap, wasm),
+            ComponentSource::Registry { .. } => Err(RejectError::Missing),
+        }
+    }
+
+    /// Checks `wasm` as `configmap`'s component (digest pin, config.json).
+    pub fn with_component(configmap: &ConfigMap, wasm: Vec<u8>) -> Result<Self, RejectError> {
         let digest = Digest::of(&wasm);
         if let Some(pinned) = configmap.annotations().get(DIGEST_ANNOTATION) {
             let pinned = pinned.trim();
@@ -297,10 +377,51 @@ mod tests {
             None,
         ))
         .unwrap_err();
-        assert!(matches!(error, RejectError::Ambiguous), "{error}");
+        assert!(matches!(error, RejectError::Ambiguous(_)), "{error}");
         let error = Payload::from_configmap(&configmap(&[(POLICY_KEY, vec![0])], None, Some("{")))
             .unwrap_err();
         assert!(matches!(error, RejectError::Config(_)), "{error}");
+    }
+
+    #[test]
+    fn a_component_ref_is_a_pinned_registry_source() {
+        let digest = Digest::of(b"manifest").to_string();
+        let mut named = configmap(&[], None, None);
+        named.data = Some(BTreeMap::from([(
+            COMPONENT_REF_KEY.into(),
+            format!("oci://registry.example:5000/policies/p@{digest}"),
+        )]));
+        named.metadata.annotations = Some(BTreeMap::from([(
+            PULL_SECRET_ANNOTATION.into(),
+            "creds".into(),
+        )]));
+        match ComponentSource::of(&named).unwrap() {
+            ComponentSource::Registry {
+                reference,
+                pull_secret,
+            } => {
+                assert_eq!(reference.digest(), Some(digest.as_str()));
+                assert_eq!(pull_secret.as_deref(), Some("creds"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Not inline: the caller pulls it first.
+        assert!(matches!(
+            Payload::from_configmap(&named),
+            Err(RejectError::Missing)
+        ));
+        let mut both = named.clone();
+        both.binary_data = configmap(&[(POLICY_KEY, vec![0])], None, None).binary_data;
+        let error = ComponentSource::of(&both).unwrap_err();
+        assert!(matches!(error, RejectError::Ambiguous(_)), "{error}");
+        let mut tagged = named;
+        tagged.data = Some(BTreeMap::from([(
+            COMPONENT_REF_KEY.into(),
+            "oci://registry.example/policies/p:v1".into(),
+        )]));
+        let error = ComponentSource::of(&tagged).unwrap_err();
+        assert_eq!(error.kind(), "not-pinned");
+        assert!(error.to_string().contains("component.ref"), "{error}");
     }
 
     #[test]

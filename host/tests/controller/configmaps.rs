@@ -25,7 +25,7 @@ use super::common::{policy_bytes, policy_dir};
 use super::support::*;
 use super::{condition, events_for, wait_bound, wait_resource};
 
-fn status(configmap: &ConfigMap) -> Option<PolicyStatus> {
+pub(crate) fn status(configmap: &ConfigMap) -> Option<PolicyStatus> {
     serde_json::from_str(configmap.annotations().get(STATUS_ANNOTATION)?).ok()
 }
 
@@ -97,7 +97,11 @@ async fn publish(
 
 /// Waits until the controller's status on ConfigMap `name` is about the
 /// inputs `observed`.
-async fn wait_observed(ctx: &TestContext, name: &str, observed: &Digest) -> Result<PolicyStatus> {
+pub(crate) async fn wait_observed(
+    ctx: &TestContext,
+    name: &str,
+    observed: &Digest,
+) -> Result<PolicyStatus> {
     let configmap = wait_for(&ctx.api::<ConfigMap>(), name, ACT, "status observed", |c| {
         c.and_then(status)
             .is_some_and(|s| s.observed.as_deref() == Some(observed.as_str()))
@@ -107,7 +111,7 @@ async fn wait_observed(ctx: &TestContext, name: &str, observed: &Digest) -> Resu
 }
 
 /// Waits until an Event on `name` matches `cond`; returns the Events.
-async fn wait_event(
+pub(crate) async fn wait_event(
     ctx: &TestContext,
     name: &str,
     what: &str,
@@ -129,7 +133,10 @@ async fn wait_event(
 
 /// Pod → digest of the policy version that decided it, for the bound pods
 /// of GPUResource `resource` (from each pod's recorded allocation).
-async fn pod_digests(ctx: &TestContext, resource: &str) -> Result<BTreeMap<String, String>> {
+pub(crate) async fn pod_digests(
+    ctx: &TestContext,
+    resource: &str,
+) -> Result<BTreeMap<String, String>> {
     Ok(ctx
         .api::<Pod>()
         .list(&Default::default())

@@ -8,6 +8,7 @@ mod common;
 mod configmaps;
 mod gangs;
 mod holdings;
+mod oci;
 mod operate;
 mod outage;
 mod scale;

@@ -16,7 +16,8 @@
 //! their nodes with [`FakeNode`] and play the kubelet with [`set_pod_phase`].
 //! [`TestContext::service_account`] gives a client and a kubeconfig for a
 //! restricted identity, to exercise RBAC. [`ApiProxy`] stands between a
-//! client and the server, to cut and restore its traffic.
+//! client and the server, to cut and restore its traffic. [`Registry`]
+//! starts an OCI registry (TLS, basic auth) to push policy components to.
 //!
 //! The binary comes from `make control-plane` (see `docs/CONTROL-PLANE.md`);
 //! `WASMGPU_CONTROL_PLANE` names it. Set `WASMGPU_TEST_KUBECONFIG` to run the
@@ -31,6 +32,7 @@ mod node;
 mod pod;
 mod process;
 mod proxy;
+mod registry;
 mod wait;
 
 use std::path::{Path, PathBuf};
@@ -49,6 +51,7 @@ pub use locate::{CONTROL_PLANE_ENV, KUBECTL_ENV, control_plane_binary, kubectl_b
 pub use node::FakeNode;
 pub use pod::{PodPhase, set_pod_phase};
 pub use proxy::ApiProxy;
+pub use registry::{REGISTRY_ENV, Registry, registry_binary};
 pub use wait::{DEFAULT_WAIT, wait_for};
 
 /// Use this running cluster instead of starting one.
