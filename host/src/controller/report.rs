@@ -209,6 +209,10 @@ impl Reporter {
             } if resource == &view.key => Some(reason.clone()),
             _ => None,
         });
+        let mismatch = problems.iter().find_map(|p| match p {
+            Problem::LimitMismatch { resource, .. } if resource == &view.key => Some(p.to_string()),
+            _ => None,
+        });
         let mut conditions = Vec::new();
         let phase = if let Some(error) = &view.spec_error {
             conditions.push((
@@ -233,6 +237,9 @@ impl Reporter {
             ));
             conditions.push((conditions::UNSATISFIABLE, true, "NoNodeFits".into(), reason));
             Phase::Failed
+        } else if let Some(message) = mismatch {
+            conditions.push((conditions::READY, false, "GPULimitMismatch".into(), message));
+            Phase::Pending
         } else if counts.referencing == 0 {
             conditions.push((
                 conditions::READY,

@@ -38,6 +38,30 @@ pub(crate) struct PodFacts {
     /// The gang (a PodGroup in the pod's namespace) the pod joins through
     /// the `scheduling.x-k8s.io/pod-group` label.
     pub pod_group: Option<String>,
+    /// `wasmgpu.io/gpu` in the containers' limits, summed; `None` when no
+    /// container names it (or a value is not a whole number).
+    pub gpu_limit: Option<u64>,
+}
+
+/// The extended resource the node's device plugin serves.
+pub(crate) const GPU_RESOURCE: &str = "wasmgpu.io/gpu";
+
+/// `wasmgpu.io/gpu` summed over the containers that set it in their limits.
+fn gpu_limit(spec: &k8s_openapi::api::core::v1::PodSpec) -> Option<u64> {
+    let mut total: Option<u64> = None;
+    for container in &spec.containers {
+        let Some(quantity) = container
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get(GPU_RESOURCE))
+        else {
+            continue;
+        };
+        let value = quantity.0.trim().parse::<u64>().ok()?;
+        total = Some(total.unwrap_or(0).saturating_add(value));
+    }
+    total
 }
 
 impl PodFacts {
@@ -86,6 +110,7 @@ impl PodFacts {
             required_terms,
             tolerations,
             constraints_key,
+            gpu_limit: gpu_limit(spec),
             pod_group: meta
                 .labels
                 .as_ref()

@@ -38,6 +38,19 @@ pub enum Problem {
         /// The PodGroup it names.
         group: ObjectKey,
     },
+    /// The pod's containers ask the kubelet for another number of
+    /// `wasmgpu.io/gpu` than its GPUResource's `count`: the node could not
+    /// hand it the GPUs it would be given. It waits until fixed.
+    LimitMismatch {
+        /// The pod.
+        pod: ObjectKey,
+        /// The GPUResource it uses.
+        resource: ObjectKey,
+        /// The containers' `wasmgpu.io/gpu` limits, summed.
+        limit: u64,
+        /// The GPUResource's `count`.
+        count: u32,
+    },
     /// No node could ever hold the pod's request as posed.
     Unsatisfiable {
         /// The pod.
@@ -65,6 +78,7 @@ impl Problem {
             Self::NoResourceAnnotation { pod }
             | Self::MissingResource { pod, .. }
             | Self::MissingPodGroup { pod, .. }
+            | Self::LimitMismatch { pod, .. }
             | Self::Unsatisfiable { pod, .. } => Subject::Pod(pod),
             Self::InvalidResource { resource, .. } => Subject::GPUResource(resource),
         }
@@ -77,6 +91,7 @@ impl Problem {
             Self::MissingResource { .. } => "GPUResourceNotFound",
             Self::InvalidResource { .. } => "InvalidSpec",
             Self::MissingPodGroup { .. } => "PodGroupNotFound",
+            Self::LimitMismatch { .. } => "GPULimitMismatch",
             Self::Unsatisfiable { .. } => "Unsatisfiable",
         }
     }
@@ -99,6 +114,15 @@ impl fmt::Display for Problem {
             Self::InvalidResource { resource, error } => {
                 write!(f, "GPUResource {resource} is invalid: {error}")
             }
+            Self::LimitMismatch {
+                pod,
+                resource,
+                limit,
+                count,
+            } => write!(
+                f,
+                "pod {pod} asks the kubelet for {limit} wasmgpu.io/gpu in its limits, but GPUResource {resource} gives each pod {count}; set the limit to {count} (or let deploy/admission/gpu-pods.yaml fill it in)"
+            ),
             Self::MissingPodGroup { pod, group, .. } => write!(
                 f,
                 "pod {pod} joins gang {group} ({} label), but no PodGroup {group} exists; create it (scheduling.x-k8s.io/v1alpha1, with minMember) or remove the label",

@@ -133,6 +133,17 @@ impl Index {
             if state.spec_error.is_some() || state.deleting {
                 continue;
             }
+            if let Some(limit) = pod.gpu_limit
+                && limit != u64::from(state.spec.count)
+            {
+                survey.problems.push(Problem::LimitMismatch {
+                    pod: key.clone(),
+                    resource: resource.clone(),
+                    limit,
+                    count: state.spec.count,
+                });
+                continue;
+            }
             if let Some(group) = &pod.pod_group {
                 let gang = ObjectKey::new(&key.namespace, group);
                 if !self.key_to_gang.contains_key(&gang) {

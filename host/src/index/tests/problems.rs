@@ -184,3 +184,48 @@ fn gpus_with_repeated_or_empty_uuids_are_skipped() {
     let snapshot = default_snapshot(&index);
     assert_eq!(snapshot.nodes[0].gpus.len(), 1);
 }
+
+#[test]
+fn a_pod_whose_gpu_limit_disagrees_with_its_resource_waits_with_the_reason() {
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let mut index = index();
+    add_gpu_node(&mut index, "n", 8);
+    index.apply_gpuresource(&gpuresource("ml", "r").count(2).build());
+    let with_limit = |name: &str, limit: &str| {
+        let mut pod = pod("ml", name).resource("r").build();
+        let spec = pod.spec.as_mut().expect("spec");
+        spec.containers = vec![k8s_openapi::api::core::v1::Container {
+            name: "main".into(),
+            resources: Some(ResourceRequirements {
+                limits: Some(
+                    [("wasmgpu.io/gpu".to_string(), Quantity(limit.into()))]
+                        .into_iter()
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }];
+        pod
+    };
+    index.apply_pod(&with_limit("one", "1"));
+    index.apply_pod(&with_limit("two", "2"));
+    let problems = index.problems();
+    assert_eq!(
+        problems,
+        [Problem::LimitMismatch {
+            pod: ObjectKey::new("ml", "one"),
+            resource: ObjectKey::new("ml", "r"),
+            limit: 1,
+            count: 2,
+        }]
+    );
+    assert!(problems[0].to_string().contains("set the limit to 2"));
+    let pending: Vec<String> = default_snapshot(&index)
+        .pending
+        .iter()
+        .map(|r| r.pod.clone())
+        .collect();
+    assert_eq!(pending, ["ml/two"]);
+}
