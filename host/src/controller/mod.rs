@@ -108,7 +108,9 @@ async fn podgroups_served(client: &Client) -> bool {
     let api = Api::<PodGroup>::all(client.clone());
     match api.list(&kube::api::ListParams::default().limit(1)).await {
         Ok(_) => true,
-        Err(kube::Error::Api(status)) if status.is_not_found() => false,
+        // An unknown resource type is a bare 404 ("404 page not found"),
+        // without a Status body whose reason says NotFound.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.is_not_found() => false,
         Err(error) => {
             tracing::warn!(%error, "Cannot tell whether PodGroups are served; watching them");
             true
