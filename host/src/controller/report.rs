@@ -82,7 +82,7 @@ impl Reporter {
             problems,
             unhealthy,
             outdated,
-        } = self.shared.index().round_report();
+        } = self.shared.index().round_report(now_ms());
         let counts: Vec<PodCounts> = views
             .iter()
             .map(|v| key_to_counts.get(&v.key).copied().unwrap_or_default())
@@ -213,6 +213,10 @@ impl Reporter {
             Problem::LimitMismatch { resource, .. } if resource == &view.key => Some(p.to_string()),
             _ => None,
         });
+        let gang_timeout = problems.iter().find_map(|p| match p {
+            Problem::GangTimedOut { resource, .. } if resource == &view.key => Some(p.to_string()),
+            _ => None,
+        });
         let mut conditions = Vec::new();
         let phase = if let Some(error) = &view.spec_error {
             conditions.push((
@@ -239,6 +243,9 @@ impl Reporter {
             Phase::Failed
         } else if let Some(message) = mismatch {
             conditions.push((conditions::READY, false, "GPULimitMismatch".into(), message));
+            Phase::Pending
+        } else if let Some(message) = gang_timeout {
+            conditions.push((conditions::READY, false, "GangTimedOut".into(), message));
             Phase::Pending
         } else if counts.referencing == 0 {
             conditions.push((
@@ -394,4 +401,9 @@ fn capitalize(field: &str) -> String {
         .next()
         .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
         .unwrap_or_default()
+}
+
+/// Milliseconds since the Unix epoch, by this machine's clock.
+fn now_ms() -> u64 {
+    u64::try_from(Timestamp::now().as_millisecond()).unwrap_or(0)
 }

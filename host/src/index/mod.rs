@@ -537,13 +537,14 @@ impl Index {
         }
     }
 
-    /// Everything a round reports, from one reading of the holdings.
-    pub fn round_report(&self) -> RoundReport {
+    /// Everything a round reports, from one reading of the holdings, at
+    /// `now_ms` (milliseconds since the Unix epoch: gang timeouts).
+    pub fn round_report(&self, now_ms: u64) -> RoundReport {
         let holdings = self.holdings();
         RoundReport {
             resources: self.resources(),
             counts: self.pod_counts_in(&holdings),
-            problems: self.problems_in(&holdings),
+            problems: self.problems_in(&holdings, now_ms),
             unhealthy: self.unhealthy_holdings_in(&holdings),
             outdated: self.outdated_holdings_in(&holdings),
         }

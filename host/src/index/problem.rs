@@ -51,6 +51,26 @@ pub enum Problem {
         /// The GPUResource's `count`.
         count: u32,
     },
+    /// A gang member has waited longer than its PodGroup's
+    /// `scheduleTimeoutSeconds` and the gang is still short of
+    /// `minMember`. It keeps waiting (the gang may fit later); the gang
+    /// holds nothing to release.
+    GangTimedOut {
+        /// The pod.
+        pod: ObjectKey,
+        /// The GPUResource it uses.
+        resource: ObjectKey,
+        /// Its PodGroup.
+        group: ObjectKey,
+        /// The PodGroup's `scheduleTimeoutSeconds`.
+        timeout_s: u32,
+        /// The PodGroup's `minMember`.
+        min_member: u32,
+        /// Members holding GPUs.
+        bound: u32,
+        /// Members waiting.
+        waiting: u32,
+    },
     /// No node could ever hold the pod's request as posed.
     Unsatisfiable {
         /// The pod.
@@ -79,6 +99,7 @@ impl Problem {
             | Self::MissingResource { pod, .. }
             | Self::MissingPodGroup { pod, .. }
             | Self::LimitMismatch { pod, .. }
+            | Self::GangTimedOut { pod, .. }
             | Self::Unsatisfiable { pod, .. } => Subject::Pod(pod),
             Self::InvalidResource { resource, .. } => Subject::GPUResource(resource),
         }
@@ -92,6 +113,7 @@ impl Problem {
             Self::InvalidResource { .. } => "InvalidSpec",
             Self::MissingPodGroup { .. } => "PodGroupNotFound",
             Self::LimitMismatch { .. } => "GPULimitMismatch",
+            Self::GangTimedOut { .. } => "GangTimedOut",
             Self::Unsatisfiable { .. } => "Unsatisfiable",
         }
     }
@@ -127,6 +149,18 @@ impl fmt::Display for Problem {
                 f,
                 "pod {pod} joins gang {group} ({} label), but no PodGroup {group} exists; create it (scheduling.x-k8s.io/v1alpha1, with minMember) or remove the label",
                 crate::api::POD_GROUP_LABEL
+            ),
+            Self::GangTimedOut {
+                pod,
+                group,
+                timeout_s,
+                min_member,
+                bound,
+                waiting,
+                ..
+            } => write!(
+                f,
+                "pod {pod} of gang {group} has waited longer than the PodGroup's scheduleTimeoutSeconds ({timeout_s} s): {bound} member(s) hold GPUs and {waiting} wait, short of minMember {min_member}; the gang keeps waiting until all of it fits at once and holds no GPUs meanwhile (free GPUs, lower minMember, or delete the gang's pods)"
             ),
             Self::Unsatisfiable {
                 pod,

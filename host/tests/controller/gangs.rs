@@ -11,7 +11,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, CustomResourceExt, ResourceExt};
-use wasmgpu::api::{POD_GROUP_LABEL, PodGroup, PodGroupSpec, Sharing};
+use wasmgpu::api::{GPUResource, POD_GROUP_LABEL, PodGroup, PodGroupSpec, Sharing};
 use wasmgpu_test_harness::{PodPhase, TestContext, set_pod_phase, wait_for};
 
 use super::{devices, node_of};
@@ -46,12 +46,17 @@ async fn install_podgroup_crd(ctx: &TestContext) -> Result<()> {
     Ok(())
 }
 
-async fn podgroup(ctx: &TestContext, name: &str, min_member: i32) -> Result<()> {
+async fn podgroup(
+    ctx: &TestContext,
+    name: &str,
+    min_member: i32,
+    schedule_timeout_seconds: Option<i32>,
+) -> Result<()> {
     let group = PodGroup::new(
         name,
         PodGroupSpec {
             min_member,
-            schedule_timeout_seconds: None,
+            schedule_timeout_seconds,
         },
     );
     ctx.api::<PodGroup>()
@@ -156,20 +161,36 @@ async fn a_gang_binds_whole_once_room_exists_and_one_that_never_fits_binds_nothi
     all_bound(&pods, &fillers).await?;
 
     // A gang of nine 4-GPU members (36 GPUs) can never fit 32: none binds,
-    // and each member is told why.
-    podgroup(&ctx, "huge", 9).await?;
+    // and each member is told why; past its scheduleTimeoutSeconds, each
+    // member and the GPUResource's Ready condition say so.
+    podgroup(&ctx, "huge", 9, Some(2)).await?;
     let huge = members(&ctx, "huge", 9, "four").await?;
     none_bound_for(&pods, &huge, Duration::from_secs(5)).await?;
     let events: Api<Event> = ctx.api();
     let told = wait_for_event(&events, "huge-0", "GangWaiting").await?;
     ensure!(told.contains("gang"), "{told}");
+    let timed_out = wait_for_event(&events, "huge-8", "GangTimedOut").await?;
+    ensure!(
+        timed_out.contains("scheduleTimeoutSeconds (2 s)") && timed_out.contains("9 wait"),
+        "{timed_out}"
+    );
+    let resource = wait_for(
+        &ctx.api::<GPUResource>(),
+        "four",
+        ACT,
+        "Ready=False GangTimedOut",
+        |r| r.is_some_and(|r| ready_reason(r) == Some("GangTimedOut")),
+    )
+    .await?;
+    println!("GangTimedOut: {timed_out}");
+    drop(resource);
     for name in &huge {
         pods.delete(name, &Default::default()).await?;
     }
 
     // A gang of eight 4-GPU members needs all 32: it waits while the
     // fillers run, no member binds early, and all bind once they finish.
-    podgroup(&ctx, "train", 8).await?;
+    podgroup(&ctx, "train", 8, None).await?;
     let train = members(&ctx, "train", 8, "four").await?;
     none_bound_for(&pods, &train, Duration::from_secs(5)).await?;
     let started = Instant::now();
@@ -195,6 +216,17 @@ async fn a_gang_binds_whole_once_room_exists_and_one_that_never_fits_binds_nothi
     drop(controller);
     remove_nodes(&ctx, &nodes).await?;
     Ok(())
+}
+
+/// The reason of a GPUResource's `Ready` condition.
+fn ready_reason(resource: &GPUResource) -> Option<&str> {
+    resource
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.as_str())
 }
 
 async fn wait_for_event(events: &Api<Event>, pod: &str, reason: &str) -> Result<String> {
@@ -224,7 +256,7 @@ async fn a_controller_killed_while_binding_a_gang_finishes_it_after_a_restart() 
     }
     gpuresource(&ctx, "two", 2, Sharing::Exclusive, 0, None).await?;
     let pods = ctx.api::<Pod>();
-    podgroup(&ctx, "train", 16).await?;
+    podgroup(&ctx, "train", 16, None).await?;
     let train = members(&ctx, "train", 16, "two").await?;
 
     // One binding at a time: the kill lands while the gang is half bound.

@@ -242,6 +242,16 @@ impl TestPod {
         self
     }
 
+    /// Joins gang `group` (a PodGroup in the pod's namespace).
+    pub fn gang(mut self, group: &str) -> Self {
+        self.0
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(crate::api::POD_GROUP_LABEL.into(), group.into());
+        self
+    }
+
     pub fn created_ms(mut self, ms: i64) -> Self {
         self.0.metadata.creation_timestamp = Some(Time(Timestamp::from_millisecond(ms).unwrap()));
         self
@@ -432,6 +442,24 @@ fn devices(uuids: &[&str], mib: u64) -> Vec<Device> {
             memory_mib: mib,
         })
         .collect()
+}
+
+/// A PodGroup `namespace/name` of `min_member`, with a schedule timeout.
+pub(super) fn podgroup(
+    namespace: &str,
+    name: &str,
+    min_member: i32,
+    timeout_s: Option<i32>,
+) -> crate::api::PodGroup {
+    let mut group = crate::api::PodGroup::new(
+        name,
+        crate::api::PodGroupSpec {
+            min_member,
+            schedule_timeout_seconds: timeout_s,
+        },
+    );
+    group.metadata.namespace = Some(namespace.into());
+    group
 }
 
 pub(super) fn index() -> Index {

@@ -229,3 +229,56 @@ fn a_pod_whose_gpu_limit_disagrees_with_its_resource_waits_with_the_reason() {
         .collect();
     assert_eq!(pending, ["ml/two"]);
 }
+
+#[test]
+fn gang_members_past_their_schedule_timeout_are_reported_and_keep_waiting() {
+    const CREATED_MS: i64 = 1_700_000_000_000;
+    let mut index = index();
+    add_gpu_node(&mut index, "n", 8);
+    index.apply_gpuresource(&gpuresource("ml", "r").count(4).build());
+    index.apply_podgroup(&podgroup("ml", "train", 3, Some(60)));
+    index.apply_podgroup(&podgroup("ml", "patient", 3, None));
+    for i in 0..3 {
+        let member = |gang: &str| {
+            pod("ml", &format!("{gang}-{i}"))
+                .resource("r")
+                .gang(gang)
+                .created_ms(CREATED_MS + i64::from(i) * 1000)
+                .build()
+        };
+        index.apply_pod(&member("train"));
+        index.apply_pod(&member("patient"));
+    }
+    let at = |seconds: i64| {
+        index
+            .round_report(u64::try_from(CREATED_MS + seconds * 1000).unwrap())
+            .problems
+    };
+    // The oldest member decides: 60 s after it, not yet; past 60 s, every
+    // member of the gang with a timeout is told, the other gang is not.
+    assert_eq!(at(60), []);
+    let problems = at(61);
+    let pods: Vec<String> = problems
+        .iter()
+        .map(|p| match p.subject() {
+            Subject::Pod(pod) => pod.to_string(),
+            other => panic!("reported on {other:?}"),
+        })
+        .collect();
+    assert_eq!(pods, ["ml/train-0", "ml/train-1", "ml/train-2"]);
+    assert_eq!(problems[0].reason(), "GangTimedOut");
+    let message = problems[0].to_string();
+    assert!(
+        message.contains("gang ml/train")
+            && message.contains("scheduleTimeoutSeconds (60 s)")
+            && message.contains("0 member(s) hold GPUs and 3 wait, short of minMember 3"),
+        "{message}"
+    );
+    // They still wait for room: the policy still sees them.
+    let pending: Vec<String> = default_snapshot(&index)
+        .pending
+        .iter()
+        .map(|r| r.pod.clone())
+        .collect();
+    assert_eq!(pending.len(), 6, "{pending:?}");
+}
