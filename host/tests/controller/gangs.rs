@@ -6,10 +6,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, CustomResourceExt, ResourceExt};
 use wasmgpu::api::{GPUResource, POD_GROUP_LABEL, PodGroup, PodGroupSpec, Sharing};
 use wasmgpu_test_harness::{PodPhase, TestContext, set_pod_phase, wait_for};
@@ -261,23 +263,29 @@ async fn a_controller_killed_while_binding_a_gang_finishes_it_after_a_restart() 
 
     // One binding at a time: the kill lands while the gang is half bound.
     let flags = ["--write-concurrency".to_string(), "1".to_string()];
+    // A watch sees the first binding within milliseconds: the kill lands
+    // then, not after a poll of every member.
+    let mut watch = watcher(pods.clone(), Default::default())
+        .applied_objects()
+        .boxed();
     let controller = Controller::start_with(&ctx, &flags).await?;
-    let until = Instant::now() + ACT;
-    let partial = loop {
-        let bound = bound_of(&pods, &train).await?;
-        if !bound.is_empty() {
-            break bound.len();
+    let first_bound = tokio::time::timeout(ACT, async {
+        while let Some(pod) = watch.try_next().await? {
+            if node_of(&pod).is_some() {
+                return Ok(pod.name_any());
+            }
         }
-        ensure!(
-            Instant::now() < until,
-            "no member was bound:\n{}",
-            controller.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        anyhow::bail!("the pod watch ended")
+    })
+    .await;
+    let partial = match first_bound {
+        Ok(Ok(name)) => name,
+        Ok(Err(error)) => return Err(error),
+        Err(_) => anyhow::bail!("no member was bound:\n{}", controller.log_tail()),
     };
     controller.kill().await?;
     let after_kill = bound_of(&pods, &train).await?.len();
-    println!("killed with {partial}..{after_kill} of 16 members bound");
+    println!("killed after {partial} was bound, with {after_kill} of 16 members bound");
     let group = ctx.api::<PodGroup>().get("train").await?;
     ensure!(
         after_kill == 16
