@@ -8,6 +8,7 @@ mod common;
 mod configmaps;
 mod gangs;
 mod holdings;
+mod mig;
 mod oci;
 mod operate;
 mod outage;
