@@ -119,6 +119,71 @@ fn run_prints_decisions_with_the_hosts_verdict() {
 }
 
 #[test]
+fn run_shows_gangs_and_what_each_namespace_holds_and_gets() {
+    use wasmgpu::engine::types::Gang;
+    let demo = repo("policies/snapshots/demo.json");
+    let mut snapshot: Snapshot =
+        serde_json::from_str(&std::fs::read_to_string(&demo).unwrap()).unwrap();
+    let of = |namespace: &str| -> Vec<u32> {
+        let positions = snapshot.pending.iter().enumerate();
+        positions
+            .filter(|(_, r)| r.namespace == namespace)
+            .map(|(i, _)| i as u32)
+            .collect()
+    };
+    // Every ml pod in one gang that needs more members than exist: held back.
+    let ml = of("ml");
+    assert!(!ml.is_empty());
+    for &i in &ml {
+        snapshot.pending[i as usize].gang = Some(0);
+    }
+    snapshot.gangs.push(Gang {
+        name: "ml/too-big".into(),
+        min_member: ml.len() as u32 + 1,
+        bound: 0,
+        pending: ml.clone(),
+    });
+    let snap = temp_file(
+        "gang-snapshot.json",
+        serde_json::to_string(&snapshot).unwrap().as_bytes(),
+    );
+    let args = [
+        "policy",
+        "run",
+        &policy("binpack"),
+        "--snapshot",
+        snap.to_str().unwrap(),
+    ];
+    let out = wasmgpu(&args);
+    assert!(out.status.success(), "{}", text(&out));
+    let shown = text(&out);
+    assert!(
+        shown.contains("GANG") && shown.contains("ml/too-big") && shown.contains("NAMESPACE"),
+        "{shown}"
+    );
+
+    let out = wasmgpu(&[&args[..], &["--output", "json"]].concat());
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gang = &json["gangs"][0];
+    assert_eq!(gang["name"], "ml/too-big", "{gang}");
+    assert_eq!(gang["placed"], 0, "{gang}");
+    assert_eq!(gang["pending"], ml.len(), "{gang}");
+    let namespaces = json["namespaces"].as_array().unwrap();
+    let ns = |name: &str| {
+        namespaces
+            .iter()
+            .find(|n| n["namespace"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {namespaces:?}"))
+    };
+    assert_eq!(ns("ml")["gpusPlaced"], 0, "{namespaces:?}");
+    assert!(
+        ns("research")["gpusPlaced"].as_u64().unwrap() > 0,
+        "{namespaces:?}"
+    );
+    assert_eq!(ns("ml")["pending"], ml.len(), "{namespaces:?}");
+}
+
+#[test]
 fn refused_decisions_can_fail_the_command() {
     let demo = repo("policies/snapshots/demo.json");
     // The hostile policy reads its misbehaviour from the snapshot's config.

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::agent::Reading;
 use crate::api::GPUNodeStatus;
-use crate::engine::types::{Decision, Snapshot};
+use crate::engine::types::{Decision, Sharing, Snapshot};
 use crate::engine::{LoadedPolicy, RoundStats};
 use crate::validate::Verdict;
 
@@ -96,6 +96,11 @@ pub(crate) struct RunOutput {
     pub decisions: Vec<DecisionOutput>,
     /// The decisions, counted.
     pub summary: Summary,
+    /// Each gang of the snapshot and what the round did with it.
+    pub gangs: Vec<GangOutcome>,
+    /// What each namespace with pending pods or holdings holds before the
+    /// round and gets in it (fair-share policies serve tenants of these).
+    pub namespaces: Vec<NamespaceHoldings>,
     /// What the call cost.
     pub stats: Stats,
 }
@@ -332,6 +337,117 @@ impl Summary {
                 .filter(|p| !named.contains(p))
                 .count(),
         }
+    }
+}
+
+/// A gang of a snapshot and what one round did with it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct GangOutcome {
+    /// `namespace/name` of its PodGroup.
+    pub name: String,
+    /// How many members must hold GPUs together.
+    pub min_member: u32,
+    /// Members holding GPUs before the round.
+    pub bound: u32,
+    /// Members pending in the round.
+    pub pending: usize,
+    /// Members the round places (valid assignments applied).
+    pub placed: usize,
+    /// Valid assignments the host holds back: with the members bound they
+    /// do not reach `minMember`, so none of them is applied.
+    pub held_back: usize,
+}
+
+impl GangOutcome {
+    /// Every gang of `snapshot`, with the verdict's outcome.
+    pub(crate) fn of(snapshot: &Snapshot, verdict: &Verdict) -> Vec<Self> {
+        snapshot
+            .gangs
+            .iter()
+            .map(|gang| {
+                let member = |position: &usize| gang.pending.contains(&(*position as u32));
+                GangOutcome {
+                    name: gang.name.clone(),
+                    min_member: gang.min_member,
+                    bound: gang.bound,
+                    pending: gang.pending.len(),
+                    placed: verdict
+                        .accepted
+                        .iter()
+                        .filter(|p| member(&p.request))
+                        .count(),
+                    held_back: verdict.held_back.iter().filter(|p| member(p)).count(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// What one namespace holds before a round and gets in it.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NamespaceHoldings {
+    /// The namespace.
+    pub namespace: String,
+    /// Whole GPUs held before the round.
+    pub gpus: u32,
+    /// MIG instances held before the round.
+    pub mig_instances: u32,
+    /// Memory of shared GPUs held before the round, MiB.
+    #[serde(rename = "sharedMiB")]
+    pub shared_mib: u64,
+    /// Pods pending in the round.
+    pub pending: usize,
+    /// Whole GPUs the round places.
+    pub gpus_placed: u32,
+    /// MIG instances the round places.
+    pub mig_instances_placed: u32,
+    /// Shared memory the round places, MiB.
+    #[serde(rename = "sharedMiBPlaced")]
+    pub shared_mib_placed: u64,
+}
+
+impl NamespaceHoldings {
+    /// Per namespace (sorted), from the snapshot's usage and pending pods
+    /// and the verdict's placements.
+    pub(crate) fn of(snapshot: &Snapshot, verdict: &Verdict) -> Vec<Self> {
+        let mut by_name = std::collections::BTreeMap::new();
+        fn entry<'a>(
+            by_name: &'a mut std::collections::BTreeMap<String, NamespaceHoldings>,
+            namespace: &str,
+        ) -> &'a mut NamespaceHoldings {
+            by_name
+                .entry(namespace.to_string())
+                .or_insert_with(|| NamespaceHoldings {
+                    namespace: namespace.to_string(),
+                    ..Default::default()
+                })
+        }
+        for usage in &snapshot.usage {
+            let e = entry(&mut by_name, &usage.namespace);
+            e.gpus += usage.exclusive_gpus;
+            e.mig_instances += usage.mig_instances;
+            e.shared_mib += usage.shared_mib;
+        }
+        for request in &snapshot.pending {
+            entry(&mut by_name, &request.namespace).pending += 1;
+        }
+        for placement in &verdict.accepted {
+            let Some(request) = snapshot.pending.get(placement.request) else {
+                continue;
+            };
+            let e = entry(&mut by_name, &request.namespace);
+            let units = placement.gpus.len() as u32;
+            match (request.sharing, request.mig_profile.is_some()) {
+                (_, true) => e.mig_instances_placed += units,
+                (Sharing::Exclusive, false) => e.gpus_placed += units,
+                (Sharing::Shared, false) => {
+                    e.shared_mib_placed += request.memory_mib * u64::from(units);
+                }
+            }
+        }
+        by_name.into_values().collect()
     }
 }
 

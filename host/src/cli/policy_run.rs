@@ -8,8 +8,9 @@ use anyhow::{Context, bail};
 
 use super::out;
 use super::output::{
-    BenchOutput, CompareOutput, ComparedPolicy, DecisionBody, DecisionOutput, Phase, Phases,
-    PolicyRef, RunOutput, SnapshotSummary, Stats, Summary, VerdictKind, decisions,
+    BenchOutput, CompareOutput, ComparedPolicy, DecisionBody, DecisionOutput, GangOutcome,
+    NamespaceHoldings, Phase, Phases, PolicyRef, RunOutput, SnapshotSummary, Stats, Summary,
+    VerdictKind, decisions,
 };
 use super::policy::Output;
 use super::table::Table;
@@ -36,6 +37,8 @@ pub(crate) fn run(
         snapshot: SnapshotSummary::of(snapshot),
         decisions: decisions(snapshot, &round.decisions, &verdict),
         summary: Summary::of(snapshot, &round.decisions, &verdict),
+        gangs: GangOutcome::of(snapshot, &verdict),
+        namespaces: NamespaceHoldings::of(snapshot, &verdict),
         stats: Stats::of(&round.stats, validated),
     };
     match output {
@@ -87,6 +90,8 @@ fn run_table(run: &RunOutput) -> String {
         "\n{} assigned, {} waiting, {} rejected by the policy, {} refused by the host; {} pod(s) not mentioned\n",
         summary.assigned, summary.waiting, summary.rejected, summary.refused, summary.not_mentioned,
     );
+    text += &gangs_table(&run.gangs);
+    text += &namespaces_table(&run.namespaces);
     text += &format!(
         "fuel {}  instantiate {:?}  call {:?}  validate {:?}  peak memory {:.1} MiB\n",
         stats.fuel_used,
@@ -102,6 +107,60 @@ fn run_table(run: &RunOutput) -> String {
         text += &format!("log: … {} more line(s) dropped\n", stats.log_dropped);
     }
     text
+}
+
+/// The gangs, when the snapshot has any.
+fn gangs_table(gangs: &[GangOutcome]) -> String {
+    if gangs.is_empty() {
+        return String::new();
+    }
+    let mut table = Table::new(&[
+        "GANG",
+        "MIN-MEMBER",
+        "BOUND",
+        "PENDING",
+        "PLACED",
+        "HELD-BACK",
+    ]);
+    for gang in gangs {
+        table.row(vec![
+            gang.name.clone(),
+            gang.min_member.to_string(),
+            gang.bound.to_string(),
+            gang.pending.to_string(),
+            gang.placed.to_string(),
+            gang.held_back.to_string(),
+        ]);
+    }
+    format!("\n{}", table.render())
+}
+
+/// What each namespace holds and gets: before → after the round.
+fn namespaces_table(namespaces: &[NamespaceHoldings]) -> String {
+    if namespaces.is_empty() {
+        return String::new();
+    }
+    let mut table = Table::new(&["NAMESPACE", "PENDING", "GPUS", "MIG", "SHARED-MIB"]);
+    let change = |before: u64, placed: u64| {
+        if placed == 0 {
+            before.to_string()
+        } else {
+            format!("{before} -> {}", before + placed)
+        }
+    };
+    for ns in namespaces {
+        table.row(vec![
+            ns.namespace.clone(),
+            ns.pending.to_string(),
+            change(u64::from(ns.gpus), u64::from(ns.gpus_placed)),
+            change(
+                u64::from(ns.mig_instances),
+                u64::from(ns.mig_instances_placed),
+            ),
+            change(ns.shared_mib, ns.shared_mib_placed),
+        ]);
+    }
+    format!("\n{}", table.render())
 }
 
 fn pod(decision: &DecisionOutput) -> &str {
