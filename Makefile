@@ -12,7 +12,7 @@ help: ## List the targets
 
 # --- policies and the wasmgpu binary --------------------------------------
 # Policies are built for wasm32-wasip2 with the size-optimised `policy` profile.
-POLICIES := wasmgpu-binpack wasmgpu-spread wasmgpu-hostile-policy
+POLICIES := wasmgpu-binpack wasmgpu-spread wasmgpu-fairshare wasmgpu-hostile-policy
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 export WASMGPU_POLICY_DIR := $(TARGET_DIR)/$(WASM_TARGET)/policy
 WASMGPU := $(TARGET_DIR)/release/wasmgpu
@@ -58,6 +58,7 @@ test-sdks: ## Unit tests of the JavaScript, Python and Go SDKs, run natively
 deploy-policies: policies ## Refresh the shipped policy components in deploy/policies (ConfigMaps)
 	@cp $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm deploy/policies/binpack.wasm
 	@cp $(WASMGPU_POLICY_DIR)/wasmgpu_spread.wasm deploy/policies/spread.wasm
+	@cp $(WASMGPU_POLICY_DIR)/wasmgpu_fairshare.wasm deploy/policies/fairshare.wasm
 	@sha256sum deploy/policies/*.wasm | sed 's/^/    /'
 
 build: toolchain ## Build the wasmgpu binary (release)

@@ -106,6 +106,7 @@ async fn the_readme_install_command_installs_everything_and_a_second_run_changes
         "DaemonSet/wasmgpu-system/wasmgpu-agent",
         "ConfigMap/wasmgpu-system/binpack",
         "ConfigMap/wasmgpu-system/spread",
+        "ConfigMap/wasmgpu-system/fairshare",
     ] {
         ensure!(
             wanted.iter().any(|w| w == object),
@@ -170,6 +171,7 @@ fn the_shipped_policy_components_decide_as_their_sources_do() {
                 as fn(&wasmgpu_policy_sdk::Snapshot) -> Vec<wasmgpu_policy_sdk::Decision>,
         ),
         ("spread.wasm", wasmgpu_spread::allocate),
+        ("fairshare.wasm", wasmgpu_fairshare::allocate),
     ] {
         let bytes = std::fs::read(root.join(file)).expect("deploy/policies component");
         let shipped = engine

@@ -6,6 +6,7 @@ mod chaos;
 #[path = "../common/mod.rs"]
 mod common;
 mod configmaps;
+mod fairshare;
 mod gangs;
 mod holdings;
 mod mig;
