@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -23,18 +23,9 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::{Channel, Server};
-use tonic::{Request, Response, Status};
-use wasmgpu::agent::deviceplugin::proto::device_plugin_client::DevicePluginClient;
-use wasmgpu::agent::deviceplugin::proto::registration_server::{Registration, RegistrationServer};
-use wasmgpu::agent::deviceplugin::proto::{
-    AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse,
-    ContainerPreferredAllocationRequest, Device, Empty, PreferredAllocationRequest,
-    RegisterRequest,
-};
-use wasmgpu::agent::deviceplugin::{KUBELET_SOCKET, RESOURCE_NAME, connect};
+use wasmgpu::agent::deviceplugin::RESOURCE_NAME;
+use wasmgpu::agent::deviceplugin::kubelet::{Kubelet, PluginConnection};
+use wasmgpu::agent::deviceplugin::proto::ContainerAllocateResponse;
 use wasmgpu::api::{PodAllocation, Sharing};
 use wasmgpu_test_harness::{FakeNode, PodPhase, TestContext, set_pod_phase};
 
@@ -45,164 +36,6 @@ const GPU_MIB: u64 = 81559;
 /// `--min-share-mib`: 81559 / 16384 = 4 replicas per GPU.
 const MIN_SHARE_MIB: u64 = 16384;
 const REPLICAS: usize = 4;
-
-// === the kubelet's side ===
-
-/// The kubelet's Registration service: forwards each request.
-struct Registrations(mpsc::UnboundedSender<RegisterRequest>);
-
-#[tonic::async_trait]
-impl Registration for Registrations {
-    async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
-        let _ = self.0.send(request.into_inner());
-        Ok(Response::new(Empty {}))
-    }
-}
-
-/// A kubelet's device manager: serves `kubelet.sock` in its directory.
-struct Kubelet {
-    dir: PathBuf,
-    stop: oneshot::Sender<()>,
-    registered: mpsc::UnboundedReceiver<RegisterRequest>,
-}
-
-impl Kubelet {
-    fn start(dir: &Path) -> Result<Self> {
-        let socket = dir.join(KUBELET_SOCKET);
-        let _ = std::fs::remove_file(&socket);
-        let listener = tokio::net::UnixListener::bind(&socket)?;
-        let (sender, registered) = mpsc::unbounded_channel();
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(
-            Server::builder()
-                .add_service(RegistrationServer::new(Registrations(sender)))
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
-                    let _ = stopped.await;
-                }),
-        );
-        Ok(Self {
-            dir: dir.to_owned(),
-            stop,
-            registered,
-        })
-    }
-
-    /// The next Register call, within `within`.
-    async fn registration(&mut self, within: Duration) -> Result<RegisterRequest> {
-        tokio::time::timeout(within, self.registered.recv())
-            .await
-            .context("no Register from the plugin")?
-            .context("registration server gone")
-    }
-
-    /// Stops, removes its socket and every plugin socket (as a starting
-    /// kubelet does), and starts again.
-    fn restart(self) -> Result<Self> {
-        let _ = self.stop.send(());
-        for entry in std::fs::read_dir(&self.dir)? {
-            std::fs::remove_file(entry?.path())?;
-        }
-        Self::start(&self.dir)
-    }
-}
-
-/// The kubelet's connection to the plugin: the device list ListAndWatch
-/// last sent, and the client for the allocation calls.
-struct PluginConnection {
-    client: DevicePluginClient<Channel>,
-    devices: watch::Receiver<Vec<Device>>,
-}
-
-impl PluginConnection {
-    async fn open(dir: &Path, registration: &RegisterRequest) -> Result<Self> {
-        let channel = connect(&dir.join(&registration.endpoint)).await?;
-        let mut client = DevicePluginClient::new(channel);
-        let options = client
-            .get_device_plugin_options(Empty {})
-            .await?
-            .into_inner();
-        ensure!(options.get_preferred_allocation_available, "{options:?}");
-        let mut stream = client.list_and_watch(Empty {}).await?.into_inner();
-        let (sender, devices) = watch::channel(Vec::new());
-        tokio::spawn(async move {
-            while let Ok(Some(response)) = stream.message().await {
-                sender.send_replace(response.devices);
-            }
-        });
-        Ok(Self { client, devices })
-    }
-
-    /// Waits until the device list satisfies `cond`.
-    async fn wait_devices(
-        &mut self,
-        within: Duration,
-        what: &str,
-        cond: impl Fn(&[Device]) -> bool,
-    ) -> Result<Vec<Device>> {
-        let deadline = Instant::now() + within;
-        loop {
-            let devices = self.devices.borrow_and_update().clone();
-            if cond(&devices) {
-                return Ok(devices);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero()
-                || tokio::time::timeout(left, self.devices.changed())
-                    .await
-                    .is_err()
-            {
-                bail!("ListAndWatch never showed {what} within {within:?}: {devices:?}");
-            }
-        }
-    }
-
-    /// The healthy device IDs not in `in_use`, as the kubelet offers them.
-    fn available(&self, in_use: &HashSet<String>) -> Vec<String> {
-        self.devices
-            .borrow()
-            .iter()
-            .filter(|d| d.health == "Healthy" && !in_use.contains(&d.id))
-            .map(|d| d.id.clone())
-            .collect()
-    }
-
-    /// The device manager's admission of one container asking for `size`:
-    /// GetPreferredAllocation, then Allocate with the preferred IDs.
-    async fn admit(
-        &mut self,
-        in_use: &HashSet<String>,
-        size: usize,
-    ) -> Result<(Vec<String>, ContainerAllocateResponse)> {
-        let preferred = self
-            .client
-            .get_preferred_allocation(PreferredAllocationRequest {
-                container_requests: vec![ContainerPreferredAllocationRequest {
-                    available_device_i_ds: self.available(in_use),
-                    must_include_device_i_ds: Vec::new(),
-                    allocation_size: size as i32,
-                }],
-            })
-            .await?
-            .into_inner();
-        let ids = preferred.container_responses[0].device_i_ds.clone();
-        ensure!(ids.len() == size, "preferred {ids:?} for {size}");
-        let response = self.allocate(&ids).await?;
-        Ok((ids, response))
-    }
-
-    async fn allocate(&mut self, ids: &[String]) -> Result<ContainerAllocateResponse, Status> {
-        let response = self
-            .client
-            .allocate(AllocateRequest {
-                container_requests: vec![ContainerAllocateRequest {
-                    devices_ids: ids.to_vec(),
-                }],
-            })
-            .await?
-            .into_inner();
-        Ok(response.container_responses[0].clone())
-    }
-}
 
 // === the agent ===
 
@@ -494,20 +327,9 @@ async fn the_kubelet_gets_exactly_the_policys_gpus_through_the_device_plugin() -
         .find(|u| *u != given)
         .expect("8 GPUs");
     let preferred = plugin
-        .client
-        .get_preferred_allocation(PreferredAllocationRequest {
-            container_requests: vec![ContainerPreferredAllocationRequest {
-                available_device_i_ds: plugin.available(&HashSet::new()),
-                must_include_device_i_ds: Vec::new(),
-                allocation_size: 1,
-            }],
-        })
-        .await?
-        .into_inner();
-    assert_eq!(
-        preferred.container_responses[0].device_i_ds,
-        [given.as_str()]
-    );
+        .preferred(plugin.available(&HashSet::new()), 1)
+        .await?;
+    assert_eq!(preferred, [given.as_str()]);
     let refused = plugin
         .allocate(std::slice::from_ref(&other))
         .await

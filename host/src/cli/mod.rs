@@ -6,6 +6,7 @@ mod controller;
 mod crd;
 mod out;
 mod output;
+mod play_kubelet;
 mod policy;
 mod policy_cluster;
 mod policy_new;
@@ -46,6 +47,10 @@ enum Command {
     Crd(crd::CrdCommand),
     // Its help is the doc of `AgentCommand`.
     Agent(agent::AgentCommand),
+    /// Play a node's kubelet once (a node without one: demo, simulation):
+    /// admit its pods through the wasmgpu device plugin and print what each
+    /// container receives.
+    PlayKubelet(play_kubelet::PlayKubeletCommand),
 }
 
 impl Cli {
@@ -59,6 +64,7 @@ impl Cli {
             Command::Controller(command) => command.run(),
             Command::Crd(command) => command.run(),
             Command::Agent(command) => command.run(),
+            Command::PlayKubelet(command) => command.run(),
         })
     }
 }

@@ -23,9 +23,12 @@
 //! * [`pods`]: the pods bound to this node; the hand-over and refusal writes.
 //! * [`server`]: the gRPC service.
 //! * [`registration`]: the socket, `Register`, and re-registration.
+//! * [`kubelet`]: the kubelet's side, for nodes without one (`wasmgpu
+//!   play-kubelet`, tests).
 
 pub mod devices;
 pub mod handoff;
+pub mod kubelet;
 pub mod pods;
 pub mod proto;
 pub mod registration;
