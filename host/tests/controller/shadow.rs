@@ -145,7 +145,7 @@ async fn a_shadow_is_compared_with_its_primary_and_never_applied() -> Result<()>
     )
     .await?;
 
-    let alone: Vec<String> = (0..6).map(|i| format!("alone-{i}")).collect();
+    let alone: Vec<String> = (0..7).map(|i| format!("alone-{i}")).collect();
     let times_alone = one_by_one(&ctx, &alone).await?;
 
     let observed = publish_shadow(
@@ -163,21 +163,21 @@ async fn a_shadow_is_compared_with_its_primary_and_never_applied() -> Result<()>
         "{loaded:?}"
     );
     assert_eq!(loaded.shadow_of.as_deref(), Some("binpack"));
-    let beside: Vec<String> = (0..6).map(|i| format!("beside-{i}")).collect();
+    let beside: Vec<String> = (0..7).map(|i| format!("beside-{i}")).collect();
     let times_beside = one_by_one(&ctx, &beside).await?;
     controller.check_alive()?;
 
-    // Bound as binpack decides: twelve one-GPU pods fill one node of 8,
-    // then half of another (spread would have put 3 on each of the 4).
+    // Bound as binpack decides: fourteen one-GPU pods fill one node of 8,
+    // then 6 of another (spread would have put 3 or 4 on each of the 4).
     let placed = placements(&ctx).await?;
-    assert_eq!(placed.len(), 12, "{placed:?}");
+    assert_eq!(placed.len(), 14, "{placed:?}");
     let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
     for (node, _) in placed.values() {
         *per_node.entry(node.as_str()).or_default() += 1;
     }
     let mut counts: Vec<usize> = per_node.values().copied().collect();
     counts.sort();
-    assert_eq!(counts, [4, 8], "{per_node:?}");
+    assert_eq!(counts, [6, 8], "{per_node:?}");
     let digests = super::configmaps::pod_digests(&ctx, "one").await?;
     let binpack = Digest::of(&policy_bytes("binpack")).to_string();
     assert!(digests.values().all(|d| *d == binpack), "{digests:?}");
@@ -185,7 +185,7 @@ async fn a_shadow_is_compared_with_its_primary_and_never_applied() -> Result<()>
     // The shadow's status: spread chose other nodes, each difference names
     // the primary's placement as the pod was bound.
     let status = wait_shadow(&ctx, "spread-next", "pods placed differently", |s| {
-        s.rounds_compared >= 6 && s.totals.other_node > 0
+        s.rounds_compared >= 7 && s.totals.other_node > 0
     })
     .await?;
     assert_eq!(status.primary, "binpack");
@@ -289,11 +289,59 @@ async fn a_shadow_is_compared_with_its_primary_and_never_applied() -> Result<()>
         "{error:?}"
     );
 
+    // Published again without --shadow-of: it decides under its own name,
+    // and keeps no comparison.
+    let spread = policy_dir()
+        .join("wasmgpu_spread.wasm")
+        .display()
+        .to_string();
+    wasmgpu(
+        &ctx,
+        &[
+            "policy",
+            "publish",
+            &spread,
+            "--name",
+            "spread-next",
+            "-n",
+            &ctx.namespace,
+        ],
+    )
+    .await?;
+    let observed = fingerprint(&ctx.api::<ConfigMap>().get("spread-next").await?);
+    let decides = wait_observed(&ctx, "spread-next", &observed).await?;
+    assert_eq!(decides.shadow_of, None, "{decides:?}");
+    let configmap = wait_for(
+        &ctx.api::<ConfigMap>(),
+        "spread-next",
+        ACT,
+        "shadow status removed",
+        |c| c.is_some_and(|c| !c.annotations().contains_key(SHADOW_STATUS_ANNOTATION)),
+    )
+    .await?
+    .expect("exists");
+    assert!(
+        !configmap
+            .annotations()
+            .contains_key(wasmgpu::api::policy::SHADOW_OF_ANNOTATION),
+        "{:?}",
+        configmap.annotations()
+    );
+
+    println!("{shown}");
     let (median_alone, max_alone) = median_and_max(&times_alone);
     let (median_beside, max_beside) = median_and_max(&times_beside);
+    let calls: Vec<String> = status
+        .recent
+        .iter()
+        .filter_map(|r| r.call_micros)
+        .map(|us| format!("{:.2}ms", us as f64 / 1000.0))
+        .collect();
     println!(
-        "creation to binding, one pod at a time: without a shadow median {median_alone:?} max {max_alone:?}; \
-         with a shadow median {median_beside:?} max {max_beside:?}"
+        "creation to binding, one pod at a time ({} pods each): without a shadow median \
+         {median_alone:?} max {max_alone:?} (all: {times_alone:?}); with a shadow median \
+         {median_beside:?} max {max_beside:?} (all: {times_beside:?}); shadow calls: {calls:?}",
+        times_alone.len()
     );
     drop(controller);
     remove_nodes(&ctx, &nodes).await
