@@ -7,6 +7,7 @@
 //! * [`engine`] loads and runs policy components (no Kubernetes in it).
 //! * [`oci`] pulls and pushes policy components in OCI registries (no Kubernetes in it).
 //! * [`validate`] checks a policy's decisions against the snapshot it saw.
+//! * [`shadow`] compares a shadow policy's verdict with its primary's (no I/O).
 //! * [`controller`] wires watches, index, policies and API writes together.
 //! * [`agent`] publishes a node's GPUs as its `GPUNode` (NVML or an inventory file).
 //! * [`cli`] is the `wasmgpu` command line.
@@ -19,6 +20,7 @@ pub mod controller;
 pub mod engine;
 pub mod index;
 pub mod oci;
+pub mod shadow;
 pub mod validate;
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ mod policy_cluster;
 mod policy_new;
 mod policy_push;
 mod policy_run;
+mod policy_shadow;
 mod policy_snapshot;
 mod snapshot_contract;
 mod snapshot_file;

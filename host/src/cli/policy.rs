@@ -132,6 +132,13 @@ pub(crate) enum PolicyCommand {
         /// The policy's parameters (JSON), handed to it as `snapshot.config`.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Publish it as a shadow of policy PRIMARY (annotation
+        /// `wasmgpu.io/shadow-of`): the controller calls it after PRIMARY on
+        /// the same snapshots and compares its decisions, never applying
+        /// them (`wasmgpu policy shadow NAME` shows how they compare).
+        /// Publishing NAME again without it makes NAME decide.
+        #[arg(long, value_name = "PRIMARY")]
+        shadow_of: Option<String>,
         /// The controller's policy namespace [default: $POD_NAMESPACE, else wasmgpu-system].
         #[arg(long, short)]
         namespace: Option<String>,
@@ -152,10 +159,28 @@ pub(crate) enum PolicyCommand {
         registry: super::policy_push::RegistryArgs,
     },
     /// Show the policy ConfigMaps in the cluster and what the controller
-    /// made of each: active digest and version, when it was loaded, and why
-    /// the last version tried was rejected (from the `wasmgpu.io/status`
+    /// made of each: the policy a shadow runs beside (SHADOW-OF), active
+    /// digest and version, the digest of its config.json (CONFIG: a change
+    /// of parameters alone shows there), when it was loaded, and why the
+    /// last version tried was rejected (from the `wasmgpu.io/status`
     /// annotation the controller writes).
     List {
+        /// The controller's policy namespace [default: $POD_NAMESPACE, else wasmgpu-system].
+        #[arg(long, short)]
+        namespace: Option<String>,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// Show how shadow policy NAME's decisions compare with its primary's,
+    /// from the `wasmgpu.io/shadow-status` annotation the controller writes:
+    /// pods placed on the same node and GPUs, the same node on other GPUs,
+    /// another node, by the primary only, by the shadow only, and decisions
+    /// of the shadow the host refused; since when, rounds compared, failed
+    /// and skipped (its previous call still ran), the last error, and the
+    /// last rounds with the pods decided differently.
+    Shadow {
+        /// The shadow policy (its ConfigMap's name).
+        name: String,
         /// The controller's policy namespace [default: $POD_NAMESPACE, else wasmgpu-system].
         #[arg(long, short)]
         namespace: Option<String>,
@@ -407,19 +432,24 @@ impl PolicyCommand {
                 pull_secret,
                 name,
                 config,
+                shadow_of,
                 namespace,
             } => {
-                let namespace = super::policy_cluster::namespace(namespace);
+                let target = super::policy_cluster::Target {
+                    name,
+                    namespace: super::policy_cluster::namespace(namespace),
+                    shadow_of,
+                };
+                target.check()?;
                 match (file, oci) {
                     (_, Some(reference)) => super::policy_cluster::publish_ref(
                         &reference,
                         pull_secret.as_deref(),
-                        &name,
                         config.as_deref(),
-                        namespace,
+                        &target,
                     ),
                     (Some(file), None) => {
-                        super::policy_cluster::publish(&file, &name, config.as_deref(), namespace)
+                        super::policy_cluster::publish(&file, config.as_deref(), &target)
                     }
                     (None, None) => anyhow::bail!("give FILE or --oci REF"),
                 }
@@ -432,6 +462,15 @@ impl PolicyCommand {
             PolicyCommand::List { namespace, output } => {
                 super::policy_cluster::list(super::policy_cluster::namespace(namespace), output)
             }
+            PolicyCommand::Shadow {
+                name,
+                namespace,
+                output,
+            } => super::policy_shadow::show(
+                &name,
+                &super::policy_cluster::namespace(namespace),
+                output,
+            ),
             PolicyCommand::Run {
                 file,
                 input,

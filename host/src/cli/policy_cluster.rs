@@ -1,5 +1,5 @@
 //! `wasmgpu policy list` and `wasmgpu policy publish`: policy ConfigMaps in
-//! a cluster.
+//! a cluster (`policy_shadow.rs` shows a shadow's comparison).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -17,7 +17,7 @@ use super::policy::Output;
 use super::table::Table;
 use crate::api::policy::{
     COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY, POLICY_LABEL,
-    POLICY_SELECTOR, PULL_SECRET_ANNOTATION, PolicyStatus, STATUS_ANNOTATION,
+    POLICY_SELECTOR, PULL_SECRET_ANNOTATION, PolicyStatus, SHADOW_OF_ANNOTATION, STATUS_ANNOTATION,
 };
 use crate::controller::{ComponentSource, Payload};
 use crate::engine::Digest;
@@ -50,13 +50,66 @@ pub(crate) async fn client() -> anyhow::Result<Client> {
         .context("cannot reach the Kubernetes API (set KUBECONFIG)")
 }
 
+/// Which policy ConfigMap `publish` writes, and in which role.
+#[derive(Clone, Debug)]
+pub(crate) struct Target {
+    /// The policy's name (the ConfigMap's).
+    pub(crate) name: String,
+    /// The controller's policy namespace.
+    pub(crate) namespace: String,
+    /// The policy it shadows (none: it decides).
+    pub(crate) shadow_of: Option<String>,
+}
+
+impl Target {
+    /// Refuses a shadow of itself, as the controller would.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        if self.shadow_of.as_deref().map(str::trim) == Some(self.name.as_str()) {
+            anyhow::bail!(
+                "--shadow-of {0}: a policy cannot shadow itself; publish the candidate under \
+                 another --name, e.g. --name {0}-next --shadow-of {0}",
+                self.name
+            );
+        }
+        if self
+            .shadow_of
+            .as_deref()
+            .is_some_and(|p| p.trim().is_empty())
+        {
+            anyhow::bail!("--shadow-of: name the policy the shadow runs beside");
+        }
+        Ok(())
+    }
+
+    /// The annotations `publish` owns, besides the digest pin.
+    fn annotations(&self) -> BTreeMap<String, String> {
+        self.shadow_of
+            .iter()
+            .map(|p| (SHADOW_OF_ANNOTATION.to_string(), p.trim().to_string()))
+            .collect()
+    }
+
+    /// ` as a shadow of PRIMARY`, or nothing.
+    fn role(&self) -> String {
+        self.shadow_of
+            .as_deref()
+            .map(|p| {
+                format!(
+                    " as a shadow of {p} (compared, never applied: `wasmgpu policy shadow {}`)",
+                    self.name
+                )
+            })
+            .unwrap_or_default()
+    }
+}
+
 /// The ConfigMap `publish` applies.
 pub(crate) fn policy_configmap(
-    name: &str,
-    namespace: &str,
+    target: &Target,
     wasm: &[u8],
     config: Option<String>,
 ) -> anyhow::Result<ConfigMap> {
+    let (name, namespace) = (target.name.as_str(), target.namespace.as_str());
     let digest = Digest::of(wasm);
     let (key, bytes) = if wasm.len() > COMPRESS_ABOVE {
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
@@ -70,10 +123,13 @@ pub(crate) fn policy_configmap(
             name: Some(name.into()),
             namespace: Some(namespace.into()),
             labels: Some(BTreeMap::from([(POLICY_LABEL.into(), "true".into())])),
-            annotations: Some(BTreeMap::from([(
-                DIGEST_ANNOTATION.into(),
-                digest.to_string(),
-            )])),
+            annotations: Some(
+                target
+                    .annotations()
+                    .into_iter()
+                    .chain([(DIGEST_ANNOTATION.to_string(), digest.to_string())])
+                    .collect(),
+            ),
             ..Default::default()
         },
         binary_data: Some(BTreeMap::from([(key.into(), ByteString(bytes))])),
@@ -85,16 +141,16 @@ pub(crate) fn policy_configmap(
 /// `wasmgpu policy publish`.
 pub(crate) fn publish(
     file: &Path,
-    name: &str,
     config: Option<&Path>,
-    namespace: String,
+    target: &Target,
 ) -> anyhow::Result<ExitCode> {
+    let (name, namespace) = (&target.name, &target.namespace);
     let wasm = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let config = read_config(config)?;
-    let configmap = policy_configmap(name, &namespace, &wasm, config)?;
+    let configmap = policy_configmap(target, &wasm, config)?;
     let digest = Digest::of(&wasm);
     let written = block_on(async {
-        let api: Api<ConfigMap> = Api::namespaced(client().await?, &namespace);
+        let api: Api<ConfigMap> = Api::namespaced(client().await?, namespace);
         write(&api, &configmap).await
     })?;
     // The controller's own check of what is now in the cluster: never report
@@ -115,9 +171,10 @@ pub(crate) fn publish(
         .as_ref()
         .is_some_and(|b| b.contains_key(POLICY_GZ_KEY));
     super::out::println(&format!(
-        "published {namespace}/{name}: {digest} ({} bytes{})",
+        "published {namespace}/{name}: {digest} ({} bytes{}){}",
         wasm.len(),
-        if compressed { ", gzip-compressed" } else { "" }
+        if compressed { ", gzip-compressed" } else { "" },
+        target.role()
     ))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -136,12 +193,16 @@ fn read_config(config: Option<&Path>) -> anyhow::Result<Option<String>> {
 
 /// The ConfigMap `publish --oci` applies.
 pub(crate) fn policy_ref_configmap(
-    name: &str,
-    namespace: &str,
+    target: &Target,
     reference: &ComponentRef,
     pull_secret: Option<&str>,
     config: Option<String>,
 ) -> ConfigMap {
+    let (name, namespace) = (target.name.as_str(), target.namespace.as_str());
+    let mut annotations = target.annotations();
+    if let Some(secret) = pull_secret {
+        annotations.insert(PULL_SECRET_ANNOTATION.to_string(), secret.to_string());
+    }
     let mut data = BTreeMap::from([(COMPONENT_REF_KEY.to_string(), reference.to_string())]);
     if let Some(config) = config {
         data.insert(CONFIG_KEY.into(), config);
@@ -151,8 +212,7 @@ pub(crate) fn policy_ref_configmap(
             name: Some(name.into()),
             namespace: Some(namespace.into()),
             labels: Some(BTreeMap::from([(POLICY_LABEL.into(), "true".into())])),
-            annotations: pull_secret
-                .map(|s| BTreeMap::from([(PULL_SECRET_ANNOTATION.to_string(), s.to_string())])),
+            annotations: (!annotations.is_empty()).then_some(annotations),
             ..Default::default()
         },
         data: Some(data),
@@ -164,15 +224,15 @@ pub(crate) fn policy_ref_configmap(
 pub(crate) fn publish_ref(
     reference: &str,
     pull_secret: Option<&str>,
-    name: &str,
     config: Option<&Path>,
-    namespace: String,
+    target: &Target,
 ) -> anyhow::Result<ExitCode> {
+    let (name, namespace) = (target.name.as_str(), target.namespace.as_str());
     let reference = ComponentRef::parse_pinned(reference).context("--oci")?;
     let config = read_config(config)?;
-    let configmap = policy_ref_configmap(name, &namespace, &reference, pull_secret, config);
+    let configmap = policy_ref_configmap(target, &reference, pull_secret, config);
     let written = block_on(async {
-        let api: Api<ConfigMap> = Api::namespaced(client().await?, &namespace);
+        let api: Api<ConfigMap> = Api::namespaced(client().await?, namespace);
         drop_inline_component(&api, name).await.with_context(|| {
             format!("removing the component ConfigMap {namespace}/{name} carries")
         })?;
@@ -189,7 +249,8 @@ pub(crate) fn publish_ref(
         ),
     }
     super::out::println(&format!(
-        "published {namespace}/{name}: {reference} (the controller pulls it; `wasmgpu policy list` shows the result)"
+        "published {namespace}/{name}: {reference}{} (the controller pulls it; `wasmgpu policy list` shows the result)",
+        target.role()
     ))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -365,6 +426,10 @@ pub(crate) fn payload_swap(existing: &ConfigMap, wanted: &ConfigMap) -> Option<s
 struct Listed {
     name: String,
     published_digest: Option<String>,
+    /// The ConfigMap's `wasmgpu.io/shadow-of` (the status's `shadowOf` is
+    /// what the controller has loaded).
+    #[serde(rename = "shadowOfAnnotation", skip_serializing_if = "Option::is_none")]
+    shadow_of: Option<String>,
     #[serde(flatten)]
     status: PolicyStatus,
 }
@@ -384,6 +449,7 @@ pub(crate) fn list(namespace: String, output: Output) -> anyhow::Result<ExitCode
         .map(|c| Listed {
             name: c.name_any(),
             published_digest: c.annotations().get(DIGEST_ANNOTATION).cloned(),
+            shadow_of: c.annotations().get(SHADOW_OF_ANNOTATION).cloned(),
             status: c
                 .annotations()
                 .get(STATUS_ANNOTATION)
@@ -394,12 +460,23 @@ pub(crate) fn list(namespace: String, output: Output) -> anyhow::Result<ExitCode
     match output {
         Output::Json => super::out::json(&rows)?,
         Output::Table => {
-            let mut table = Table::new(&["NAME", "ACTIVE", "VERSION", "LOADED", "LAST ERROR"]);
+            let mut table = Table::new(&[
+                "NAME",
+                "SHADOW-OF",
+                "ACTIVE",
+                "VERSION",
+                "CONFIG",
+                "LOADED",
+                "LAST ERROR",
+            ]);
             let none = || "-".to_string();
             for row in rows {
+                let shadow_of = shadow_of_cell(row.shadow_of.as_deref(), &row.status);
                 if row.status == PolicyStatus::default() {
                     table.row(vec![
                         row.name,
+                        shadow_of,
+                        none(),
                         none(),
                         none(),
                         none(),
@@ -410,8 +487,12 @@ pub(crate) fn list(namespace: String, output: Output) -> anyhow::Result<ExitCode
                 }
                 table.row(vec![
                     row.name,
+                    shadow_of,
                     row.status.active_digest.map_or_else(none, |d| short(&d)),
                     row.status.active_version.unwrap_or_else(none),
+                    row.status
+                        .active_config_digest
+                        .map_or_else(none, |d| short(&d)),
                     row.status.loaded_at.unwrap_or_else(none),
                     row.status.last_error.unwrap_or_else(none),
                 ]);
@@ -422,8 +503,23 @@ pub(crate) fn list(namespace: String, output: Output) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
+/// The SHADOW-OF cell: the primary the controller has the active version
+/// shadow, and the annotation's when it asks for another role (the
+/// controller has not acted on it yet, or rejected that version).
+fn shadow_of_cell(annotation: Option<&str>, status: &PolicyStatus) -> String {
+    let active = status.shadow_of.as_deref();
+    if status.active_digest.is_none() || annotation == active {
+        return annotation.unwrap_or("-").to_string();
+    }
+    format!(
+        "{} (asks: {})",
+        active.unwrap_or("-"),
+        annotation.unwrap_or("decide")
+    )
+}
+
 /// `sha256:` and the first 12 hex digits.
-fn short(digest: &str) -> String {
+pub(crate) fn short(digest: &str) -> String {
     digest.chars().take("sha256:".len() + 12).collect()
 }
 
@@ -435,7 +531,12 @@ mod tests {
     fn published_configmaps_load_back_compressed_or_not() {
         for size in [1000, COMPRESS_ABOVE + 1] {
             let wasm: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-            let configmap = policy_configmap("p", "ns", &wasm, Some("{\"a\":1}".into())).unwrap();
+            let target = Target {
+                name: "p".into(),
+                namespace: "ns".into(),
+                shadow_of: None,
+            };
+            let configmap = policy_configmap(&target, &wasm, Some("{\"a\":1}".into())).unwrap();
             let key = if size > COMPRESS_ABOVE {
                 POLICY_GZ_KEY
             } else {
@@ -447,5 +548,54 @@ mod tests {
             assert_eq!(payload.digest, Digest::of(&wasm));
             assert_eq!(payload.config, "{\"a\":1}");
         }
+    }
+
+    #[test]
+    fn published_shadows_carry_their_primary_and_never_themselves() {
+        let target = Target {
+            name: "spread-next".into(),
+            namespace: "ns".into(),
+            shadow_of: Some("binpack".into()),
+        };
+        target.check().unwrap();
+        let configmap = policy_configmap(&target, b"\0asm", None).unwrap();
+        let annotations = configmap.metadata.annotations.unwrap();
+        assert_eq!(annotations[SHADOW_OF_ANNOTATION], "binpack");
+        assert!(annotations.contains_key(DIGEST_ANNOTATION));
+        let reference =
+            ComponentRef::parse_pinned(&format!("oci://reg.example/p@sha256:{}", "a".repeat(64)))
+                .unwrap();
+        let named = policy_ref_configmap(&target, &reference, Some("creds"), None);
+        let annotations = named.metadata.annotations.unwrap();
+        assert_eq!(annotations[SHADOW_OF_ANNOTATION], "binpack");
+        assert_eq!(annotations[PULL_SECRET_ANNOTATION], "creds");
+        let itself = Target {
+            shadow_of: Some("spread-next".into()),
+            ..target
+        };
+        let error = itself.check().unwrap_err().to_string();
+        assert!(error.contains("cannot shadow itself"), "{error}");
+    }
+
+    #[test]
+    fn the_shadow_of_column_shows_a_role_change_not_yet_loaded() {
+        let loaded = |shadow_of: Option<&str>| PolicyStatus {
+            active_digest: Some("sha256:a".into()),
+            shadow_of: shadow_of.map(Into::into),
+            ..Default::default()
+        };
+        assert_eq!(
+            shadow_of_cell(Some("binpack"), &loaded(Some("binpack"))),
+            "binpack"
+        );
+        assert_eq!(shadow_of_cell(None, &loaded(None)), "-");
+        assert_eq!(
+            shadow_of_cell(None, &loaded(Some("binpack"))),
+            "binpack (asks: decide)"
+        );
+        assert_eq!(
+            shadow_of_cell(Some("binpack"), &PolicyStatus::default()),
+            "binpack"
+        );
     }
 }

@@ -7,6 +7,7 @@
 //!      ──▶ compile + describe (blocking pool; the engine caches by digest)
 //!      ──▶ canary allocate() on a small built-in snapshot, decisions validated
 //!      ──▶ Policies::activate (atomic per name)  ──▶ Event PolicyLoaded, status annotation
+//!          (annotated wasmgpu.io/shadow-of: Policies::activate_shadow: compared, never applied)
 //!  any failure: the previous version stays ──▶ Event PolicyRejected, status annotation
 //!  ConfigMap deleted ──▶ Policies::unload
 //! ```
@@ -29,13 +30,13 @@ use tokio::sync::watch;
 use super::connection::{Link, error_chain};
 use super::events::EventSink;
 use super::metrics::Metrics;
-use super::payload::{ComponentSource, Payload, RejectError};
+use super::payload::{ComponentSource, Payload, RejectError, shadow_of};
 use super::policies::Policies;
 use super::registry::Puller;
 use super::watch::{Shared, Sink, follow};
 use crate::api::policy::{
     COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_SELECTOR, PULL_SECRET_ANNOTATION,
-    PolicyStatus, STATUS_ANNOTATION,
+    PolicyStatus, SHADOW_OF_ANNOTATION, SHADOW_STATUS_ANNOTATION, STATUS_ANNOTATION,
 };
 use crate::engine::{Cause, Digest, Engine, PolicyError};
 
@@ -72,7 +73,15 @@ pub fn fingerprint(configmap: &ConfigMap) -> Digest {
     if let Some(secret) = configmap.annotations().get(PULL_SECRET_ANNOTATION) {
         inputs["pullSecret"] = secret.as_str().into();
     }
+    if let Some(primary) = configmap.annotations().get(SHADOW_OF_ANNOTATION) {
+        inputs["shadowOf"] = primary.as_str().into();
+    }
     Digest::of(inputs.to_string().as_bytes())
+}
+
+/// The digest of a policy's `config.json` (none when it has none).
+pub(super) fn config_digest(config: &str) -> Option<String> {
+    (!config.is_empty()).then(|| Digest::of(config.as_bytes()).to_string())
 }
 
 /// Watches policy ConfigMaps and swaps the versions they carry in.
@@ -115,7 +124,11 @@ impl Loader {
         }
         self.name_to_tried.insert(name.clone(), fingerprint.clone());
         let started = Instant::now();
-        let payload = match ComponentSource::of(configmap) {
+        let (shadow_of, source) = match shadow_of(configmap) {
+            Ok(primary) => (primary, ComponentSource::of(configmap)),
+            Err(error) => (None, Err(error)),
+        };
+        let payload = match source {
             Ok(ComponentSource::Inline(wasm)) => Payload::with_component(configmap, wasm),
             Ok(ComponentSource::Registry {
                 reference,
@@ -152,17 +165,29 @@ impl Loader {
                 let digest = policy.loaded.digest().to_string();
                 let info = policy.loaded.info();
                 let version = format!("{} {}", info.name, info.version);
-                self.policies.activate(policy);
+                let config_digest = config_digest(&policy.config);
+                let from = match &shadow_of {
+                    Some(primary) => {
+                        self.policies.activate_shadow(policy, primary);
+                        format!(
+                            "it runs beside {primary} from its next round, compared, never applied"
+                        )
+                    }
+                    None => {
+                        self.policies.activate(policy);
+                        "it decides from the next round".to_string()
+                    }
+                };
                 // A round decides what waited for this version.
                 self.shared.changed.notify_one();
-                tracing::info!(policy = %name, %digest, %version, ?elapsed, "Loaded policy from its ConfigMap");
+                tracing::info!(policy = %name, %digest, %version, shadow_of = ?shadow_of, ?elapsed, "Loaded policy from its ConfigMap");
                 self.metrics.policy_load(&name, "loaded");
                 self.event(
                     leading,
                     configmap,
                     false,
                     "PolicyLoaded",
-                    format!("loaded {digest} ({version}) in {elapsed:.1?}; it decides from the next round"),
+                    format!("loaded {digest} ({version}) in {elapsed:.1?}; {from}"),
                 );
                 status = PolicyStatus {
                     observed: None,
@@ -172,13 +197,20 @@ impl Loader {
                     last_digest: Some(digest),
                     last_error: None,
                     last_error_at: None,
+                    active_config_digest: config_digest,
+                    shadow_of,
                 };
             }
             Err(error) => {
                 let active = self.policies.get(&name);
-                let still = match &active {
-                    Some(active) => format!("{} stays active", active.loaded.digest()),
-                    None => "no version of it is active; its pods wait".to_string(),
+                let shadow = self.policies.shadow(&name);
+                let still = match (&active, &shadow) {
+                    (_, Some((primary, shadow))) => format!(
+                        "{} stays active as the shadow of {primary}",
+                        shadow.loaded.digest()
+                    ),
+                    (Some(active), None) => format!("{} stays active", active.loaded.digest()),
+                    (None, None) => "no version of it is active; its pods wait".to_string(),
                 };
                 tracing::warn!(policy = %name, kind = error.kind(), %error, ?elapsed, "Rejected a policy version");
                 self.policies.reject(&name, error.to_string());
@@ -208,7 +240,12 @@ impl Loader {
         }
         status.observed = Some(fingerprint.to_string());
         if leading {
-            self.write_status(&name, &status).await;
+            // A policy that stopped shadowing keeps no comparison of it.
+            let stale = status.shadow_of.is_none()
+                && configmap
+                    .annotations()
+                    .contains_key(SHADOW_STATUS_ANNOTATION);
+            self.write_status(&name, &status, stale).await;
         }
         self.name_to_status.insert(name, status);
     }
@@ -242,10 +279,14 @@ impl Loader {
         }
     }
 
-    /// Writes `status` to the ConfigMap's status annotation.
-    async fn write_status(&self, name: &str, status: &PolicyStatus) {
+    /// Writes `status` to the ConfigMap's status annotation; removes its
+    /// shadow status when `drop_shadow_status`.
+    async fn write_status(&self, name: &str, status: &PolicyStatus, drop_shadow_status: bool) {
         let value = serde_json::to_string(status).expect("a status serializes");
-        let patch = json!({ "metadata": { "annotations": { STATUS_ANNOTATION: value } } });
+        let mut patch = json!({ "metadata": { "annotations": { STATUS_ANNOTATION: value } } });
+        if drop_shadow_status {
+            patch["metadata"]["annotations"][SHADOW_STATUS_ANNOTATION] = serde_json::Value::Null;
+        }
         if let Err(error) = self
             .api
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -16,6 +16,9 @@
 //! | `wasmgpu_binding_seconds` | histogram | | from a decision's validation to its binding's answer |
 //! | `wasmgpu_watch_connected` | gauge | `kind`: 1 while its last list or watch succeeded |
 //! | `wasmgpu_watch_failures_total` | counter | `kind` |
+//! | `wasmgpu_shadow_placements_total` | counter | `shadow`, `primary`, `outcome` (`same`, `same-node-other-gpus`, `other-node`, `primary-only`, `shadow-only`, `refused`) |
+//! | `wasmgpu_shadow_rounds_total` | counter | `shadow`, `primary`, `result` (`compared`, `failed`, `skipped`: its previous call still ran) |
+//! | `wasmgpu_shadow_call_seconds` | histogram | `shadow`, `primary` |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +72,26 @@ struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowLabels {
+    shadow: String,
+    primary: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowOutcomeLabels {
+    shadow: String,
+    primary: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowResultLabels {
+    shadow: String,
+    primary: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GpuLabels {
     node: String,
     model: String,
@@ -93,6 +116,9 @@ pub struct Metrics {
     binding: Histogram,
     watch_connected: Family<KindLabels, Gauge>,
     watch_failures: Family<KindLabels, Counter>,
+    shadow_placements: Family<ShadowOutcomeLabels, Counter>,
+    shadow_rounds: Family<ShadowResultLabels, Counter>,
+    shadow_call: Family<ShadowLabels, Histogram>,
 }
 
 impl Default for Metrics {
@@ -183,8 +209,31 @@ impl Metrics {
             "Failed lists and watches, by kind",
             watch_failures.clone(),
         );
+        let shadow_placements = Family::<ShadowOutcomeLabels, Counter>::default();
+        registry.register(
+            "shadow_placements",
+            "Pods a shadow policy decided, by how its decision compared with its primary's",
+            shadow_placements.clone(),
+        );
+        let shadow_rounds = Family::<ShadowResultLabels, Counter>::default();
+        registry.register(
+            "shadow_rounds",
+            "Rounds of a shadow policy: compared, failed, or skipped (its previous call still ran)",
+            shadow_rounds.clone(),
+        );
+        let shadow_call = Family::<ShadowLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+        });
+        registry.register(
+            "shadow_call_seconds",
+            "Time of one allocate call of a shadow policy (off the round's path)",
+            shadow_call.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            shadow_placements,
+            shadow_rounds,
+            shadow_call,
             writes,
             phases,
             binding,
@@ -319,6 +368,46 @@ impl Metrics {
             .set(i64::from(connected));
     }
 
+    /// `count` pods of a round of shadow `shadow` of `primary` ended as
+    /// `outcome`.
+    pub fn shadow_placements(
+        &self,
+        shadow: &str,
+        primary: &str,
+        outcome: &'static str,
+        count: u64,
+    ) {
+        self.shadow_placements
+            .get_or_create(&ShadowOutcomeLabels {
+                shadow: shadow.into(),
+                primary: primary.into(),
+                outcome,
+            })
+            .inc_by(count);
+    }
+
+    /// A round of shadow `shadow` of `primary` was `compared`, `failed` or
+    /// `skipped`.
+    pub fn shadow_round(&self, shadow: &str, primary: &str, result: &'static str) {
+        self.shadow_rounds
+            .get_or_create(&ShadowResultLabels {
+                shadow: shadow.into(),
+                primary: primary.into(),
+                result,
+            })
+            .inc();
+    }
+
+    /// A call of shadow `shadow` of `primary` took `elapsed`.
+    pub fn shadow_call(&self, shadow: &str, primary: &str, elapsed: Duration) {
+        self.shadow_call
+            .get_or_create(&ShadowLabels {
+                shadow: shadow.into(),
+                primary: primary.into(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
     /// A list or watch of `kind` failed.
     pub fn watch_failure(&self, kind: &'static str) {
         self.watch_failures
@@ -356,6 +445,9 @@ mod tests {
         metrics.phase("validation", Duration::from_micros(300));
         metrics.watch_connected("Pod", false);
         metrics.watch_failure("Pod");
+        metrics.shadow_placements("spread", "binpack", "other-node", 2);
+        metrics.shadow_round("spread", "binpack", "skipped");
+        metrics.shadow_call("spread", "binpack", Duration::from_millis(1));
         let text = metrics.encode();
         for line in [
             "wasmgpu_rounds_total 1",
@@ -368,6 +460,9 @@ mod tests {
             "wasmgpu_round_phase_seconds_count{phase=\"validation\"} 1",
             "wasmgpu_watch_connected{kind=\"Pod\"} 0",
             "wasmgpu_watch_failures_total{kind=\"Pod\"} 1",
+            "wasmgpu_shadow_placements_total{shadow=\"spread\",primary=\"binpack\",outcome=\"other-node\"} 2",
+            "wasmgpu_shadow_rounds_total{shadow=\"spread\",primary=\"binpack\",result=\"skipped\"} 1",
+            "wasmgpu_shadow_call_seconds_count{shadow=\"spread\",primary=\"binpack\"} 1",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }

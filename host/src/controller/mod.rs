@@ -13,6 +13,8 @@
 //!    old ledgers moved onto pods → bindings to finish      ▼
 //!    per policy: allocate (Wasm, blocking pool) → validate → Applier
 //!                     binding + allocation annotations, streamed (one write per pod)
+//!                then its shadows (`shadows.rs`), in the background: allocate →
+//!                     validate → compare → metrics, shadow status annotation
 //!    Reporter: GPUResource status (phase, pods, conditions), Events
 //! ```
 //!
@@ -39,6 +41,7 @@ mod policies;
 mod registry;
 mod report;
 mod round;
+mod shadows;
 mod watch;
 
 use std::collections::HashMap;
@@ -69,6 +72,7 @@ use connection::Links;
 use events::EventSink;
 use report::Reporter;
 use round::Rounds;
+use shadows::Shadows;
 use watch::{Shared, feed};
 
 /// How the controller runs.
@@ -188,6 +192,12 @@ pub async fn run(
             "The API server does not serve PodGroups (scheduling.x-k8s.io/v1alpha1): pods labelled {POD_GROUP_LABEL} wait (PodGroupNotFound) until the CRD is installed and the controller restarted"
         );
     }
+    let (shadows, shadow_writer) = Shadows::new(
+        Api::<ConfigMap>::namespaced(client.clone(), &config.policy_namespace),
+        metrics.clone(),
+        leadership.subscribe(),
+    );
+    let shadow_writer = tokio::spawn(shadow_writer.run());
     let loader = Loader {
         api: Api::<ConfigMap>::namespaced(client.clone(), &config.policy_namespace),
         engine,
@@ -223,6 +233,7 @@ pub async fn run(
         shared: shared.clone(),
         events,
         policies,
+        shadows,
         on_failure: config.on_policy_failure,
         default_policy: config.default_policy.clone(),
         gather_window: config.gather_window,
@@ -257,6 +268,7 @@ pub async fn run(
     }
     rounds.abort();
     let _ = rounds.await;
+    shadow_writer.abort();
     watches.shutdown().await;
     events_task.abort();
     leadership.step_down().await;

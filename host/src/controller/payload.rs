@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use super::policies::ActivePolicy;
 use crate::api::policy::{
     COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY,
-    PULL_SECRET_ANNOTATION,
+    PULL_SECRET_ANNOTATION, SHADOW_OF_ANNOTATION,
 };
 use crate::engine::types::Snapshot;
 use crate::engine::{Digest, Engine, LoadedPolicy, PolicyError};
@@ -102,6 +102,12 @@ pub enum RejectError {
     /// The canary round's decisions are not valid.
     #[error("the canary round's decisions are invalid: {0}")]
     CanaryRefused(String),
+    /// The shadow annotation names the policy itself.
+    #[error(
+        "annotation {SHADOW_OF_ANNOTATION} names the policy itself ({0:?}): name the policy \
+         it should run beside, or remove the annotation to make it decide"
+    )]
+    ShadowOfItself(String),
 }
 
 // === impl RejectError ===
@@ -122,8 +128,26 @@ impl RejectError {
             RejectError::Load(e) => e.kind(),
             RejectError::Canary(_) => "canary",
             RejectError::CanaryRefused(_) => "canary-refused",
+            RejectError::ShadowOfItself(_) => "shadow-of-itself",
         }
     }
+}
+
+/// The primary a policy ConfigMap shadows, from its `wasmgpu.io/shadow-of`
+/// annotation (none: the policy decides); a shadow of itself is refused.
+pub fn shadow_of(configmap: &ConfigMap) -> Result<Option<String>, RejectError> {
+    let Some(primary) = configmap
+        .annotations()
+        .get(SHADOW_OF_ANNOTATION)
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty())
+    else {
+        return Ok(None);
+    };
+    if primary == configmap.name_any() {
+        return Err(RejectError::ShadowOfItself(primary.to_string()));
+    }
+    Ok(Some(primary.to_string()))
 }
 
 // === impl ComponentSource ===

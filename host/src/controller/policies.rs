@@ -4,7 +4,11 @@
 //!  --policy files ──▶ files      ┐
 //!  policy ConfigMaps ▶ configmaps ┼─▶ get(name): ConfigMap version, else file version
 //!  replaced versions ▶ previous   ┘   previous(name): the version active before (last good)
+//!  shadow ConfigMaps ─▶ shadows ──────▶ shadows_of(primary): called after it, never applied
 //! ```
+//!
+//! A shadow (`wasmgpu.io/shadow-of: <primary>`) is loaded by the same rules
+//! as any version, but `get` never returns it: it decides for no pod.
 //!
 //! Rounds look a policy up at the start of each call and keep the `Arc` they
 //! got: a swap never changes a call in flight.
@@ -147,6 +151,8 @@ struct Layers {
     /// Why the latest ConfigMap version of a name was rejected, while it is
     /// the latest.
     rejected: BTreeMap<String, String>,
+    /// Shadows by their own name: the primary they shadow, and the version.
+    shadows: BTreeMap<String, (String, Arc<ActivePolicy>)>,
 }
 
 // === impl Policies ===
@@ -192,16 +198,48 @@ impl Policies {
     }
 
     /// Makes `policy` the active version of its name (from its ConfigMap);
-    /// the version it replaces becomes the previous one.
+    /// the version it replaces becomes the previous one. A shadow of that
+    /// name stops shadowing.
     pub fn activate(&self, policy: ActivePolicy) {
         let name = policy.name.clone();
         let replaced = self.get(&name);
         let mut layers = self.write();
         layers.rejected.remove(&name);
+        layers.shadows.remove(&name);
         layers.configmaps.insert(policy);
         if let Some(replaced) = replaced {
             layers.previous.insert(name, replaced);
         }
+    }
+
+    /// Makes `policy` a shadow of `primary`: called after it on the same
+    /// snapshot, its decisions compared, never applied. A ConfigMap version
+    /// of the same name that decided stops deciding (a file version of that
+    /// name, if any, decides again).
+    pub fn activate_shadow(&self, policy: ActivePolicy, primary: &str) {
+        let name = policy.name.clone();
+        let mut layers = self.write();
+        layers.rejected.remove(&name);
+        layers.previous.remove(&name);
+        layers.configmaps.remove(&name);
+        layers
+            .shadows
+            .insert(name, (primary.to_string(), Arc::new(policy)));
+    }
+
+    /// The shadows of `primary`, by name.
+    pub fn shadows_of(&self, primary: &str) -> Vec<Arc<ActivePolicy>> {
+        self.read()
+            .shadows
+            .values()
+            .filter(|(of, _)| of == primary)
+            .map(|(_, policy)| Arc::clone(policy))
+            .collect()
+    }
+
+    /// The shadow called `name`: the policy it shadows, and its version.
+    pub fn shadow(&self, name: &str) -> Option<(String, Arc<ActivePolicy>)> {
+        self.read().shadows.get(name).cloned()
     }
 
     /// Unloads the ConfigMap version of `name` (its ConfigMap is gone); a
@@ -211,7 +249,8 @@ impl Policies {
         let mut layers = self.write();
         layers.previous.remove(name);
         layers.rejected.remove(name);
-        layers.configmaps.remove(name).is_some()
+        let shadow = layers.shadows.remove(name).is_some();
+        layers.configmaps.remove(name).is_some() || shadow
     }
 
     /// Records why the latest ConfigMap version of `name` was rejected.
@@ -224,9 +263,15 @@ impl Policies {
         self.read().rejected.get(name).cloned()
     }
 
-    /// Names loaded from ConfigMaps.
+    /// Names loaded from ConfigMaps, shadows included.
     pub fn configmap_names(&self) -> Vec<String> {
-        self.read().configmaps.names().map(str::to_string).collect()
+        let layers = self.read();
+        layers
+            .configmaps
+            .names()
+            .map(str::to_string)
+            .chain(layers.shadows.keys().cloned())
+            .collect()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Layers> {

@@ -9,6 +9,7 @@ use super::events::{EventSink, pod_ref};
 use super::metrics::Metrics;
 use super::policies::{ActivePolicy, Policies};
 use super::report::{Reporter, RoundOutcome};
+use super::shadows::Shadows;
 use super::watch::Shared;
 use crate::engine::types::Snapshot;
 use crate::index::{ObjectKey, RoundStart};
@@ -39,6 +40,8 @@ pub struct Rounds {
     /// Looked up at the start of each policy call: a swap takes effect at
     /// the next call, a call in flight keeps its version.
     pub(super) policies: Arc<Policies>,
+    /// Called after the policy they shadow, in the background.
+    pub(super) shadows: Shadows,
     pub(super) on_failure: OnPolicyFailure,
     /// Named in the log when it is not loaded once rounds start.
     pub(super) default_policy: String,
@@ -142,8 +145,17 @@ impl Rounds {
                     .rejection(&name)
                     .map(|reason| format!("; its latest version was rejected: {reason}"))
                     .unwrap_or_default();
+                let shadow = self
+                    .policies
+                    .shadow(&name)
+                    .map(|(primary, _)| {
+                        format!(
+                            "; {name} is loaded as a shadow of {primary} (annotation wasmgpu.io/shadow-of): shadows decide for no pod"
+                        )
+                    })
+                    .unwrap_or_default();
                 let message = format!(
-                    "no policy named {name:?} is loaded (loaded: {}){rejected}; its pods wait",
+                    "no policy named {name:?} is loaded (loaded: {}){rejected}{shadow}; its pods wait",
                     loaded.join(", ")
                 );
                 for resource in resources_of(&snapshot) {
@@ -298,9 +310,16 @@ impl Rounds {
                 ),
             );
         }
+        let shadows = self.policies.shadows_of(&policy.name);
+        let for_shadows = (!shadows.is_empty()).then(|| verdict.accepted.clone());
         let writes = Instant::now();
         let started = self.applier.assign(policy, &snapshot, verdict.accepted);
         self.metrics.phase("writes", writes.elapsed());
+        // Only now, and in the background: the bindings never wait for a
+        // shadow, and nothing it decides is applied.
+        if let Some(accepted) = for_shadows {
+            self.shadows.start(policy, shadows, snapshot, accepted);
+        }
         started
     }
 }

@@ -14,6 +14,7 @@ mod oci;
 mod operate;
 mod outage;
 mod scale;
+mod shadow;
 mod snapshot;
 mod support;
 
