@@ -7,7 +7,8 @@
 # controller as local processes under the deployed ServiceAccounts, applies
 # the samples, shows where each pod landed; swaps the default policy
 # (binpack -> spread) by updating its ConfigMap, applies more pods, shows
-# their placements; then stops everything.
+# their placements; plays the kubelet for one node to show what each
+# container receives from the device plugin; then stops everything.
 #
 # Needs: WASMGPU (the binary), CONTROL_PLANE, KUBECTL, POLICY_DIR (set by make).
 set -euo pipefail
@@ -137,11 +138,16 @@ step "publishing the policies as ConfigMaps in $NS (default = binpack, spread)"
 step "registering two GPU nodes and starting their agents on simulated inventories"
 node gpu-h100
 node gpu-a100
+# Each agent serves the kubelet device plugin in its own directory; the
+# demo plays the kubelet for gpu-h100 at the end (there is no kubelet here).
+mkdir -p "$WORK/kubelet-gpu-h100" "$WORK/kubelet-gpu-a100"
 KUBECONFIG=$AGENT_KUBECONFIG "$WASMGPU" agent --node-name gpu-h100 \
-    --inventory "$ROOT/deploy/inventory/h100-nvlink-8.yaml" >"$WORK/agent-h100.log" 2>&1 &
+    --inventory "$ROOT/deploy/inventory/h100-nvlink-8.yaml" \
+    --device-plugin-dir "$WORK/kubelet-gpu-h100" >"$WORK/agent-h100.log" 2>&1 &
 pids+=($!)
 KUBECONFIG=$AGENT_KUBECONFIG "$WASMGPU" agent --node-name gpu-a100 \
-    --inventory "$ROOT/deploy/inventory/a100-4.yaml" >"$WORK/agent-a100.log" 2>&1 &
+    --inventory "$ROOT/deploy/inventory/a100-4.yaml" \
+    --device-plugin-dir "$WORK/kubelet-gpu-a100" >"$WORK/agent-a100.log" 2>&1 &
 pids+=($!)
 until_ok "both GPUNodes published" gpunodes_published
 kubectl get gpunodes | sed 's/^/    /'
@@ -185,3 +191,11 @@ echo
 note "the controller's metrics (non-zero):"
 curl -s "http://127.0.0.1:$CONTROLLER_PORT/metrics" \
     | grep -E '^wasmgpu_(pods_bound_total|decisions_total|gpus|policy_loads_total)' | grep -v ' 0$' | sed 's/^/    /'
+
+step "the hand-off on gpu-h100: playing its kubelet against the agent's device plugin"
+"$WASMGPU" play-kubelet --node gpu-h100 --device-plugin-dir "$WORK/kubelet-gpu-h100" | sed 's/^/    /'
+echo
+note "The kubelet asked the plugin which devices to give (GetPreferredAllocation: the"
+note "policy's GPUs, from the pod's wasmgpu.io/allocation), then Allocate: each container"
+note "gets exactly those GPUs as CDI devices (nvidia.com/gpu=<uuid>), never"
+note "NVIDIA_VISIBLE_DEVICES=all. Shared pods get a replica <uuid>::<k> of their one GPU."
