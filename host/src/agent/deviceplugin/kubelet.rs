@@ -133,16 +133,18 @@ impl Kubelet {
 
     /// Stops, removes its socket and every plugin socket (as a starting
     /// kubelet does), and starts again.
-    pub fn restart(mut self) -> Result<Self, KubeletError> {
-        self.shut_down();
-        let entries = std::fs::read_dir(&self.dir).map_err(|error| KubeletError::Socket {
-            path: self.dir.clone(),
+    pub fn restart(self) -> Result<Self, KubeletError> {
+        let dir = self.dir.clone();
+        // Dropped first: it would otherwise remove the new socket.
+        drop(self);
+        let entries = std::fs::read_dir(&dir).map_err(|error| KubeletError::Socket {
+            path: dir.clone(),
             error,
         })?;
         for entry in entries.flatten() {
             let _ = std::fs::remove_file(entry.path());
         }
-        Self::start(&self.dir)
+        Self::start(&dir)
     }
 
     fn shut_down(&mut self) {
