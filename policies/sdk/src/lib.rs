@@ -63,6 +63,13 @@ mod placement;
 )]
 mod round_alloc;
 pub mod testing;
+mod validate;
+
+/// The contract types [`validate`]'s rules are written against (the host
+/// compiles the same file against its own copy).
+mod contract {
+    pub(crate) use crate::{Assignment, Decision, Gpu, Request, Sharing, Snapshot, glob_match};
+}
 
 /// Policies compiled to WebAssembly allocate with [`round_alloc`]'s size
 /// classes unless the SDK's `allocator` feature is turned off.

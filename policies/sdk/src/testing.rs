@@ -9,6 +9,32 @@ use std::sync::Mutex;
 
 use crate::{Gang, Gpu, MigInstance, Node, Request, Sharing, Snapshot};
 
+/// The controller's own validator: the rules it applies to every decision a
+/// policy returns, compiled from the same source file as the controller's
+/// (`policies/sdk/src/validate.rs`). `validate(&snapshot, &decisions)` gives
+/// the [`Verdict`]: what the controller would apply (`accepted`), leave
+/// pending (`waiting`, including gang members held back), mark rejected
+/// (`rejected`) and refuse as impossible (`refused`, each with an
+/// [`Invalid`] reason).
+///
+/// ```
+/// use wasmgpu_policy_sdk::Sharing::Exclusive;
+/// use wasmgpu_policy_sdk::testing::{Invalid, node, request, snapshot, validate};
+/// use wasmgpu_policy_sdk::assign;
+///
+/// let snap = snapshot(vec![node("a", 2, "NVIDIA L4", 23034)], vec![
+///     request("ns/p", 1, Exclusive, 0),
+///     request("ns/q", 1, Exclusive, 0),
+/// ]);
+/// // Both pods on GPU 0: the second is refused.
+/// let verdict = validate(&snap, &[assign(0, 0, vec![0]), assign(1, 0, vec![0])]);
+/// assert_eq!(verdict.accepted.len(), 1);
+/// assert_eq!(verdict.refused[0].reason.code(), "gpu-taken");
+/// assert!(matches!(verdict.refused[0].reason, Invalid::GpuTaken { .. }));
+/// ```
+pub use crate::validate::validate;
+pub use crate::validate::{Deferred, Invalid, Placement, Refused, Verdict, describe};
+
 static MODELS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static MIG_PROFILES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
