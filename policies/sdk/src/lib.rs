@@ -56,7 +56,9 @@ extern crate self as wasmgpu_policy_sdk;
 mod cluster;
 mod config;
 mod glob;
+mod nvlink;
 mod placement;
+pub mod reason;
 #[cfg_attr(
     not(all(feature = "allocator", target_arch = "wasm32")),
     allow(dead_code)
@@ -81,9 +83,10 @@ mod contract {
 #[global_allocator]
 static ALLOCATOR: round_alloc::RoundAllocator = round_alloc::RoundAllocator::new();
 
-pub use cluster::{Cluster, Fit, Shortfall, Want};
+pub use cluster::{Cluster, Fit, GpuNow, Shortfall, Want};
 pub use config::parse_config;
 pub use glob::glob_match;
+pub use nvlink::Nvlink;
 pub use placement::{PlacementParams, place_each};
 
 /// The `wasmgpu:policy` world, generated from `wit/policy.wit`.

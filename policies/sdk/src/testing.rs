@@ -193,6 +193,44 @@ pub fn with_full_nvlink(mut node: Node) -> Node {
     node
 }
 
+/// Links the GPUs of each pair `(a, b)` (positions) with NVLink, on both
+/// ends: `with_nvlink(node, &[(0, 1), (2, 3)])` makes two bridged pairs.
+/// Links already there are kept; a pair named twice is linked once.
+///
+/// # Panics
+///
+/// When a position is not one of the node's GPUs, or `a == b`.
+pub fn with_nvlink(mut node: Node, pairs: &[(u32, u32)]) -> Node {
+    let count = node.gpus.len() as u32;
+    for &(a, b) in pairs {
+        assert!(
+            a < count && b < count && a != b,
+            "with_nvlink: ({a}, {b}) is not a pair of distinct GPUs of node {} ({count} GPUs)",
+            node.name
+        );
+        for (from, to) in [(a, b), (b, a)] {
+            let peers = &mut node.gpus[from as usize].nvlink_peers;
+            if !peers.contains(&to) {
+                peers.push(to);
+                peers.sort_unstable();
+            }
+        }
+    }
+    node
+}
+
+/// Sets labels `(key, value)` on the node, replacing the value of a key it
+/// already has: `with_labels(node, &[("topology.kubernetes.io/zone", "a")])`.
+pub fn with_labels(mut node: Node, labels: &[(&str, &str)]) -> Node {
+    for &(key, value) in labels {
+        match node.labels.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = value.to_owned(),
+            None => node.labels.push((key.to_owned(), value.to_owned())),
+        }
+    }
+    node
+}
+
 /// A request for `count` GPUs; its namespace is taken from `pod` (`ns/name`),
 /// no model constraint, priority 0, created at 0, eligible on every node (set
 /// 0 of [`snapshot`]).
