@@ -222,12 +222,21 @@ struct SharedIndex {
 #[derive(Clone, Debug, Default)]
 struct ShapeIndexes<'s> {
     shared: BTreeMap<Shape<'s>, SharedIndex>,
-    /// Whether a node of the eligible set could hold the shape once idle;
-    /// `None` when the set has no node at all. Commits do not change it.
-    ever_fits: BTreeMap<(u32, Shape<'s>), Option<bool>>,
-    /// Whether a node of the eligible set has, once idle, `count` GPUs of
-    /// the shape that are all NVLink peers of one another.
-    ever_clique: BTreeMap<(u32, Shape<'s>), bool>,
+    /// What the nodes of an eligible set could hold once idle, per shape.
+    /// Commits do not change it.
+    ever: BTreeMap<(u32, Shape<'s>), Ever>,
+}
+
+/// What the nodes of an eligible set could hold once idle; `None` until
+/// worked out.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ever {
+    /// Whether a node could hold the shape; `None` inside when the set has
+    /// no node at all.
+    fits: Option<Option<bool>>,
+    /// Whether a node has `count` GPUs of the shape that are all NVLink
+    /// peers of one another.
+    clique: Option<bool>,
 }
 
 /// The snapshot's nodes and what is free on them, updated by [`Cluster::commit`].
@@ -653,13 +662,12 @@ impl<'s> Cluster<'s> {
 
     /// Why `want` fits on none of its eligible nodes.
     pub fn shortfall(&self, want: &Want<'s>) -> Shortfall {
-        let ever = *self
-            .shapes
-            .borrow_mut()
-            .ever_fits
+        let mut shapes = self.shapes.borrow_mut();
+        let ever = shapes
+            .ever
             .entry((want.request.eligible_set, Shape::of(want.request)))
-            .or_insert_with(|| self.ever_fits(want));
-        match ever {
+            .or_default();
+        match *ever.fits.get_or_insert_with(|| self.ever_fits(want)) {
             None => Shortfall::NoEligibleNode,
             Some(true) => Shortfall::NotNow(want.describe()),
             Some(false) => Shortfall::Never(want.describe()),
@@ -726,7 +734,11 @@ impl<'s> Cluster<'s> {
         fit: Fit,
         nvlink: impl Into<Nvlink>,
     ) -> Option<Vec<usize>> {
-        let nvlink = nvlink.into();
+        self.pick(node, want, fit, nvlink.into())
+    }
+
+    /// [`Cluster::pick_gpus`], compiled once.
+    fn pick(&self, node: u32, want: &Want, fit: Fit, nvlink: Nvlink) -> Option<Vec<usize>> {
         let gpus = &self.nodes[node as usize].gpus;
         let count = want.request.count as usize;
         let mut candidates: Vec<usize> = (0..gpus.len()).filter(|&i| gpus[i].fits(want)).collect();
@@ -883,7 +895,12 @@ impl<'s> Cluster<'s> {
         fit: Fit,
         nvlink: impl Into<Nvlink>,
     ) -> Option<Decision> {
-        let positions = self.pick_gpus(node, want, fit, nvlink)?;
+        self.place_in(node, want, fit, nvlink.into())
+    }
+
+    /// [`Cluster::place`], compiled once.
+    fn place_in(&mut self, node: u32, want: &Want, fit: Fit, nvlink: Nvlink) -> Option<Decision> {
+        let positions = self.pick(node, want, fit, nvlink)?;
         self.commit(node, &positions, want);
         Some(assign(
             want.position,
@@ -901,7 +918,7 @@ impl<'s> Cluster<'s> {
     /// [`Cluster::unplaced`] for a request placed under `nvlink`: with
     /// [`Nvlink::Require`] the reason says the GPUs must be NVLink peers (see
     /// [`Cluster::shortfall_with`]).
-    pub fn unplaced_with(&self, want: &Want<'s>, nvlink: impl Into<Nvlink>) -> Decision {
+    pub fn unplaced_with(&self, want: &Want<'s>, nvlink: Nvlink) -> Decision {
         let shortfall = self.shortfall_with(want, nvlink);
         if shortfall.is_permanent() {
             reject(want.position, shortfall.reason())
@@ -915,13 +932,7 @@ impl<'s> Cluster<'s> {
     /// see [`Want::uses_nvlink`]): a node fits when it has `count` free GPUs
     /// that are all NVLink peers of one another. Those nodes are found by a
     /// scan of the eligible nodes.
-    pub fn choose_node_with(
-        &self,
-        want: &Want<'s>,
-        fit: Fit,
-        nvlink: impl Into<Nvlink>,
-    ) -> Option<u32> {
-        let nvlink = nvlink.into();
+    pub fn choose_node_with(&self, want: &Want<'s>, fit: Fit, nvlink: Nvlink) -> Option<u32> {
         if nvlink != Nvlink::Require || !want.uses_nvlink(nvlink) {
             return self.choose_node(want, fit);
         }
@@ -929,7 +940,7 @@ impl<'s> Cluster<'s> {
         for &node in self.eligible(want.request) {
             if (node as usize) >= self.nodes.len()
                 || !self.fits(node, want)
-                || self.pick_gpus(node, want, fit, nvlink).is_none()
+                || self.pick(node, want, fit, nvlink).is_none()
             {
                 continue;
             }
@@ -951,8 +962,7 @@ impl<'s> Cluster<'s> {
     /// `count` GPUs that are all NVLink peers of one another
     /// ([`reason::asked_nvlink`]): `NotNow` when an eligible node has such a
     /// set once idle, `Never` when none has.
-    pub fn shortfall_with(&self, want: &Want<'s>, nvlink: impl Into<Nvlink>) -> Shortfall {
-        let nvlink = nvlink.into();
+    pub fn shortfall_with(&self, want: &Want<'s>, nvlink: Nvlink) -> Shortfall {
         let shortfall = self.shortfall(want);
         if nvlink != Nvlink::Require
             || !want.uses_nvlink(nvlink)
@@ -960,12 +970,12 @@ impl<'s> Cluster<'s> {
         {
             return shortfall;
         }
-        let ever = *self
-            .shapes
-            .borrow_mut()
-            .ever_clique
+        let mut shapes = self.shapes.borrow_mut();
+        let ever = shapes
+            .ever
             .entry((want.request.eligible_set, Shape::of(want.request)))
-            .or_insert_with(|| self.ever_clique(want));
+            .or_default();
+        let ever = *ever.clique.get_or_insert_with(|| self.ever_clique(want));
         let what = reason::asked_nvlink(want.request);
         if ever {
             Shortfall::NotNow(what)
@@ -1002,7 +1012,11 @@ impl<'s> Cluster<'s> {
     /// gang's assignments on the same all-or-nothing rule. `nvlink` is
     /// applied to every member (see [`Cluster::pick_gpus`]).
     pub fn place_gang(&mut self, gang: u32, fit: Fit, nvlink: impl Into<Nvlink>) -> Vec<Decision> {
-        let nvlink = nvlink.into();
+        self.place_gang_in(gang, fit, nvlink.into())
+    }
+
+    /// [`Cluster::place_gang`], compiled once.
+    fn place_gang_in(&mut self, gang: u32, fit: Fit, nvlink: Nvlink) -> Vec<Decision> {
         let Some(g) = self.snapshot.gangs.get(gang as usize) else {
             return Vec::new();
         };
@@ -1020,7 +1034,7 @@ impl<'s> Cluster<'s> {
             let want = trial.want(member);
             match trial
                 .choose_node_with(&want, fit, nvlink)
-                .and_then(|node| trial.place(node, &want, fit, nvlink))
+                .and_then(|node| trial.place_in(node, &want, fit, nvlink))
             {
                 Some(decision) => placed.push(decision),
                 None => {
