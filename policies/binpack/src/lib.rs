@@ -8,8 +8,16 @@
 //! Parameters (`config.json`, all optional):
 //!
 //! ```json
-//! { "preferNvlink": true }
+//! { "nvlink": "prefer" }
 //! ```
+//!
+//! `nvlink`: `"prefer"` (the default) keeps a multi-GPU exclusive request in
+//! one NVLink group (GPUs connected by NVLink, directly or through others)
+//! when a node has one that holds it, else takes any free GPUs of the node;
+//! `"require"` gives it only GPUs that are all NVLink peers of one another,
+//! on the node that has such a set free, and leaves it waiting otherwise;
+//! `"ignore"` disregards NVLink. The older `"preferNvlink": true | false`
+//! still reads as `"prefer"` | `"ignore"`.
 #![forbid(unsafe_code)]
 
 use wasmgpu_policy_sdk::{Decision, Fit, Info, Policy, Snapshot, info, place_each};
@@ -44,7 +52,7 @@ mod tests {
     use super::*;
     use wasmgpu_policy_sdk::Sharing::{Exclusive, Shared};
     use wasmgpu_policy_sdk::testing::{
-        assigned, decision_for, node, request, restrict, snapshot, with_full_nvlink,
+        assigned, decision_for, node, request, restrict, snapshot, with_full_nvlink, with_nvlink,
     };
 
     #[test]
@@ -131,10 +139,60 @@ mod tests {
     }
 
     #[test]
+    fn nvlink_require_takes_mutual_peers_or_waits() {
+        // n0 is the fullest fit for three GPUs but its only links are the
+        // pairs 0-1 and 2-3: "prefer" takes three of its GPUs anyway,
+        // "require" goes to n1, whose GPUs are all peers.
+        let n0 = with_nvlink(node("n0", 4, "NVIDIA H100", 81920), &[(0, 1), (2, 3)]);
+        let mut snap = snapshot(
+            vec![n0, with_full_nvlink(node("n1", 8, "NVIDIA H100", 81920))],
+            vec![request("ns/p", 3, Exclusive, 0)],
+        );
+        let got = assigned(&snap, &allocate(&snap));
+        assert_eq!(got[0].1, "n0");
+        snap.config = r#"{"nvlink": "require"}"#.into();
+        let got = assigned(&snap, &allocate(&snap));
+        assert_eq!(got[0].1, "n1");
+        // With n1 busy, the pod waits and says why.
+        for gpu in &mut snap.nodes[1].gpus[..6] {
+            gpu.held = true;
+        }
+        let decisions = allocate(&snap);
+        assert!(
+            matches!(&decisions[0], Decision::Wait(d) if d.reason.contains("all NVLink peers of one another free right now")),
+            "{decisions:?}"
+        );
+    }
+
+    #[test]
     #[should_panic(expected = "preferNVLink")]
     fn a_bad_config_fails_the_round() {
         let mut snap = snapshot(vec![], vec![]);
         snap.config = r#"{"preferNVLink": false}"#.into();
         allocate(&snap);
+    }
+
+    /// The controller's validator accepts every decision of a large round,
+    /// whatever the NVLink mode, with a gang among the requests.
+    #[test]
+    fn the_host_refuses_nothing_on_a_large_round() {
+        let mut snap = wasmgpu_policy_sdk::testing::large(120, 400);
+        wasmgpu_policy_sdk::testing::gang(&mut snap, "team-1/train", 3, &[1, 8, 15]);
+        for config in ["", r#"{"nvlink": "require"}"#, r#"{"nvlink": "ignore"}"#] {
+            snap.config = config.into();
+            let decisions = allocate(&snap);
+            let verdict = wasmgpu_policy_sdk::testing::validate(&snap, &decisions);
+            assert!(
+                verdict.refused.is_empty(),
+                "{config}: {:?}",
+                verdict.refused
+            );
+            let assigned = decisions
+                .iter()
+                .filter(|d| matches!(d, Decision::Assign(_)))
+                .count();
+            assert!(assigned > 100, "{config}: {assigned} assigned");
+            assert_eq!(verdict.accepted.len(), assigned, "{config}: none held back");
+        }
     }
 }

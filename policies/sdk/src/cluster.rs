@@ -11,7 +11,13 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{Decision, Request, Sharing, Snapshot, assign, glob_match, reject, wait};
+use crate::{
+    Decision, Nvlink, Request, Sharing, Snapshot, assign, glob_match, nvlink, reason, reject, wait,
+};
+
+mod query;
+
+pub use query::GpuNow;
 
 /// A profile name no MIG instance of the snapshot has.
 const NO_PROFILE: u32 = u32::MAX;
@@ -42,14 +48,12 @@ impl Shortfall {
         !matches!(self, Shortfall::NotNow(_))
     }
 
-    /// The reason, in words.
+    /// The reason, in words (the wording of [`reason`]).
     pub fn reason(&self) -> String {
         match self {
-            Shortfall::NoEligibleNode => {
-                "no eligible node: node selector, affinity or taints exclude every GPU node".into()
-            }
-            Shortfall::Never(what) => format!("no eligible node has {what}, even when idle"),
-            Shortfall::NotNow(what) => format!("no eligible node has {what} free right now"),
+            Shortfall::NoEligibleNode => reason::no_eligible_node(),
+            Shortfall::Never(what) => reason::never(what),
+            Shortfall::NotNow(what) => reason::not_now(what),
         }
     }
 }
@@ -76,27 +80,21 @@ impl Want<'_> {
         self.mig.is_some()
     }
 
-    fn describe(&self) -> String {
-        let r = self.request;
-        let model = r
-            .model
-            .as_deref()
-            .map(|m| format!(" matching \"{m}\""))
-            .unwrap_or_default();
-        if let Some(profile) = &r.mig_profile {
-            return format!("{} MIG instance(s) of profile {profile:?}{model}", r.count);
-        }
-        match r.sharing {
-            Sharing::Exclusive if r.memory_mib == 0 => format!("{} GPU(s){model}", r.count),
-            Sharing::Exclusive => format!(
-                "{} GPU(s){model} with at least {} MiB each",
-                r.count, r.memory_mib
-            ),
-            Sharing::Shared => format!(
-                "{} GPU(s){model} with {} MiB to share",
-                r.count, r.memory_mib
-            ),
-        }
+    /// True when the request asks for whole GPUs of its own (not shares,
+    /// not MIG instances).
+    pub fn is_exclusive_whole(&self) -> bool {
+        self.exclusive() && !self.is_mig()
+    }
+
+    /// True when `nvlink` changes which GPUs the request gets: an exclusive
+    /// request for more than one whole GPU, and `nvlink` is not `Ignore`.
+    pub fn uses_nvlink(&self, nvlink: Nvlink) -> bool {
+        nvlink != Nvlink::Ignore && self.is_exclusive_whole() && self.request.count > 1
+    }
+
+    /// What the request asks for, in words ([`reason::asked`]).
+    pub fn describe(&self) -> String {
+        reason::asked(self.request)
     }
 }
 
@@ -224,9 +222,21 @@ struct SharedIndex {
 #[derive(Clone, Debug, Default)]
 struct ShapeIndexes<'s> {
     shared: BTreeMap<Shape<'s>, SharedIndex>,
-    /// Whether a node of the eligible set could hold the shape once idle;
-    /// `None` when the set has no node at all. Commits do not change it.
-    ever_fits: BTreeMap<(u32, Shape<'s>), Option<bool>>,
+    /// What the nodes of an eligible set could hold once idle, per shape.
+    /// Commits do not change it.
+    ever: BTreeMap<(u32, Shape<'s>), Ever>,
+}
+
+/// What the nodes of an eligible set could hold once idle; `None` until
+/// worked out.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ever {
+    /// Whether a node could hold the shape; `None` inside when the set has
+    /// no node at all.
+    fits: Option<Option<bool>>,
+    /// Whether a node has `count` GPUs of the shape that are all NVLink
+    /// peers of one another.
+    clique: Option<bool>,
 }
 
 /// The snapshot's nodes and what is free on them, updated by [`Cluster::commit`].
@@ -652,13 +662,12 @@ impl<'s> Cluster<'s> {
 
     /// Why `want` fits on none of its eligible nodes.
     pub fn shortfall(&self, want: &Want<'s>) -> Shortfall {
-        let ever = *self
-            .shapes
-            .borrow_mut()
-            .ever_fits
+        let mut shapes = self.shapes.borrow_mut();
+        let ever = shapes
+            .ever
             .entry((want.request.eligible_set, Shape::of(want.request)))
-            .or_insert_with(|| self.ever_fits(want));
-        match ever {
+            .or_default();
+        match *ever.fits.get_or_insert_with(|| self.ever_fits(want)) {
             None => Shortfall::NoEligibleNode,
             Some(true) => Shortfall::NotNow(want.describe()),
             Some(false) => Shortfall::Never(want.describe()),
@@ -689,16 +698,47 @@ impl<'s> Cluster<'s> {
     }
 
     /// Chooses `count` GPUs on `node` for `want`, as positions in the node's GPU
-    /// list. Exclusive requests for more than one GPU prefer GPUs joined by
-    /// NVLink when `prefer_nvlink`; `fit` picks the tightest or loosest group
-    /// (exclusive) or GPU (shared). `None` when the node does not fit.
+    /// list (sorted). `None` when the node does not fit.
+    ///
+    /// * An exclusive request for more than one whole GPU follows `nvlink`
+    ///   (an [`Nvlink`], or a `bool`: `true` is [`Nvlink::Prefer`], `false`
+    ///   [`Nvlink::Ignore`]): `Prefer` takes the GPUs from one NVLink
+    ///   *group* (connected, not necessarily all peers of one another) —
+    ///   the tightest group that holds the request for `Fit::Tightest`, the
+    ///   largest for `Fit::Loosest` — and falls back to the first free GPUs
+    ///   when no group holds it; `Require` takes GPUs that are all NVLink
+    ///   peers of one another (the first such set in the tightest, or
+    ///   largest, group that has one) and gives `None` when there is none,
+    ///   never falling back; `Ignore` takes the first free GPUs.
+    /// * A shared request takes the GPUs with the least (`Fit::Tightest`) or
+    ///   most (`Fit::Loosest`) free memory.
+    /// * A MIG request takes instances of parents with the fewest (most)
+    ///   instances still free.
+    ///
+    /// ```
+    /// use wasmgpu_policy_sdk::{Cluster, Fit, Nvlink, Sharing::Exclusive};
+    /// use wasmgpu_policy_sdk::testing::{node, request, snapshot, with_nvlink};
+    ///
+    /// // A ring 0-1-2-3-0: one NVLink group, but no three GPUs all peers.
+    /// let ring = with_nvlink(node("a", 4, "NVIDIA A100", 40960), &[(0, 1), (1, 2), (2, 3), (3, 0)]);
+    /// let snap = snapshot(vec![ring], vec![request("ns/p", 3, Exclusive, 0)]);
+    /// let cluster = Cluster::new(&snap);
+    /// let want = cluster.want(&snap.pending[0]);
+    /// assert_eq!(cluster.pick_gpus(0, &want, Fit::Tightest, Nvlink::Prefer), Some(vec![0, 1, 2]));
+    /// assert_eq!(cluster.pick_gpus(0, &want, Fit::Tightest, Nvlink::Require), None);
+    /// ```
     pub fn pick_gpus(
         &self,
         node: u32,
         want: &Want,
         fit: Fit,
-        prefer_nvlink: bool,
+        nvlink: impl Into<Nvlink>,
     ) -> Option<Vec<usize>> {
+        self.pick(node, want, fit, nvlink.into())
+    }
+
+    /// [`Cluster::pick_gpus`], compiled once.
+    fn pick(&self, node: u32, want: &Want, fit: Fit, nvlink: Nvlink) -> Option<Vec<usize>> {
         let gpus = &self.nodes[node as usize].gpus;
         let count = want.request.count as usize;
         let mut candidates: Vec<usize> = (0..gpus.len()).filter(|&i| gpus[i].fits(want)).collect();
@@ -720,7 +760,10 @@ impl<'s> Cluster<'s> {
                 Fit::Loosest => candidates.sort_by_key(|&i| std::cmp::Reverse(free_siblings(i))),
             }
         } else if want.exclusive() {
-            if prefer_nvlink && count > 1 {
+            if nvlink == Nvlink::Require && count > 1 {
+                return self.pick_clique(node, &candidates, count, fit);
+            }
+            if nvlink == Nvlink::Prefer && count > 1 {
                 // The NVLink groups among the candidates, in order of first
                 // appearance; the first of the tightest (loosest) that holds
                 // `count` wins. A node has a handful of GPUs: counting in
@@ -757,6 +800,41 @@ impl<'s> Cluster<'s> {
         candidates.truncate(count);
         candidates.sort_unstable();
         Some(candidates)
+    }
+
+    /// `count` of `candidates` (free GPUs of `node`) that are all NVLink
+    /// peers of one another: groups are tried tightest (loosest) first, as
+    /// `Prefer` orders them, and the first clique of the first group that
+    /// has one wins.
+    fn pick_clique(
+        &self,
+        node: u32,
+        candidates: &[usize],
+        count: usize,
+        fit: Fit,
+    ) -> Option<Vec<usize>> {
+        let gpus = &self.nodes[node as usize].gpus;
+        let mut groups: Vec<(u32, usize)> = Vec::new();
+        for &i in candidates {
+            match groups.iter_mut().find(|(g, _)| *g == gpus[i].group) {
+                Some((_, size)) => *size += 1,
+                None => groups.push((gpus[i].group, 1)),
+            }
+        }
+        groups.retain(|&(_, size)| size >= count);
+        match fit {
+            Fit::Tightest => groups.sort_by_key(|&(_, size)| size),
+            Fit::Loosest => groups.sort_by_key(|&(_, size)| std::cmp::Reverse(size)),
+        }
+        let node = &self.snapshot.nodes[node as usize];
+        groups.iter().find_map(|&(group, _)| {
+            let members: Vec<usize> = candidates
+                .iter()
+                .copied()
+                .filter(|&i| gpus[i].group == group)
+                .collect();
+            nvlink::clique(node, &members, count)
+        })
     }
 
     /// Records that `want` took the GPUs at `positions` on `node`.
@@ -808,15 +886,21 @@ impl<'s> Cluster<'s> {
     }
 
     /// Places `want` on `node` if it fits: picks the GPUs (see
-    /// [`Cluster::pick_gpus`]), commits them and returns the assignment.
+    /// [`Cluster::pick_gpus`], which `nvlink` is passed to), commits them and
+    /// returns the assignment.
     pub fn place(
         &mut self,
         node: u32,
         want: &Want,
         fit: Fit,
-        prefer_nvlink: bool,
+        nvlink: impl Into<Nvlink>,
     ) -> Option<Decision> {
-        let positions = self.pick_gpus(node, want, fit, prefer_nvlink)?;
+        self.place_in(node, want, fit, nvlink.into())
+    }
+
+    /// [`Cluster::place`], compiled once.
+    fn place_in(&mut self, node: u32, want: &Want, fit: Fit, nvlink: Nvlink) -> Option<Decision> {
+        let positions = self.pick(node, want, fit, nvlink)?;
         self.commit(node, &positions, want);
         Some(assign(
             want.position,
@@ -828,12 +912,93 @@ impl<'s> Cluster<'s> {
     /// The decision for a request no node can take this round: `wait` when
     /// GPUs may free up, `reject` when it can never fit an eligible node.
     pub fn unplaced(&self, want: &Want<'s>) -> Decision {
-        let shortfall = self.shortfall(want);
+        self.unplaced_with(want, Nvlink::Prefer)
+    }
+
+    /// [`Cluster::unplaced`] for a request placed under `nvlink`: with
+    /// [`Nvlink::Require`] the reason says the GPUs must be NVLink peers (see
+    /// [`Cluster::shortfall_with`]).
+    pub fn unplaced_with(&self, want: &Want<'s>, nvlink: Nvlink) -> Decision {
+        let shortfall = self.shortfall_with(want, nvlink);
         if shortfall.is_permanent() {
             reject(want.position, shortfall.reason())
         } else {
             wait(want.position, shortfall.reason())
         }
+    }
+
+    /// [`Cluster::choose_node`] for a request placed under `nvlink`. Only
+    /// [`Nvlink::Require`] changes the choice (for a request it applies to,
+    /// see [`Want::uses_nvlink`]): a node fits when it has `count` free GPUs
+    /// that are all NVLink peers of one another. Those nodes are found by a
+    /// scan of the eligible nodes.
+    pub fn choose_node_with(&self, want: &Want<'s>, fit: Fit, nvlink: Nvlink) -> Option<u32> {
+        if nvlink != Nvlink::Require || !want.uses_nvlink(nvlink) {
+            return self.choose_node(want, fit);
+        }
+        let mut best: Option<(u64, u32)> = None;
+        for &node in self.eligible(want.request) {
+            if (node as usize) >= self.nodes.len()
+                || !self.fits(node, want)
+                || self.pick(node, want, fit, nvlink).is_none()
+            {
+                continue;
+            }
+            let room = self.headroom(node, want);
+            let better = match (best, fit) {
+                (None, _) => true,
+                (Some((b, _)), Fit::Tightest) => room < b,
+                (Some((b, _)), Fit::Loosest) => room > b,
+            };
+            if better {
+                best = Some((room, node));
+            }
+        }
+        best.map(|(_, node)| node)
+    }
+
+    /// [`Cluster::shortfall`] for a request placed under `nvlink`. With
+    /// [`Nvlink::Require`] (for a request it applies to), what is missing is
+    /// `count` GPUs that are all NVLink peers of one another
+    /// ([`reason::asked_nvlink`]): `NotNow` when an eligible node has such a
+    /// set once idle, `Never` when none has.
+    pub fn shortfall_with(&self, want: &Want<'s>, nvlink: Nvlink) -> Shortfall {
+        let shortfall = self.shortfall(want);
+        if nvlink != Nvlink::Require
+            || !want.uses_nvlink(nvlink)
+            || !matches!(shortfall, Shortfall::NotNow(_))
+        {
+            return shortfall;
+        }
+        let mut shapes = self.shapes.borrow_mut();
+        let ever = shapes
+            .ever
+            .entry((want.request.eligible_set, Shape::of(want.request)))
+            .or_default();
+        let ever = *ever.clique.get_or_insert_with(|| self.ever_clique(want));
+        let what = reason::asked_nvlink(want.request);
+        if ever {
+            Shortfall::NotNow(what)
+        } else {
+            Shortfall::Never(what)
+        }
+    }
+
+    /// Whether an eligible node has, once idle, `count` GPUs that could hold
+    /// `want` and are all NVLink peers of one another.
+    fn ever_clique(&self, want: &Want<'s>) -> bool {
+        let count = want.request.count as usize;
+        self.eligible(want.request)
+            .iter()
+            .filter(|&&n| (n as usize) < self.nodes.len())
+            .any(|&n| {
+                let gpus = &self.nodes[n as usize].gpus;
+                let able: Vec<usize> = (0..gpus.len())
+                    .filter(|&i| gpus[i].could_ever_fit(want))
+                    .collect();
+                able.len() >= count
+                    && nvlink::clique(&self.snapshot.nodes[n as usize], &able, count).is_some()
+            })
     }
 
     /// Places the pending members of gang `gang` (an index into
@@ -844,8 +1009,14 @@ impl<'s> Cluster<'s> {
     /// the state and the members that fit are assigned (the others wait).
     /// Otherwise nothing is committed and every member waits (or is rejected,
     /// when one of them can never fit) with the reason. The host applies a
-    /// gang's assignments on the same all-or-nothing rule.
-    pub fn place_gang(&mut self, gang: u32, fit: Fit, prefer_nvlink: bool) -> Vec<Decision> {
+    /// gang's assignments on the same all-or-nothing rule. `nvlink` is
+    /// applied to every member (see [`Cluster::pick_gpus`]).
+    pub fn place_gang(&mut self, gang: u32, fit: Fit, nvlink: impl Into<Nvlink>) -> Vec<Decision> {
+        self.place_gang_in(gang, fit, nvlink.into())
+    }
+
+    /// [`Cluster::place_gang`], compiled once.
+    fn place_gang_in(&mut self, gang: u32, fit: Fit, nvlink: Nvlink) -> Vec<Decision> {
         let Some(g) = self.snapshot.gangs.get(gang as usize) else {
             return Vec::new();
         };
@@ -862,12 +1033,12 @@ impl<'s> Cluster<'s> {
         for member in members {
             let want = trial.want(member);
             match trial
-                .choose_node(&want, fit)
-                .and_then(|node| trial.place(node, &want, fit, prefer_nvlink))
+                .choose_node_with(&want, fit, nvlink)
+                .and_then(|node| trial.place_in(node, &want, fit, nvlink))
             {
                 Some(decision) => placed.push(decision),
                 None => {
-                    let shortfall = trial.shortfall(&want);
+                    let shortfall = trial.shortfall_with(&want, nvlink);
                     left.push((want, shortfall));
                 }
             }
@@ -875,27 +1046,14 @@ impl<'s> Cluster<'s> {
         let name = &g.name;
         if placed.len() >= need {
             *self = trial;
-            let reason = format!(
-                "gang {name} is placed without this member ({} of {} needed fit); it waits for room",
-                placed.len(),
-                need
-            );
+            let reason = reason::gang_placed_without(name, placed.len(), need);
             placed.extend(left.iter().map(|(w, _)| wait(w.position, reason.clone())));
             return placed;
         }
         let never = left.iter().find(|(_, s)| s.is_permanent());
         let reason = match never {
-            Some((w, s)) => format!(
-                "gang {name} can never be placed: member {} fits nowhere ({})",
-                w.request.pod,
-                s.reason()
-            ),
-            None => format!(
-                "gang {name}: {} of the {need} more members needed fit now ({} bound, minMember {}); all or nothing, so none is placed yet",
-                placed.len(),
-                g.bound,
-                g.min_member
-            ),
+            Some((w, s)) => reason::gang_never(name, &w.request.pod, &s.reason()),
+            None => reason::gang_short(name, placed.len(), need, g.bound, g.min_member),
         };
         let positions = placed
             .iter()
@@ -958,7 +1116,7 @@ impl UnionFind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{node, request, snapshot};
+    use crate::testing::{node, request, restrict, snapshot};
 
     #[test]
     fn exclusive_fit_counts_whole_free_gpus_and_commits() {
@@ -1051,6 +1209,185 @@ mod tests {
             cluster.pick_gpus(0, &want, Fit::Tightest, false).unwrap(),
             vec![1, 2]
         );
+    }
+
+    /// Node "ring": 4 GPUs linked 0-1-2-3-0 (one group, no three mutual
+    /// peers); node "pairs": 4 GPUs in two NVLink pairs (0-1, 2-3);
+    /// node "hgx": 8 GPUs all linked.
+    fn nvlink_nodes() -> Vec<crate::Node> {
+        use crate::testing::{with_full_nvlink, with_nvlink};
+        vec![
+            with_nvlink(
+                node("ring", 4, "NVIDIA A100", 40960),
+                &[(0, 1), (1, 2), (2, 3), (3, 0)],
+            ),
+            with_nvlink(node("pairs", 4, "NVIDIA A100", 40960), &[(0, 1), (2, 3)]),
+            with_full_nvlink(node("hgx", 8, "NVIDIA A100", 40960)),
+        ]
+    }
+
+    #[test]
+    fn require_takes_mutual_peers_or_nothing() {
+        let snap = snapshot(
+            nvlink_nodes(),
+            vec![request("ns/p", 3, Sharing::Exclusive, 0)],
+        );
+        let cluster = Cluster::new(&snap);
+        let want = cluster.want(&snap.pending[0]);
+        // The ring is the tightest node with 3 free GPUs, and Prefer takes
+        // it (one group), though GPUs 0 and 2 are not peers.
+        assert_eq!(cluster.choose_node(&want, Fit::Tightest), Some(0));
+        assert_eq!(
+            cluster.pick_gpus(0, &want, Fit::Tightest, Nvlink::Prefer),
+            Some(vec![0, 1, 2])
+        );
+        assert!(!cluster.is_nvlink_clique(0, &[0, 1, 2]));
+        // Require skips the ring and the pairs: only the HGX node has three
+        // mutual peers.
+        assert_eq!(
+            cluster.pick_gpus(0, &want, Fit::Tightest, Nvlink::Require),
+            None
+        );
+        assert_eq!(
+            cluster.pick_gpus(1, &want, Fit::Tightest, Nvlink::Require),
+            None
+        );
+        assert_eq!(
+            cluster.choose_node_with(&want, Fit::Tightest, Nvlink::Require),
+            Some(2)
+        );
+        let picked = cluster
+            .pick_gpus(2, &want, Fit::Tightest, Nvlink::Require)
+            .unwrap();
+        assert!(cluster.is_nvlink_clique(2, &picked), "{picked:?}");
+        // Prefer and Ignore leave the choice of node alone.
+        for mode in [Nvlink::Prefer, Nvlink::Ignore] {
+            assert_eq!(
+                cluster.choose_node_with(&want, Fit::Tightest, mode),
+                Some(0)
+            );
+        }
+    }
+
+    #[test]
+    fn require_waits_or_rejects_saying_nvlink_is_required() {
+        // The HGX node busy: three mutual peers exist only once it is idle.
+        let mut nodes = nvlink_nodes();
+        for gpu in &mut nodes[2].gpus[..6] {
+            gpu.held = true;
+        }
+        let mut snap = snapshot(
+            nodes,
+            vec![
+                request("ns/three", 3, Sharing::Exclusive, 0),
+                request("ns/two", 2, Sharing::Exclusive, 0),
+            ],
+        );
+        // No node but the HGX one is eligible for the last request.
+        snap.pending
+            .push(request("ns/nine", 9, Sharing::Exclusive, 0));
+        snap.pending
+            .push(request("ns/ring", 3, Sharing::Exclusive, 0));
+        restrict(&mut snap, 3, &[0, 1]);
+        snap.config = r#"{"nvlink": "require"}"#.into();
+        let decisions = crate::place_each(&snap, Fit::Tightest);
+        let of = |pod: &str| crate::testing::decision_for(&snap, &decisions, pod).unwrap();
+        // `three` waits (HGX busy); `two` takes a pair, not two ring GPUs
+        // picked for a group; `nine` never fits; `ring` (ring and pairs only)
+        // can never have three mutual peers.
+        assert!(
+            matches!(of("ns/three"), Decision::Wait(d)
+                if d.reason == "no eligible node has 3 GPU(s) that are all NVLink peers of one another free right now"),
+            "{decisions:?}"
+        );
+        let two = crate::testing::assigned(&snap, &decisions);
+        assert_eq!(two.len(), 1, "{decisions:?}");
+        assert_eq!(two[0].0, "ns/two");
+        assert!(
+            matches!(of("ns/nine"), Decision::Reject(d) if d.reason.contains("9 GPU(s), even when idle")),
+            "{decisions:?}"
+        );
+        assert!(
+            matches!(of("ns/ring"), Decision::Reject(d)
+                if d.reason == "no eligible node has 3 GPU(s) that are all NVLink peers of one another, even when idle"),
+            "{decisions:?}"
+        );
+        let verdict = crate::testing::validate(&snap, &decisions);
+        assert!(verdict.refused.is_empty(), "{verdict:?}");
+
+        // With Prefer, `ring` takes three GPUs of the ring (one group), as
+        // before.
+        snap.config = r#"{"preferNvlink": true}"#.into();
+        let decisions = crate::place_each(&snap, Fit::Tightest);
+        assert!(
+            matches!(
+                crate::testing::decision_for(&snap, &decisions, "ns/ring"),
+                Some(Decision::Assign(a)) if a.node == 0 && a.gpus == [0, 1, 2]
+            ),
+            "{decisions:?}"
+        );
+    }
+
+    #[test]
+    fn require_holds_for_every_assignment_of_a_large_round() {
+        for fit in [Fit::Tightest, Fit::Loosest] {
+            let mut snap = crate::testing::large(60, 200);
+            // Break the full NVLink of some H100 nodes into rings.
+            for (n, node) in snap.nodes.iter_mut().enumerate() {
+                if n % 4 == 0 {
+                    for (i, gpu) in node.gpus.iter_mut().enumerate() {
+                        let i = i as u32;
+                        gpu.nvlink_peers = vec![(i + 7) % 8, (i + 1) % 8];
+                        gpu.nvlink_peers.sort_unstable();
+                    }
+                }
+            }
+            let mut gang_snap = snap.clone();
+            crate::testing::gang(&mut gang_snap, "team-0/gang", 2, &[3, 4]);
+            for snap in [snap, gang_snap] {
+                let mut snap = snap;
+                snap.config = r#"{"nvlink": "require"}"#.into();
+                let decisions = crate::place_each(&snap, fit);
+                let cluster = Cluster::new(&snap);
+                let mut multi = 0;
+                for d in &decisions {
+                    if let Decision::Assign(a) = d
+                        && a.gpus.len() > 1
+                        && snap.pending[a.pod as usize].sharing == Sharing::Exclusive
+                    {
+                        let gpus: Vec<usize> = a.gpus.iter().map(|&g| g as usize).collect();
+                        assert!(cluster.is_nvlink_clique(a.node, &gpus), "{fit:?} {a:?}");
+                        multi += 1;
+                    }
+                }
+                assert!(multi > 10, "{multi} multi-GPU assignments");
+                let verdict = crate::testing::validate(&snap, &decisions);
+                assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+                assert_eq!(
+                    verdict.accepted.len() + verdict.waiting.len() + verdict.rejected.len(),
+                    decisions.len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn placement_params_read_nvlink_and_the_older_bool() {
+        let read = |json: &str| {
+            crate::parse_config::<crate::PlacementParams>(json)
+                .unwrap()
+                .nvlink()
+        };
+        assert_eq!(read(""), Nvlink::Prefer);
+        assert_eq!(read(r#"{"preferNvlink": false}"#), Nvlink::Ignore);
+        assert_eq!(read(r#"{"nvlink": "require"}"#), Nvlink::Require);
+        assert_eq!(
+            read(r#"{"nvlink": "ignore", "preferNvlink": true}"#),
+            Nvlink::Ignore
+        );
+        let err =
+            crate::parse_config::<crate::PlacementParams>(r#"{"nvlink": "always"}"#).unwrap_err();
+        assert!(err.contains("require"), "{err}");
     }
 
     #[test]

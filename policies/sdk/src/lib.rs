@@ -49,6 +49,44 @@
 //! // Decisions name pods, nodes and GPUs by position: pod 0 on node 0, GPUs 0 and 1.
 //! assert!(matches!(&allocate(&snap)[0], Decision::Assign(a) if a.node == 0 && a.gpus == [0, 1]));
 //! ```
+//!
+//! ## Asking the round's state
+//!
+//! [`Cluster`] answers read-only questions about the state as it stands
+//! after the placements committed so far: [`Cluster::gpu_now`] (one GPU),
+//! [`Cluster::free_gpus`] (free whole GPUs of a node, optionally of a model
+//! glob), [`Cluster::fitting_gpus`], [`Cluster::free_by_label`] (free GPUs
+//! per zone, or any label, over a pod's eligible nodes), and the NVLink sets
+//! of a node ([`Cluster::nvlink_groups`], [`Cluster::nvlink_clique`]). The
+//! standard wait and reject wording is in [`reason`].
+//!
+//! ## NVLink
+//!
+//! An *NVLink group* is a connected component of a node's link graph; an
+//! *NVLink clique* is a set of GPUs all linked to one another. Multi-GPU
+//! exclusive requests are placed under an [`Nvlink`] mode: `Prefer` (the
+//! default) takes one group when one holds the request and otherwise falls
+//! back to any free GPUs; `Require` takes only a clique, on a node that has
+//! one free, and otherwise leaves the pod waiting with a reason that says
+//! so; `Ignore` disregards links. See [`Nvlink`].
+//!
+//! ## Testing
+//!
+//! [`testing`] builds snapshots ([`testing::node`], [`testing::request`],
+//! [`testing::with_labels`], [`testing::with_nvlink`], [`testing::gang`],
+//! [`testing::large`], …) and holds decisions to the controller's own rules:
+//! [`testing::validate`] is the validator the controller runs, compiled from
+//! the same source.
+//!
+//! ```
+//! use wasmgpu_policy_sdk::{Fit, place_each};
+//! use wasmgpu_policy_sdk::testing::{large, validate};
+//!
+//! let snap = large(50, 100);
+//! let decisions = place_each(&snap, Fit::Tightest);
+//! let verdict = validate(&snap, &decisions);
+//! assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+//! ```
 #![deny(unsafe_code)]
 
 extern crate self as wasmgpu_policy_sdk;
@@ -56,13 +94,22 @@ extern crate self as wasmgpu_policy_sdk;
 mod cluster;
 mod config;
 mod glob;
+mod nvlink;
 mod placement;
+pub mod reason;
 #[cfg_attr(
     not(all(feature = "allocator", target_arch = "wasm32")),
     allow(dead_code)
 )]
 mod round_alloc;
 pub mod testing;
+mod validate;
+
+/// The contract types [`validate`]'s rules are written against (the host
+/// compiles the same file against its own copy).
+mod contract {
+    pub(crate) use crate::{Assignment, Decision, Gpu, Request, Sharing, Snapshot, glob_match};
+}
 
 /// Policies compiled to WebAssembly allocate with [`round_alloc`]'s size
 /// classes unless the SDK's `allocator` feature is turned off.
@@ -74,9 +121,10 @@ pub mod testing;
 #[global_allocator]
 static ALLOCATOR: round_alloc::RoundAllocator = round_alloc::RoundAllocator::new();
 
-pub use cluster::{Cluster, Fit, Shortfall, Want};
+pub use cluster::{Cluster, Fit, GpuNow, Shortfall, Want};
 pub use config::parse_config;
 pub use glob::glob_match;
+pub use nvlink::Nvlink;
 pub use placement::{PlacementParams, place_each};
 
 /// The `wasmgpu:policy` world, generated from `wit/policy.wit`.

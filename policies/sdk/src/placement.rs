@@ -3,21 +3,41 @@
 
 use serde::Deserialize;
 
-use crate::{Cluster, Decision, Fit, Snapshot, fail, parse_config};
+use crate::{Cluster, Decision, Fit, Nvlink, Snapshot, fail, parse_config};
 
-/// Parameters understood by [`place_each`] (`config.json`, all optional).
+/// Parameters understood by [`place_each`] (`config.json`, all optional):
+///
+/// ```json
+/// { "nvlink": "prefer" }
+/// ```
+///
+/// `nvlink` is `"prefer"` (the default), `"require"` or `"ignore"`; see
+/// [`Nvlink`]. The older `"preferNvlink": true | false` means `"prefer"` |
+/// `"ignore"`; when both are given, `nvlink` wins.
 #[derive(Debug, Deserialize, Clone, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct PlacementParams {
-    /// Keep multi-GPU exclusive requests on GPUs joined by NVLink when possible.
+    /// Keep multi-GPU exclusive requests on GPUs joined by NVLink when
+    /// possible (`nvlink: "prefer"`), or not (`"ignore"`).
     pub prefer_nvlink: bool,
+    /// How multi-GPU exclusive requests use NVLink; overrides
+    /// `prefer_nvlink` when set.
+    pub nvlink: Option<Nvlink>,
 }
 
 impl Default for PlacementParams {
     fn default() -> Self {
         PlacementParams {
             prefer_nvlink: true,
+            nvlink: None,
         }
+    }
+}
+
+impl PlacementParams {
+    /// The NVLink mode these parameters ask for.
+    pub fn nvlink(&self) -> Nvlink {
+        self.nvlink.unwrap_or(self.prefer_nvlink.into())
     }
 }
 
@@ -26,9 +46,12 @@ impl Default for PlacementParams {
 /// [`Cluster::pick_gpus`] picks for the same `fit`. A gang is served whole,
 /// all or nothing ([`Cluster::place_gang`]), when its first member's turn
 /// comes. Requests that fit nowhere get `wait` or `reject` with the reason.
-/// An invalid `config.json` fails the round (see [`fail`]).
+/// Multi-GPU exclusive requests follow the config's NVLink mode
+/// ([`PlacementParams::nvlink`]). An invalid `config.json` fails the round
+/// (see [`fail`]).
 pub fn place_each(snapshot: &Snapshot, fit: Fit) -> Vec<Decision> {
     let params: PlacementParams = parse_config(&snapshot.config).unwrap_or_else(|e| fail(&e));
+    let nvlink = params.nvlink();
     let mut cluster = Cluster::new(snapshot);
     let mut decisions = Vec::with_capacity(snapshot.pending.len());
     let mut gang_served = vec![false; snapshot.gangs.len()];
@@ -37,15 +60,15 @@ pub fn place_each(snapshot: &Snapshot, fit: Fit) -> Vec<Decision> {
             && let Some(served) = gang_served.get_mut(gang as usize)
         {
             if !std::mem::replace(served, true) {
-                decisions.extend(cluster.place_gang(gang, fit, params.prefer_nvlink));
+                decisions.extend(cluster.place_gang(gang, fit, nvlink));
             }
             continue;
         }
         let want = cluster.want(request);
         let placed = cluster
-            .choose_node(&want, fit)
-            .and_then(|node| cluster.place(node, &want, fit, params.prefer_nvlink));
-        decisions.push(placed.unwrap_or_else(|| cluster.unplaced(&want)));
+            .choose_node_with(&want, fit, nvlink)
+            .and_then(|node| cluster.place(node, &want, fit, nvlink));
+        decisions.push(placed.unwrap_or_else(|| cluster.unplaced_with(&want, nvlink)));
     }
     decisions
 }

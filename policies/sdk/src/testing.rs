@@ -9,6 +9,32 @@ use std::sync::Mutex;
 
 use crate::{Gang, Gpu, MigInstance, Node, Request, Sharing, Snapshot};
 
+/// The controller's own validator: the rules it applies to every decision a
+/// policy returns, compiled from the same source file as the controller's
+/// (`policies/sdk/src/validate.rs`). `validate(&snapshot, &decisions)` gives
+/// the [`Verdict`]: what the controller would apply (`accepted`), leave
+/// pending (`waiting`, including gang members held back), mark rejected
+/// (`rejected`) and refuse as impossible (`refused`, each with an
+/// [`Invalid`] reason).
+///
+/// ```
+/// use wasmgpu_policy_sdk::Sharing::Exclusive;
+/// use wasmgpu_policy_sdk::testing::{Invalid, node, request, snapshot, validate};
+/// use wasmgpu_policy_sdk::assign;
+///
+/// let snap = snapshot(vec![node("a", 2, "NVIDIA L4", 23034)], vec![
+///     request("ns/p", 1, Exclusive, 0),
+///     request("ns/q", 1, Exclusive, 0),
+/// ]);
+/// // Both pods on GPU 0: the second is refused.
+/// let verdict = validate(&snap, &[assign(0, 0, vec![0]), assign(1, 0, vec![0])]);
+/// assert_eq!(verdict.accepted.len(), 1);
+/// assert_eq!(verdict.refused[0].reason.code(), "gpu-taken");
+/// assert!(matches!(verdict.refused[0].reason, Invalid::GpuTaken { .. }));
+/// ```
+pub use crate::validate::validate;
+pub use crate::validate::{Deferred, Invalid, Placement, Refused, Verdict, describe};
+
 static MODELS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static MIG_PROFILES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -163,6 +189,44 @@ pub fn with_full_nvlink(mut node: Node) -> Node {
     let count = node.gpus.len() as u32;
     for (i, gpu) in node.gpus.iter_mut().enumerate() {
         gpu.nvlink_peers = (0..count).filter(|&j| j != i as u32).collect();
+    }
+    node
+}
+
+/// Links the GPUs of each pair `(a, b)` (positions) with NVLink, on both
+/// ends: `with_nvlink(node, &[(0, 1), (2, 3)])` makes two bridged pairs.
+/// Links already there are kept; a pair named twice is linked once.
+///
+/// # Panics
+///
+/// When a position is not one of the node's GPUs, or `a == b`.
+pub fn with_nvlink(mut node: Node, pairs: &[(u32, u32)]) -> Node {
+    let count = node.gpus.len() as u32;
+    for &(a, b) in pairs {
+        assert!(
+            a < count && b < count && a != b,
+            "with_nvlink: ({a}, {b}) is not a pair of distinct GPUs of node {} ({count} GPUs)",
+            node.name
+        );
+        for (from, to) in [(a, b), (b, a)] {
+            let peers = &mut node.gpus[from as usize].nvlink_peers;
+            if !peers.contains(&to) {
+                peers.push(to);
+                peers.sort_unstable();
+            }
+        }
+    }
+    node
+}
+
+/// Sets labels `(key, value)` on the node, replacing the value of a key it
+/// already has: `with_labels(node, &[("topology.kubernetes.io/zone", "a")])`.
+pub fn with_labels(mut node: Node, labels: &[(&str, &str)]) -> Node {
+    for &(key, value) in labels {
+        match node.labels.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = value.to_owned(),
+            None => node.labels.push((key.to_owned(), value.to_owned())),
+        }
     }
     node
 }

@@ -8,8 +8,16 @@
 //! Parameters (`config.json`, all optional):
 //!
 //! ```json
-//! { "preferNvlink": true }
+//! { "nvlink": "prefer" }
 //! ```
+//!
+//! `nvlink`: `"prefer"` (the default) keeps a multi-GPU exclusive request in
+//! one NVLink group (GPUs connected by NVLink, directly or through others)
+//! when a node has one that holds it, else takes any free GPUs of the node;
+//! `"require"` gives it only GPUs that are all NVLink peers of one another,
+//! on the node that has such a set free, and leaves it waiting otherwise;
+//! `"ignore"` disregards NVLink. The older `"preferNvlink": true | false`
+//! still reads as `"prefer"` | `"ignore"`.
 #![forbid(unsafe_code)]
 
 use wasmgpu_policy_sdk::{Decision, Fit, Info, Policy, Snapshot, info, place_each};
@@ -111,5 +119,29 @@ mod tests {
         );
         let decisions = allocate(&snap);
         assert!(matches!(decisions[2], Decision::Wait(_)), "{decisions:?}");
+    }
+
+    /// The controller's validator accepts every decision of a large round,
+    /// whatever the NVLink mode, with a gang among the requests.
+    #[test]
+    fn the_host_refuses_nothing_on_a_large_round() {
+        let mut snap = wasmgpu_policy_sdk::testing::large(120, 400);
+        wasmgpu_policy_sdk::testing::gang(&mut snap, "team-1/train", 3, &[1, 8, 15]);
+        for config in ["", r#"{"nvlink": "require"}"#, r#"{"nvlink": "ignore"}"#] {
+            snap.config = config.into();
+            let decisions = allocate(&snap);
+            let verdict = wasmgpu_policy_sdk::testing::validate(&snap, &decisions);
+            assert!(
+                verdict.refused.is_empty(),
+                "{config}: {:?}",
+                verdict.refused
+            );
+            let assigned = decisions
+                .iter()
+                .filter(|d| matches!(d, Decision::Assign(_)))
+                .count();
+            assert!(assigned > 100, "{config}: {assigned} assigned");
+            assert_eq!(verdict.accepted.len(), assigned, "{config}: none held back");
+        }
     }
 }
