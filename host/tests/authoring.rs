@@ -1,9 +1,16 @@
 //! A policy author's first hour, as docs/POLICIES.md tells it: `wasmgpu
-//! policy new` outside the checkout, then cargo test, the Wasm build, check
-//! and run. Each command run here must appear verbatim in the docs.
+//! policy new` outside the checkout, then cargo test, the Wasm build, check,
+//! run, publish to a real API server, and the controller loading it. Each
+//! command run here must appear verbatim in the docs.
+
+mod common;
+#[allow(dead_code, unused_imports)]
+#[path = "controller/support.rs"]
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 fn text(output: &Output) -> String {
     format!(
@@ -16,6 +23,19 @@ fn text(output: &Output) -> String {
 /// Runs documented command `line` (`wasmgpu …` or `cargo …`) in `dir`;
 /// fails the test unless docs/POLICIES.md shows it and it succeeds.
 fn documented(docs: &str, dir: &Path, target: &Path, line: &str) -> String {
+    documented_with(docs, dir, target, line, &[], None)
+}
+
+/// [`documented`], with `extra` arguments the docs leave out (the test's
+/// namespace) and a kubeconfig.
+fn documented_with(
+    docs: &str,
+    dir: &Path,
+    target: &Path,
+    line: &str,
+    extra: &[&str],
+    kubeconfig: Option<&Path>,
+) -> String {
     let shown = line.trim_end_matches(" --output json");
     assert!(
         docs.contains(shown),
@@ -27,12 +47,16 @@ fn documented(docs: &str, dir: &Path, target: &Path, line: &str) -> String {
         Some("cargo") => std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()),
         other => panic!("not a command this test runs: {other:?}"),
     };
-    let out = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(words)
+        .args(extra)
         .current_dir(dir)
-        .env("CARGO_TARGET_DIR", target)
-        .output()
-        .expect("run a documented command");
+        .env("CARGO_TARGET_DIR", target);
+    if let Some(kubeconfig) = kubeconfig {
+        command.env("KUBECONFIG", kubeconfig);
+    }
+    let out = command.output().expect("run a documented command");
     assert!(out.status.success(), "`{line}` failed:\n{}", text(&out));
     text(&out)
 }
@@ -112,6 +136,61 @@ fn a_new_policy_builds_tests_checks_and_runs_outside_the_checkout() {
         .unwrap();
     assert!(!out.status.success());
     assert!(text(&out).contains("preferZone"), "{}", text(&out));
+
+    // Shipped: published as a ConfigMap, loaded by a running controller.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime
+        .block_on(publish_and_load(&docs, &dir, &target, &wasm))
+        .unwrap();
+}
+
+/// Publishes the new policy as the docs say (in the test's namespace, which
+/// the controller's policy namespace is) and waits until `policy list` shows
+/// the controller loaded exactly that component.
+async fn publish_and_load(
+    docs: &str,
+    dir: &Path,
+    target: &Path,
+    wasm: &Path,
+) -> anyhow::Result<()> {
+    use sha2::Digest;
+    let ctx = wasmgpu_test_harness::TestContext::new("authoring").await?;
+    common::install_crds(&ctx).await?;
+    let kubeconfig = ctx.cluster().kubeconfig_path();
+    let namespace = ["--namespace", ctx.namespace.as_str()];
+    let published = documented_with(
+        docs,
+        dir,
+        target,
+        "wasmgpu policy publish target/wasm32-wasip2/policy/zone_first.wasm --name zone-first --config config.example.json",
+        &namespace,
+        Some(kubeconfig),
+    );
+    assert!(published.contains("zone-first"), "{published}");
+    let _controller = support::Controller::start(&ctx).await?;
+    let digest = hex::encode(sha2::Sha256::digest(std::fs::read(wasm)?));
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = documented_with(
+            docs,
+            dir,
+            target,
+            "wasmgpu policy list",
+            &namespace,
+            Some(kubeconfig),
+        );
+        let row = list.lines().find(|l| l.starts_with("zone-first "));
+        if row.is_some_and(|r| r.contains(&format!("sha256:{}", &digest[..12]))) {
+            println!("loaded by the controller:\n{list}");
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < until,
+            "the controller never loaded zone-first sha256:{}:\n{list}",
+            &digest[..12]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[test]
