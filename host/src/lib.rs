@@ -21,6 +21,7 @@ pub mod engine;
 pub mod index;
 pub mod oci;
 pub mod shadow;
+pub mod snapshot_contract;
 pub mod validate;
 
 #[cfg(test)]

@@ -49,6 +49,10 @@ pub const STATUS_ANNOTATION: &str = "wasmgpu.io/status";
 /// the same snapshot after that policy in every round it decides, its
 /// decisions validated and compared, never applied.
 pub const SHADOW_OF_ANNOTATION: &str = "wasmgpu.io/shadow-of";
+/// Annotation asking the controller to keep the snapshots of the policy's
+/// last N rounds (at most 20) in memory, for `wasmgpu policy snapshot
+/// --recorded` (served at `/debug/rounds/…`).
+pub const RECORD_ROUNDS_ANNOTATION: &str = "wasmgpu.io/record-rounds";
 /// Annotation the controller writes on a shadow: [`ShadowStatus`] as JSON.
 pub const SHADOW_STATUS_ANNOTATION: &str = "wasmgpu.io/shadow-status";
 /// Rounds kept in [`ShadowStatus::recent`].

@@ -14,7 +14,6 @@ mod policy_push;
 mod policy_run;
 mod policy_shadow;
 mod policy_snapshot;
-mod snapshot_contract;
 mod snapshot_file;
 mod table;
 

@@ -10,10 +10,10 @@ use clap::{Args, Subcommand, ValueEnum};
 use super::out;
 use super::output::{CheckOutput, SchemaOf};
 use super::policy_run;
-use super::snapshot_contract;
 use super::snapshot_file;
 use crate::engine::types::Snapshot;
 use crate::engine::{Engine, Limits, LoadedPolicy};
+use crate::snapshot_contract;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PolicyCommand {
@@ -193,10 +193,27 @@ pub(crate) enum PolicyCommand {
     /// listed once and fed to the controller's own index and snapshot
     /// builder, with `config.json` from the policy's ConfigMap. Bindings the
     /// controller has in flight at that moment are not visible from here.
+    ///
+    /// With --recorded URL, a round the controller recorded instead: the
+    /// exact snapshot it handed the policy, kept for the last N rounds when
+    /// the policy's ConfigMap is annotated `wasmgpu.io/record-rounds: "N"`
+    /// (at most 20), served at the controller's --http-address, e.g. after
+    /// `kubectl port-forward -n wasmgpu-system deploy/wasmgpu-controller
+    /// 8080`: `--recorded http://127.0.0.1:8080`.
     Snapshot {
         /// The policy whose pending pods the snapshot carries.
         #[arg(long, value_name = "NAME")]
         policy: String,
+        /// Read a recorded round from the controller at this URL (its
+        /// --http-address) instead of building the next one.
+        #[arg(long, value_name = "URL")]
+        recorded: Option<String>,
+        /// With --recorded: the round to read (default: the latest).
+        #[arg(long, value_name = "N", requires = "recorded")]
+        round: Option<u64>,
+        /// With --recorded: list the recorded rounds instead.
+        #[arg(long, requires = "recorded", conflicts_with = "round")]
+        list: bool,
         /// Where to write it (standard output when absent).
         #[arg(long, short)]
         out: Option<PathBuf>,
@@ -526,9 +543,18 @@ impl PolicyCommand {
             }
             PolicyCommand::Snapshot {
                 policy,
+                recorded: Some(url),
+                round,
+                list,
+                out: file,
+                ..
+            } => super::policy_snapshot::recorded(&url, &policy, round, list, file.as_deref()),
+            PolicyCommand::Snapshot {
+                policy,
                 out: file,
                 namespace,
                 default_policy,
+                ..
             } => super::policy_snapshot::export(
                 &policy,
                 &super::policy_cluster::namespace(namespace),

@@ -21,11 +21,81 @@ use serde::de::DeserializeOwned;
 
 use super::out;
 use super::policy_cluster::{block_on, client};
-use super::snapshot_contract;
 use crate::api::policy::CONFIG_KEY;
 use crate::api::{GPUNode, GPUResource, SCHEDULER_NAME};
 use crate::engine::types::Snapshot;
 use crate::index::Index;
+use crate::snapshot_contract;
+
+/// `wasmgpu policy snapshot --recorded URL`: a round the controller at
+/// `url` recorded for `policy` (the latest, or `round`), or the list.
+pub(crate) fn recorded(
+    url: &str,
+    policy: &str,
+    round: Option<u64>,
+    list: bool,
+    file: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
+    let base = url.trim_end_matches('/');
+    // reqwest is built without a crypto provider of its own: use ring, as
+    // the Kubernetes client does (a second install is a no-op).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let get = |path: String| {
+        block_on(async move {
+            let response = reqwest::get(&path)
+                .await
+                .with_context(|| format!("cannot reach the controller at {path}"))?;
+            let status = response.status();
+            let body = response.text().await?;
+            anyhow::ensure!(status.is_success(), "{path}: {status}: {}", body.trim());
+            Ok(body)
+        })
+    };
+    if list {
+        let all: std::collections::BTreeMap<String, Vec<serde_json::Value>> =
+            serde_json::from_str(&get(format!("{base}/debug/rounds"))?)
+                .context("the controller's /debug/rounds is not a list of rounds")?;
+        let Some(rounds) = all.get(policy) else {
+            anyhow::bail!(
+                "the controller records no rounds of policy {policy} (recorded: {}); annotate its \
+                 ConfigMap with {}: \"N\"",
+                all.keys().cloned().collect::<Vec<_>>().join(", "),
+                crate::api::policy::RECORD_ROUNDS_ANNOTATION
+            );
+        };
+        let mut table =
+            super::table::Table::new(&["ROUND", "RECORDED", "PENDING", "NODES", "BYTES"]);
+        for r in rounds {
+            let field = |k: &str| r[k].to_string().trim_matches('"').to_string();
+            table.row(vec![
+                field("round"),
+                field("at"),
+                field("pending"),
+                field("nodes"),
+                field("bytes"),
+            ]);
+        }
+        out::print(&table.render())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let path = match round {
+        Some(round) => format!("{base}/debug/rounds/{policy}/{round}"),
+        None => format!("{base}/debug/rounds/{policy}"),
+    };
+    let json = get(path)?;
+    snapshot_contract::check(&json)?;
+    match file {
+        Some(path) => {
+            std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!(
+                "wrote {}: a round of policy {policy} the controller recorded",
+                path.display()
+            );
+        }
+        None => out::println(&json)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
 /// What the cluster holds that a round depends on.
 struct Objects {

@@ -20,12 +20,12 @@ pub(crate) enum ParseError {
     Invalid(#[from] SnapshotError),
     /// Of another contract version (`"contract"`).
     #[error(transparent)]
-    Contract(#[from] super::snapshot_contract::OtherContract),
+    Contract(#[from] crate::snapshot_contract::OtherContract),
 }
 
 /// Parses and checks a snapshot file's text.
 pub(crate) fn parse(text: &str) -> Result<Snapshot, ParseError> {
-    super::snapshot_contract::check(text)?;
+    crate::snapshot_contract::check(text)?;
     let snapshot: Snapshot = serde_json::from_str(text)?;
     check(&snapshot)?;
     Ok(snapshot)

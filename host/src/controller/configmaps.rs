@@ -32,11 +32,13 @@ use super::events::EventSink;
 use super::metrics::Metrics;
 use super::payload::{ComponentSource, Payload, RejectError, shadow_of};
 use super::policies::Policies;
+use super::recorder::{Recorder, parse_keep};
 use super::registry::Puller;
 use super::watch::{Shared, Sink, follow};
 use crate::api::policy::{
     COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_SELECTOR, PULL_SECRET_ANNOTATION,
-    PolicyStatus, SHADOW_OF_ANNOTATION, SHADOW_STATUS_ANNOTATION, STATUS_ANNOTATION,
+    PolicyStatus, RECORD_ROUNDS_ANNOTATION, SHADOW_OF_ANNOTATION, SHADOW_STATUS_ANNOTATION,
+    STATUS_ANNOTATION,
 };
 use crate::engine::{Cause, Digest, Engine, PolicyError};
 
@@ -101,6 +103,8 @@ pub(super) struct Loader {
     pub(super) leader: watch::Receiver<bool>,
     /// Pulls the components ConfigMaps name by OCI reference.
     pub(super) puller: Puller,
+    /// Keeps recent rounds of the policies whose ConfigMap asks for it.
+    pub(super) recorder: Arc<Recorder>,
 }
 
 // === impl Loader ===
@@ -118,6 +122,7 @@ impl Loader {
     /// Loads the version `configmap` carries, unless already tried.
     async fn load(&mut self, configmap: &ConfigMap) {
         let name = configmap.name_any();
+        self.record_rounds(&name, configmap);
         let fingerprint = fingerprint(configmap);
         if self.name_to_tried.get(&name) == Some(&fingerprint) {
             return;
@@ -265,8 +270,41 @@ impl Loader {
         }
     }
 
+    /// Starts, changes or stops recording the policy's rounds as its
+    /// `wasmgpu.io/record-rounds` annotation says (read on every change:
+    /// it takes effect without a reload).
+    fn record_rounds(&self, name: &str, configmap: &ConfigMap) {
+        let asked = configmap
+            .annotations()
+            .get(RECORD_ROUNDS_ANNOTATION)
+            .map(String::as_str);
+        let was = self.recorder.wants(name);
+        match parse_keep(asked) {
+            Ok(keep) => {
+                self.recorder.keep(name, keep);
+                if keep > 0 && !was {
+                    tracing::info!(policy = %name, rounds = keep, "Recording the policy's rounds");
+                } else if keep == 0 && was {
+                    tracing::info!(policy = %name, "Stopped recording the policy's rounds");
+                }
+            }
+            Err(message) => {
+                self.recorder.keep(name, 0);
+                tracing::warn!(policy = %name, %message, "Not recording the policy's rounds");
+                self.event(
+                    *self.leader.borrow(),
+                    configmap,
+                    true,
+                    "InvalidAnnotation",
+                    message,
+                );
+            }
+        }
+    }
+
     /// Unloads the version of a deleted ConfigMap.
     fn remove(&mut self, name: &str) {
+        self.recorder.keep(name, 0);
         self.name_to_tried.remove(name);
         self.name_to_status.remove(name);
         if self.policies.unload(name) {
@@ -308,6 +346,11 @@ impl Sink<ConfigMap> for Loader {
         for name in self.policies.configmap_names() {
             if !names.contains(&name) {
                 self.remove(&name);
+            }
+        }
+        for name in self.recorder.list().into_keys() {
+            if !names.contains(&name) {
+                self.recorder.keep(&name, 0);
             }
         }
         tracing::debug!(configmaps = names.len(), "Listed policy ConfigMaps");

@@ -38,6 +38,7 @@ mod leader;
 mod metrics;
 mod payload;
 mod policies;
+mod recorder;
 mod registry;
 mod report;
 mod round;
@@ -198,6 +199,7 @@ pub async fn run(
         leadership.subscribe(),
     );
     let shadow_writer = tokio::spawn(shadow_writer.run());
+    let recorder = recorder::Recorder::new();
     let loader = Loader {
         api: Api::<ConfigMap>::namespaced(client.clone(), &config.policy_namespace),
         engine,
@@ -214,13 +216,19 @@ pub async fn run(
             config.registry.clone(),
             metrics.clone(),
         ),
+        recorder: Arc::clone(&recorder),
     };
     tracing::info!(namespace = %config.policy_namespace, "Watching policy ConfigMaps");
     watches.spawn(loader.run(links.link("ConfigMap")));
     // Every watch has its link: `/readyz` waits for all of them.
-    let http = config
-        .http_address
-        .map(|address| tokio::spawn(http::serve(address, metrics.clone(), links)));
+    let http = config.http_address.map(|address| {
+        tokio::spawn(http::serve(
+            address,
+            metrics.clone(),
+            links,
+            Arc::clone(&recorder),
+        ))
+    });
     let rounds = Rounds {
         applier: Applier::new(
             client.clone(),
@@ -241,6 +249,7 @@ pub async fn run(
         metrics,
         leader: leadership.subscribe(),
         gang_waits_told: Default::default(),
+        recorder,
     };
     let mut rounds = tokio::spawn(rounds.run());
     let http_failed = async {

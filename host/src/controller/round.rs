@@ -52,6 +52,8 @@ pub struct Rounds {
     pub(super) metrics: Metrics,
     /// Whether this replica leads: rounds run only while it does.
     pub(super) leader: watch::Receiver<bool>,
+    /// Keeps the snapshots of recent rounds of policies that ask for it.
+    pub(super) recorder: Arc<super::recorder::Recorder>,
     /// Gang members told why they wait (pod, reason): told once per reason.
     pub(super) gang_waits_told: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
@@ -187,6 +189,15 @@ impl Rounds {
         outcome: &mut RoundOutcome,
     ) -> usize {
         let resources = resources_of(&snapshot);
+        if self.recorder.wants(&policy.name) {
+            // A copy, serialized and compressed on the blocking pool.
+            let (recorder, name, copy) = (
+                Arc::clone(&self.recorder),
+                policy.name.clone(),
+                snapshot.clone(),
+            );
+            tokio::task::spawn_blocking(move || recorder.record(&name, copy));
+        }
         let Some((mut snapshot, result)) = call(policy, snapshot).await else {
             return 0;
         };

@@ -9,6 +9,7 @@ use wasmgpu::api::Sharing;
 use wasmgpu::engine::types::Snapshot;
 use wasmgpu_test_harness::TestContext;
 
+use super::operate::free_port;
 use super::support::*;
 use super::{devices, wait_bound};
 
@@ -173,5 +174,140 @@ async fn the_live_snapshot_holds_the_next_round_and_runs_offline() -> Result<()>
     assert!(text(&out).contains("no policy ConfigMap"), "{}", text(&out));
 
     remove_nodes(&ctx, &[node]).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_policy_asking_for_it_has_its_last_rounds_recorded_and_readable() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("recorded").await?;
+    install_crds(&ctx).await?;
+    let node = format!("{}-n1", ctx.namespace);
+    gpu_node(&ctx, &node, 8).await?;
+    gpuresource(&ctx, "one", 1, Sharing::Exclusive, 0, None).await?;
+    let binpack = crate::common::policy_dir().join("wasmgpu_binpack.wasm");
+    let binpack = binpack.to_str().unwrap();
+    let out = wasmgpu(
+        &ctx,
+        &[
+            "policy",
+            "publish",
+            binpack,
+            "--name",
+            "binpack",
+            "-n",
+            &ctx.namespace,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    // Keep the last two rounds of binpack.
+    let configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = ctx.api();
+    let annotate = |value: &str| serde_json::json!({"metadata": {"annotations": {"wasmgpu.io/record-rounds": value}}});
+    configmaps
+        .patch(
+            "binpack",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(annotate("2")),
+        )
+        .await?;
+    let port = free_port()?;
+    let url = format!("http://127.0.0.1:{port}");
+    let _controller = Controller::start_with(
+        &ctx,
+        &["--http-address".into(), format!("127.0.0.1:{port}")],
+    )
+    .await?;
+    // Three rounds, one pod each.
+    for name in ["r1", "r2", "r3"] {
+        create_pod(&ctx, name, "one").await?;
+        wait_bound(&ctx, name).await?;
+    }
+    let listed = wasmgpu(
+        &ctx,
+        &[
+            "policy",
+            "snapshot",
+            "--policy",
+            "binpack",
+            "--recorded",
+            &url,
+            "--list",
+        ],
+    );
+    assert!(listed.status.success(), "{}", text(&listed));
+    let rows: Vec<&str> = std::str::from_utf8(&listed.stdout)?
+        .lines()
+        .skip(1)
+        .collect();
+    assert_eq!(rows.len(), 2, "two rounds kept:\n{}", text(&listed));
+    println!("recorded rounds:\n{}", text(&listed));
+
+    // The latest is the round that placed r3, exactly as binpack got it.
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("recorded.json");
+    let file = file.to_str().unwrap();
+    let out = wasmgpu(
+        &ctx,
+        &[
+            "policy",
+            "snapshot",
+            "--policy",
+            "binpack",
+            "--recorded",
+            &url,
+            "-o",
+            file,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let snapshot: Snapshot = serde_json::from_str(&std::fs::read_to_string(file)?)?;
+    let pending: Vec<&str> = snapshot.pending.iter().map(|r| r.pod.as_str()).collect();
+    assert_eq!(pending, [format!("{}/r3", ctx.namespace)]);
+    let run = wasmgpu(
+        &ctx,
+        &[
+            "policy",
+            "run",
+            binpack,
+            "--snapshot",
+            file,
+            "--fail-on-refused",
+        ],
+    );
+    assert!(run.status.success(), "{}", text(&run));
+
+    // A wrong value is refused with the fix; recording stops.
+    configmaps
+        .patch(
+            "binpack",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(annotate("all")),
+        )
+        .await?;
+    let until = std::time::Instant::now() + ACT;
+    loop {
+        let out = wasmgpu(
+            &ctx,
+            &[
+                "policy",
+                "snapshot",
+                "--policy",
+                "binpack",
+                "--recorded",
+                &url,
+                "--list",
+            ],
+        );
+        if !out.status.success() {
+            assert!(
+                text(&out).contains("records no rounds of policy binpack"),
+                "{}",
+                text(&out)
+            );
+            break;
+        }
+        anyhow::ensure!(std::time::Instant::now() < until, "still recording");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     Ok(())
 }

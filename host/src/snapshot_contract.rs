@@ -8,11 +8,11 @@ use serde::{Deserialize, Serialize};
 use crate::engine::types::Snapshot;
 
 /// The contract this wasmgpu's snapshots follow.
-pub(crate) use crate::engine::CONTRACT;
+pub use crate::engine::CONTRACT;
 
 /// A snapshot file: the contract's `snapshot` record, with the version first.
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
-pub(crate) struct SnapshotFile {
+pub struct SnapshotFile {
     /// The contract the snapshot follows, e.g. `wasmgpu:policy@0.2.0`.
     /// Written by wasmgpu; optional in hand-written files (read as this
     /// wasmgpu's contract).
@@ -29,13 +29,13 @@ pub(crate) struct SnapshotFile {
      with this version's `wasmgpu policy snapshot` (or `generate-snapshot`), or use a \
      wasmgpu of {found}"
 )]
-pub(crate) struct OtherContract {
+pub struct OtherContract {
     /// The version the file names.
     pub found: String,
 }
 
 /// `snapshot` as the text of a snapshot file (JSON on one line).
-pub(crate) fn to_json(snapshot: Snapshot) -> serde_json::Result<String> {
+pub fn to_json(snapshot: Snapshot) -> serde_json::Result<String> {
     serde_json::to_string(&SnapshotFile {
         contract: Some(CONTRACT.to_owned()),
         snapshot,
@@ -44,7 +44,7 @@ pub(crate) fn to_json(snapshot: Snapshot) -> serde_json::Result<String> {
 
 /// Refuses the text of a snapshot file that names another contract. Text
 /// that is not a JSON object passes: parsing it says what is wrong.
-pub(crate) fn check(text: &str) -> Result<(), OtherContract> {
+pub fn check(text: &str) -> Result<(), OtherContract> {
     #[derive(Deserialize)]
     struct Probe {
         contract: Option<serde_json::Value>,
