@@ -500,11 +500,12 @@ impl Applier {
                 match read {
                     Ok(Ok(Some(current))) => self.writer.shared.index().record_write(&current),
                     Ok(Ok(None)) => {}
+                    // The caller reports the failed write; this is detail.
                     Ok(Err(read_error)) => {
-                        tracing::warn!(kind = "GPUResource", resource = %key, %read_error, "Cannot read the GPUResource back after a failed write")
+                        tracing::debug!(kind = "GPUResource", resource = %key, %read_error, "Cannot read the GPUResource back after a failed write")
                     }
                     Err(_) => {
-                        tracing::warn!(kind = "GPUResource", resource = %key, "Cannot read the GPUResource back after a failed write: no answer")
+                        tracing::debug!(kind = "GPUResource", resource = %key, "Cannot read the GPUResource back after a failed write: no answer")
                     }
                 }
                 Err(error)

@@ -118,6 +118,7 @@ impl Reporter {
         let keys: HashSet<&ObjectKey> = views.iter().map(|v| &v.key).collect();
         self.key_to_summary.retain(|key, _| keys.contains(key));
         self.key_to_policy_error.retain(|key, _| keys.contains(key));
+        let mut failed = Vec::new();
         for (view, counts) in views.iter().zip(counts) {
             if view.deleting {
                 continue;
@@ -137,10 +138,25 @@ impl Reporter {
                 .map(|(_, c)| c.as_slice())
                 .unwrap_or_default();
             let conditions = to_conditions(&summary, previous);
-            if self.write(applier, view, &summary, &conditions).await {
-                self.key_to_summary
-                    .insert(view.key.clone(), (summary, conditions));
+            match self.write(applier, view, &summary, &conditions).await {
+                Ok(()) => {
+                    self.key_to_summary
+                        .insert(view.key.clone(), (summary, conditions));
+                }
+                Err(error) => failed.push((&view.key, error)),
             }
+        }
+        // One line per round however many failed: during an outage every
+        // write fails, and the log must not grow with the GPUResources.
+        if let Some((first, error)) = failed.first() {
+            tracing::warn!(
+                kind = "GPUResource",
+                failed = failed.len(),
+                first = %first,
+                %error,
+                "Cannot write the status of {} GPUResource(s); retrying next round",
+                failed.len()
+            );
         }
     }
 
@@ -337,7 +353,7 @@ impl Reporter {
         view: &ResourceView,
         summary: &Summary,
         conditions: &[Condition],
-    ) -> bool {
+    ) -> Result<(), super::apply::ApplyError> {
         let patch = json!({
             "status": {
                 "phase": summary.phase,
@@ -348,13 +364,7 @@ impl Reporter {
                 "conditions": conditions,
             },
         });
-        match applier.write_status(&view.key, &patch).await {
-            Ok(()) => true,
-            Err(error) => {
-                tracing::warn!(kind = "GPUResource", resource = %view.key, %error, "Cannot write status; retrying next round");
-                false
-            }
-        }
+        applier.write_status(&view.key, &patch).await
     }
 }
 
