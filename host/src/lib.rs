@@ -18,6 +18,7 @@ pub mod api;
 pub mod cli;
 pub mod controller;
 pub mod engine;
+pub mod error_chain;
 pub mod index;
 pub mod oci;
 pub mod shadow;

@@ -67,7 +67,7 @@ mod tests {
 
     #[test]
     fn files_name_their_contract_and_another_is_refused_naming_both() {
-        let demo = include_str!("../../../policies/snapshots/demo.json");
+        let demo = include_str!("../../policies/snapshots/demo.json");
         let snapshot: Snapshot = serde_json::from_str(demo).unwrap();
         let text = to_json(snapshot.clone()).unwrap();
         assert!(

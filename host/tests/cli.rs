@@ -5,7 +5,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{json_schema, policy_dir};
+use common::{json_schema, padded, policy_dir};
 use serde_json::Value;
 use wasmgpu::engine::types::Snapshot;
 
@@ -697,32 +697,6 @@ fn limits_too_large_to_hold_are_refused_naming_the_flag() {
 }
 
 // === `policy publish` against a real API server ===
-
-/// `bytes` with a custom section of `pad` zero bytes appended: a component
-/// that still loads, of any size (over 900 KiB, `publish` gzips it).
-fn padded(bytes: &[u8], pad: usize) -> Vec<u8> {
-    fn leb(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    let name = b"padding";
-    let mut body = Vec::new();
-    leb(name.len(), &mut body);
-    body.extend_from_slice(name);
-    body.resize(body.len() + pad, 0);
-    let mut out = bytes.to_vec();
-    out.push(0); // custom section
-    leb(body.len(), &mut out);
-    out.extend_from_slice(&body);
-    out
-}
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     use std::io::Write;

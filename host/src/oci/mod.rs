@@ -20,6 +20,7 @@ mod cache;
 mod pull;
 mod push;
 
+use crate::error_chain::error_chain;
 use std::fmt;
 use std::time::Duration;
 
@@ -259,7 +260,7 @@ impl OciError {
             OciDistributionError::RequestError(error)
                 if error.is_connect() || error.is_timeout() =>
             {
-                let cause = chain(&error);
+                let cause = error_chain(&error);
                 let lower = cause.to_ascii_lowercase();
                 OciError::Unreachable {
                     registry,
@@ -269,25 +270,10 @@ impl OciError {
             }
             other => OciError::Registry {
                 reference: shown,
-                cause: chain(&other),
+                cause: error_chain(&other),
             },
         }
     }
-}
-
-/// An error and its sources, on one line.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        let message = inner.to_string();
-        if !text.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        source = inner.source();
-    }
-    text
 }
 
 // === impl ComponentRef ===
@@ -462,7 +448,7 @@ impl Access {
         };
         oci_client::Client::try_from(config).map_err(|e| OciError::Registry {
             reference: reference.to_string(),
-            cause: chain(&e),
+            cause: error_chain(&e),
         })
     }
 }

@@ -62,3 +62,31 @@ pub async fn install_crds(ctx: &wasmgpu_test_harness::TestContext) -> anyhow::Re
         .await?;
     Ok(())
 }
+
+/// `wasm` with a custom section of `pad` zero bytes appended: the same
+/// component, loading and deciding as before, `pad` bytes bigger (over
+/// 900 KiB `publish` gzips it; components of other languages are
+/// megabytes).
+pub fn padded(wasm: &[u8], pad: usize) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"wasmgpu-test-padding";
+    let mut body = Vec::new();
+    leb(name.len(), &mut body);
+    body.extend_from_slice(name);
+    body.resize(body.len() + pad, 0);
+    let mut out = wasm.to_vec();
+    out.push(0); // custom section
+    leb(body.len(), &mut out);
+    out.extend_from_slice(&body);
+    out
+}

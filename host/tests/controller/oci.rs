@@ -21,7 +21,7 @@ use wasmgpu::controller::fingerprint;
 use wasmgpu::engine::Digest;
 use wasmgpu_test_harness::{Registry, TestContext};
 
-use super::common::policy_bytes;
+use super::common::{padded, policy_bytes};
 use super::configmaps::{pod_digests, wait_event, wait_observed};
 use super::operate::{free_port, get};
 use super::support::*;
@@ -31,32 +31,6 @@ use super::wait_bound;
 const SECRET: &str = "wasmgpu-registry";
 /// The controller's `--max-component-bytes` in this test.
 const CAP: usize = 4_000_000;
-
-/// `wasm` with a custom section of `pad` bytes appended: the same policy,
-/// `pad` bytes bigger (components of other languages are megabytes).
-fn padded(wasm: &[u8], pad: usize) -> Vec<u8> {
-    fn leb(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    let name = b"wasmgpu-test-padding";
-    let mut body = Vec::new();
-    leb(name.len(), &mut body);
-    body.extend_from_slice(name);
-    body.resize(body.len() + pad, 0x5a);
-    let mut out = wasm.to_vec();
-    out.push(0); // custom section
-    leb(body.len(), &mut out);
-    out.extend_from_slice(&body);
-    out
-}
 
 /// Runs `wasmgpu policy push FILE TARGET ARGS…`: stdout, or an error with stderr.
 async fn push(file: &Path, target: &str, args: &[&str], password: &str) -> Result<String> {
