@@ -220,6 +220,7 @@ pub async fn run(
     };
     tracing::info!(namespace = %config.policy_namespace, "Watching policy ConfigMaps");
     watches.spawn(loader.run(links.link("ConfigMap")));
+    let watched_kinds = watches.len();
     // Every watch has its link: `/readyz` waits for all of them.
     let http = config.http_address.map(|address| {
         tokio::spawn(http::serve(
@@ -230,6 +231,7 @@ pub async fn run(
         ))
     });
     let rounds = Rounds {
+        watched_kinds,
         applier: Applier::new(
             client.clone(),
             shared.clone(),

@@ -16,10 +16,6 @@ use crate::index::{ObjectKey, RoundStart};
 use crate::validate::validate;
 use tokio::sync::watch;
 
-/// The kinds the controller watches (policy ConfigMaps included); rounds
-/// start once each is listed.
-pub const WATCHED_KINDS: usize = 5;
-
 /// What a round does when the active version of a policy fails at run time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnPolicyFailure {
@@ -33,6 +29,11 @@ pub enum OnPolicyFailure {
 
 /// Runs rounds until the task is dropped.
 pub struct Rounds {
+    /// How many watches feed the index (policy ConfigMaps and, when
+    /// served, PodGroups included): rounds start once each has listed, so
+    /// that no round sees GPUs free that bound pods hold, or misses a
+    /// policy.
+    pub(super) watched_kinds: usize,
     pub(super) shared: Arc<Shared>,
     pub(super) applier: Applier,
     pub(super) reporter: Reporter,
@@ -67,7 +68,7 @@ impl Rounds {
     /// lead is lost stops at once: like a crash, the write order leaves
     /// nothing the next leader cannot finish.
     pub async fn run(mut self) {
-        self.shared.wait_listed(WATCHED_KINDS).await;
+        self.shared.wait_listed(self.watched_kinds).await;
         tracing::info!(
             policies = ?self.policies.names(),
             "Index ready"
