@@ -4,14 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
-use serde_json::json;
-use wasmgpu::api::{
-    GPUNode, GPUResource, GPUResourceSpec, GpuInfo, MigInstanceInfo, MigMode, Sharing,
-};
+use kube::api::PostParams;
+use wasmgpu::api::{GPUResource, GPUResourceSpec, GpuInfo, MigInstanceInfo, MigMode, Sharing};
 use wasmgpu_test_harness::{FakeNode, PodPhase, TestContext, set_pod_phase};
 
 use super::{devices, node_of, wait_bound};
@@ -65,30 +62,7 @@ async fn mig_node(ctx: &TestContext, name: &str) -> Result<(String, String, Vec<
             ..Default::default()
         },
     ];
-    let api: Api<GPUNode> = ctx.cluster_api();
-    let params = PatchParams::apply("wasmgpu-test").force();
-    let object = json!({
-        "apiVersion": "wasmgpu.io/v1alpha1",
-        "kind": "GPUNode",
-        "metadata": { "name": name },
-        "spec": {},
-    });
-    api.patch(name, &params, &Patch::Apply(&object)).await?;
-    let status = json!({
-        "apiVersion": "wasmgpu.io/v1alpha1",
-        "kind": "GPUNode",
-        "metadata": { "name": name },
-        "status": {
-            "gpus": gpus,
-            "gpusTotal": 2,
-            "gpusHealthy": 2,
-            "migInstancesTotal": 4,
-            "model": A100,
-        },
-    });
-    api.patch_status(name, &params, &Patch::Apply(&status))
-        .await
-        .with_context(|| format!("publishing GPUNode {name}"))?;
+    publish_gpus(ctx, name, &gpus).await?;
     Ok((parent, whole, small))
 }
 

@@ -72,6 +72,12 @@ pub async fn publish_gpunode_with(
             ..Default::default()
         })
         .collect();
+    publish_gpus(ctx, name, &infos).await
+}
+
+/// Publishes `gpus` as the GPUNode of Node `name`, with the summaries its
+/// agent would write.
+pub async fn publish_gpus(ctx: &TestContext, name: &str, gpus: &[GpuInfo]) -> Result<()> {
     let api: Api<GPUNode> = ctx.cluster_api();
     let patch = json!({
         "apiVersion": "wasmgpu.io/v1alpha1",
@@ -86,10 +92,11 @@ pub async fn publish_gpunode_with(
         "kind": "GPUNode",
         "metadata": { "name": name },
         "status": {
-            "gpus": infos,
-            "gpusTotal": gpus,
-            "gpusHealthy": gpus - unhealthy.len() as u32,
-            "model": H100,
+            "gpus": gpus,
+            "gpusTotal": gpus.len(),
+            "gpusHealthy": gpus.iter().filter(|g| g.healthy).count(),
+            "migInstancesTotal": gpus.iter().map(|g| g.mig_instances.len()).sum::<usize>(),
+            "model": gpus.first().map(|g| g.model.as_str()),
         },
     });
     api.patch_status(name, &params, &Patch::Apply(&status))
