@@ -131,12 +131,14 @@ export WASMGPU_KUBECTL := $(KUBECTL_BIN)
 
 # The OCI registry the policy-component tests push to and pull from: the CNCF
 # distribution registry, built from its Go module like the control plane,
-# cached outside the clone by the hash of tests/registry.
+# cached outside the clone by the hash of tests/registry; the ORAS CLI (a tool
+# of that module) is built next to it.
 REGISTRY_BUILD := tests/registry/build.sh
 export WASMGPU_REGISTRY := $(shell $(REGISTRY_BUILD) --path)
+export WASMGPU_ORAS := $(shell $(REGISTRY_BUILD) --oras-path)
 
 .PHONY: registry
-registry: ## Build the test OCI registry (once; cached outside the clone)
+registry: ## Build the test OCI registry and the ORAS CLI (once; cached outside the clone)
 	@$(REGISTRY_BUILD) >/dev/null
 
 .PHONY: control-plane kubectl cluster

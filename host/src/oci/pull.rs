@@ -254,6 +254,24 @@ mod tests {
     }
 
     #[test]
+    fn the_manifest_oras_push_writes_is_a_component() {
+        // As `oras push --config config.json:application/vnd.wasm.config.v0+json
+        // policy.wasm:application/wasm` (ORAS 1.3) writes it: annotations on
+        // the manifest and the layer (its file name).
+        let manifest = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",
+            "config":{"mediaType":"application/vnd.wasm.config.v0+json","digest":"sha256:7fea23c43c61fb0100860a48c591a3fbc11f296bd4913938352505079a99f00d","size":128},
+            "layers":[{"mediaType":"application/wasm","digest":"sha256:dbf76a3da149cee1c4322b555fcdfecd9048180dbdff3cd0e3c80f421acf38a6","size":482021,
+                "annotations":{"org.opencontainers.image.title":"policy.wasm"}}],
+            "annotations":{"org.opencontainers.image.created":"2026-12-01T07:24:26Z"}}"#;
+        let layer = wasm_layer(&reference(), manifest).unwrap();
+        assert_eq!(
+            layer.digest,
+            "sha256:dbf76a3da149cee1c4322b555fcdfecd9048180dbdff3cd0e3c80f421acf38a6"
+        );
+        assert_eq!(layer.size, 482021);
+    }
+
+    #[test]
     fn digests_and_sizes_are_checked() {
         let error = check_digest("the layer", &sha256(b"a"), b"b").unwrap_err();
         assert_eq!(error.kind(), "digest-mismatch");

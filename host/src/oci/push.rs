@@ -1,6 +1,8 @@
 //! Pushing a component as a Wasm OCI artifact: the config
 //! (`application/vnd.wasm.config.v0+json`), the layer (`application/wasm`),
-//! then the manifest under the tag; the manifest's digest pins it.
+//! then the manifest under the tag; the manifest's digest pins it. The layer
+//! carries an `org.opencontainers.image.title` (`<last repository segment>.wasm`),
+//! the file name `oras pull` writes it to.
 
 use http::HeaderValue;
 use oci_client::RegistryOperation;
@@ -11,9 +13,12 @@ use super::{
     WASM_LAYER_MEDIA_TYPE, sha256,
 };
 
+/// The annotation naming a layer's file (ORAS writes the layer to it on pull).
+const TITLE_ANNOTATION: &str = "org.opencontainers.image.title";
+
 /// The manifest and config of a component artifact, as pushed: `(manifest,
-/// config)` bytes.
-pub fn artifact(wasm: &[u8], created: &str) -> (Vec<u8>, Vec<u8>) {
+/// config)` bytes; `title` names the layer's file.
+pub fn artifact(wasm: &[u8], created: &str, title: &str) -> (Vec<u8>, Vec<u8>) {
     let layer_digest = sha256(wasm);
     // The Wasm OCI convention's config (as `wkg oci push` writes it).
     let config = serde_json::to_vec(&json!({
@@ -35,6 +40,7 @@ pub fn artifact(wasm: &[u8], created: &str) -> (Vec<u8>, Vec<u8>) {
             "mediaType": WASM_LAYER_MEDIA_TYPE,
             "digest": layer_digest,
             "size": wasm.len(),
+            "annotations": { TITLE_ANNOTATION: title },
         }],
         "annotations": { "org.opencontainers.image.created": created },
     }))
@@ -53,7 +59,12 @@ pub async fn push(
         .round(k8s_openapi::jiff::Unit::Second)
         .map(|t| t.to_string())
         .unwrap_or_default();
-    let (manifest, config) = artifact(wasm, &created);
+    let name = target
+        .repository()
+        .rsplit('/')
+        .next()
+        .unwrap_or("component");
+    let (manifest, config) = artifact(wasm, &created, &format!("{name}.wasm"));
     let client = access.client(target)?;
     let reference = target.reference();
     let fail = |e| OciError::from_client(e, target, "push");
@@ -87,13 +98,17 @@ mod tests {
 
     #[test]
     fn the_artifact_follows_the_wasm_oci_convention() {
-        let (manifest, config) = artifact(b"\0asm", "2026-12-01T00:00:00Z");
+        let (manifest, config) = artifact(b"\0asm", "2026-12-01T00:00:00Z", "binpack.wasm");
         let manifest: serde_json::Value = serde_json::from_slice(&manifest).unwrap();
         assert_eq!(manifest["config"]["mediaType"], WASM_CONFIG_MEDIA_TYPE);
         assert_eq!(manifest["config"]["digest"], sha256(&config));
         assert_eq!(manifest["layers"][0]["mediaType"], "application/wasm");
         assert_eq!(manifest["layers"][0]["digest"], sha256(b"\0asm"));
         assert_eq!(manifest["layers"][0]["size"], 4);
+        assert_eq!(
+            manifest["layers"][0]["annotations"][TITLE_ANNOTATION],
+            "binpack.wasm"
+        );
         let config: serde_json::Value = serde_json::from_slice(&config).unwrap();
         assert_eq!(config["architecture"], "wasm");
         assert_eq!(config["layerDigests"][0], sha256(b"\0asm"));

@@ -12,6 +12,7 @@ mod holdings;
 mod mig;
 mod oci;
 mod operate;
+mod oras;
 mod outage;
 mod scale;
 mod shadow;

@@ -28,7 +28,7 @@ use super::support::*;
 use super::wait_bound;
 
 /// The Secret the deployed RBAC lets the controller read.
-const SECRET: &str = "wasmgpu-registry";
+pub(super) const SECRET: &str = "wasmgpu-registry";
 /// The controller's `--max-component-bytes` in this test.
 const CAP: usize = 4_000_000;
 
@@ -48,7 +48,7 @@ async fn push(file: &Path, target: &str, args: &[&str], password: &str) -> Resul
 }
 
 /// Pushes with the registry's user and CA; returns the pinned reference.
-async fn push_ok(registry: &Registry, file: &Path, repository: &str) -> Result<String> {
+pub(super) async fn push_ok(registry: &Registry, file: &Path, repository: &str) -> Result<String> {
     let ca = registry.ca_path.display().to_string();
     push(
         file,
@@ -110,7 +110,11 @@ async fn rejected(
 
 /// Creates or replaces the pull Secret: the registry's CA and its user with
 /// `password`.
-async fn pull_secret(ctx: &TestContext, registry: &Registry, password: &str) -> Result<()> {
+pub(super) async fn pull_secret(
+    ctx: &TestContext,
+    registry: &Registry,
+    password: &str,
+) -> Result<()> {
     let config = serde_json::json!({
         "auths": { &registry.address: { "username": registry.username, "password": password } }
     });
@@ -167,7 +171,7 @@ async fn wait_metrics(port: u16, expected: &[String], controller: &Controller) -
     }
 }
 
-fn controller_flags(cache: &Path, port: u16) -> Vec<String> {
+pub(super) fn controller_flags(cache: &Path, port: u16) -> Vec<String> {
     vec![
         "--component-cache".into(),
         cache.display().to_string(),

@@ -51,7 +51,7 @@ pub use locate::{CONTROL_PLANE_ENV, KUBECTL_ENV, control_plane_binary, kubectl_b
 pub use node::FakeNode;
 pub use pod::{PodPhase, set_pod_phase};
 pub use proxy::ApiProxy;
-pub use registry::{REGISTRY_ENV, Registry, registry_binary};
+pub use registry::{ORAS_ENV, REGISTRY_ENV, Registry, oras_binary, registry_binary};
 pub use wait::{DEFAULT_WAIT, wait_for};
 
 /// Use this running cluster instead of starting one.

@@ -42,14 +42,30 @@ pub struct Registry {
     _dir: tempfile::TempDir,
 }
 
+/// Names the ORAS CLI binary (built next to the registry); `make` sets it.
+pub const ORAS_ENV: &str = "WASMGPU_ORAS";
+
 /// The registry binary: `$WASMGPU_REGISTRY`, or the cache entry
 /// `tests/registry/build.sh` builds for the sources in this checkout.
 pub fn registry_binary() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os(REGISTRY_ENV).filter(|p| !p.is_empty()) {
+    built(REGISTRY_ENV, "--path", "the test registry")
+}
+
+/// The ORAS CLI (`oras.land/oras`, a tool of `tests/registry/go.mod`):
+/// `$WASMGPU_ORAS`, or the one `tests/registry/build.sh` builds next to the
+/// registry.
+pub fn oras_binary() -> Result<PathBuf> {
+    built(ORAS_ENV, "--oras-path", "the ORAS CLI")
+}
+
+/// `$env` when set, else what `tests/registry/build.sh <flag>` names; it
+/// must exist.
+fn built(env: &str, flag: &str, what: &str) -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os(env).filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
         if !path.is_file() {
             bail!(
-                "{REGISTRY_ENV}={} does not exist: run `make registry` to build it",
+                "{env}={} does not exist: run `make registry` to build it",
                 path.display()
             );
         }
@@ -57,14 +73,14 @@ pub fn registry_binary() -> Result<PathBuf> {
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../registry/build.sh");
     let output = Command::new(&script)
-        .arg("--path")
+        .arg(flag)
         .output()
-        .with_context(|| format!("running {} --path", script.display()))?;
+        .with_context(|| format!("running {} {flag}", script.display()))?;
     let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
     if !output.status.success() || !path.is_file() {
         bail!(
-            "the test registry is not built for these sources (expected at {}): run `make registry` \
-             (or tests/registry/build.sh), or set {REGISTRY_ENV}",
+            "{what} is not built for these sources (expected at {}): run `make registry` \
+             (or tests/registry/build.sh), or set {env}",
             path.display()
         );
     }
