@@ -6,8 +6,9 @@
 # agents on simulated inventories (8x H100 with NVLink, 4x A100) and the
 # controller as local processes under the deployed ServiceAccounts, applies
 # the samples, shows where each pod landed; swaps the default policy
-# (binpack -> spread) by updating its ConfigMap, applies more pods, shows
-# their placements; plays the kubelet for one node to show what each
+# (binpack -> spread) by updating its ConfigMap, publishes fairshare as its
+# shadow, applies more pods, shows their placements and what the shadow
+# would have done; plays the kubelet for one node to show what each
 # container receives from the device plugin; then stops everything.
 #
 # Needs: WASMGPU (the binary), CONTROL_PLANE, KUBECTL, POLICY_DIR (set by make).
@@ -104,6 +105,10 @@ at_least_bound() { (($(bound_count) >= $1)); }
 gpunodes_published() {
     [[ "$(kubectl get gpunodes -o jsonpath='{.items[*].status.gpusTotal}')" == "4 8" ]]
 }
+shadow_compared() { # a round compared since the shadow loaded
+    kubectl get configmap fairshare -n "$NS" -o jsonpath='{.metadata.annotations.wasmgpu\.io/shadow-status}' \
+        | grep -q '"roundsCompared":[1-9]'
+}
 policy_loaded() { # NAME [DIGEST-PREFIX]
     "$WASMGPU" policy list --namespace "$NS" | grep "^$1 " | grep -q "sha256:${2:-}"
 }
@@ -178,6 +183,11 @@ BINPACK_DIGEST=$(sha256sum "$POLICY_DIR/wasmgpu_binpack.wasm" | cut -c1-12)
 until_ok "the controller to load the new version" policy_loaded default "$SPREAD_DIGEST"
 "$WASMGPU" policy list --namespace "$NS" | sed 's/^/    /'
 
+step "publishing fairshare as a shadow of default: called beside it every round, compared, never applied"
+"$WASMGPU" policy publish "$POLICY_DIR/wasmgpu_fairshare.wasm" --name fairshare --namespace "$NS" \
+    --shadow-of default | sed 's/^/    /'
+until_ok "policy fairshare to be loaded" policy_loaded fairshare
+
 step "applying more pods: two more notebooks and a trainer, now placed by spread"
 kubectl apply -n "$SAMPLES" -f "$ROOT/tests/demo/more-pods.yaml" | sed 's/^/    /'
 wait_bound 7
@@ -191,6 +201,10 @@ echo
 note "the controller's metrics (non-zero):"
 curl -s "http://127.0.0.1:$CONTROLLER_PORT/metrics" \
     | grep -E '^wasmgpu_(pods_bound_total|decisions_total|gpus|policy_loads_total)' | grep -v ' 0$' | sed 's/^/    /'
+
+step "what the shadow would have done: fairshare beside spread on the same rounds"
+until_ok "a round compared by the shadow" shadow_compared
+"$WASMGPU" policy shadow fairshare --namespace "$NS" | sed 's/^/    /'
 
 step "the hand-off on gpu-h100: playing its kubelet against the agent's device plugin"
 "$WASMGPU" play-kubelet --node gpu-h100 --device-plugin-dir "$WORK/kubelet-gpu-h100" | sed 's/^/    /'
