@@ -1,9 +1,11 @@
 //! The devices the plugin advertises (pure): one per GPU for exclusive use,
-//! and replicas `<uuid>::<k>` of each GPU for shared use.
+//! replicas `<uuid>::<k>` of each GPU for shared use, and one per MIG
+//! instance (its `MIG-…` UUID).
 //!
 //! ```text
 //!  GPU-a (81559 MiB, healthy)   ──▶ GPU-a, GPU-a::0 … GPU-a::78   Healthy
 //!  GPU-b (81559 MiB, XID 79)    ──▶ GPU-b, GPU-b::0 … GPU-b::78   Unhealthy
+//!  GPU-c (MIG: 2 instances)     ──▶ GPU-c, GPU-c::0 …, MIG-c0, MIG-c1
 //! ```
 //!
 //! The kubelet only counts; the controller decides which pod gets which
@@ -58,7 +60,10 @@ pub fn replicas(gpu: &GpuInfo, options: DeviceOptions) -> u64 {
 }
 
 /// The devices of a node's GPUs, in GPU order: each GPU whole, then its
-/// replicas, all with the GPU's health and NUMA node.
+/// replicas, then its MIG instances, all with the GPU's health and NUMA
+/// node. A MIG instance is handed over by its UUID like a whole GPU (CDI
+/// `nvidia.com/gpu=MIG-…`); the controller never hands out a GPU and its
+/// instances together.
 pub fn advertised(status: &GPUNodeStatus, options: DeviceOptions) -> Vec<Device> {
     let mut devices = Vec::new();
     for gpu in &status.gpus {
@@ -78,6 +83,9 @@ pub fn advertised(status: &GPUNodeStatus, options: DeviceOptions) -> Vec<Device>
         devices.push(device(exclusive_id(&gpu.uuid)));
         for k in 0..replicas(gpu, options) {
             devices.push(device(replica_id(&gpu.uuid, k)));
+        }
+        for instance in &gpu.mig_instances {
+            devices.push(device(exclusive_id(&instance.uuid)));
         }
     }
     devices
@@ -115,6 +123,29 @@ mod tests {
         assert!(devices[..5].iter().all(|d| d.health == proto::HEALTHY));
         assert!(devices[5..].iter().all(|d| d.health == proto::UNHEALTHY));
         assert_eq!(devices[0].topology.as_ref().unwrap().nodes[0].id, 1);
+    }
+
+    #[test]
+    fn mig_instances_are_offered_by_their_uuid_with_their_gpus_health() {
+        let mut parent = gpu("GPU-c", 2048, false);
+        parent.mig_instances = ["MIG-c0", "MIG-c1"]
+            .iter()
+            .map(|uuid| crate::api::MigInstanceInfo {
+                uuid: uuid.to_string(),
+                profile: "1g.10gb".into(),
+                memory_total_mib: 9728,
+                ..Default::default()
+            })
+            .collect();
+        let status = GPUNodeStatus {
+            gpus: vec![parent],
+            ..Default::default()
+        };
+        let devices = advertised(&status, DeviceOptions::default());
+        let ids: Vec<&str> = devices.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["GPU-c", "GPU-c::0", "GPU-c::1", "MIG-c0", "MIG-c1"]);
+        assert!(devices.iter().all(|d| d.health == proto::UNHEALTHY));
+        assert_eq!(parse_id("MIG-c1"), ("MIG-c1", Sharing::Exclusive));
     }
 
     #[test]

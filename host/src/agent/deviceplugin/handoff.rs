@@ -514,6 +514,19 @@ mod tests {
     }
 
     #[test]
+    fn a_mig_pod_gets_its_instances() {
+        let pods = [waiting("m", 1, Sharing::Exclusive, &["MIG-0-1"])];
+        let mut available = all_devices();
+        available.extend(["MIG-0-0".to_string(), "MIG-0-1".to_string()]);
+        let mut handoff = handoff();
+        let now = Instant::now();
+        let ids = handoff.prefer(now, &pods, &request(1, available)).unwrap();
+        assert_eq!(ids, ["MIG-0-1"]);
+        let grant = handoff.allocate(now, &pods, &ids).unwrap();
+        assert_eq!(grant.gpus, [("MIG-0-1".to_string(), 1000)]);
+    }
+
+    #[test]
     fn shared_pods_on_one_gpu_get_distinct_replicas() {
         let pods = [
             waiting("a", 1, Sharing::Shared, &["GPU-0"]),
