@@ -375,3 +375,28 @@ pub fn large(nodes: u32, pods: u32) -> Snapshot {
     }
     snapshot
 }
+
+/// Runs `allocate` on a large round with a gang among its requests, under
+/// each NVLink mode (`config` empty, `{"nvlink": "require"}`, `{"nvlink":
+/// "ignore"}`), and asserts that the controller's validator refuses none
+/// of its decisions, holds none back, and that it places over 100 pods.
+pub fn assert_host_accepts_a_large_round(allocate: impl Fn(&Snapshot) -> Vec<crate::Decision>) {
+    let mut snap = large(120, 400);
+    gang(&mut snap, "team-1/train", 3, &[1, 8, 15]);
+    for config in ["", r#"{"nvlink": "require"}"#, r#"{"nvlink": "ignore"}"#] {
+        snap.config = config.into();
+        let decisions = allocate(&snap);
+        let verdict = validate(&snap, &decisions);
+        assert!(
+            verdict.refused.is_empty(),
+            "{config}: {:?}",
+            verdict.refused
+        );
+        let assigned = decisions
+            .iter()
+            .filter(|d| matches!(d, crate::Decision::Assign(_)))
+            .count();
+        assert!(assigned > 100, "{config}: {assigned} assigned");
+        assert_eq!(verdict.accepted.len(), assigned, "{config}: none held back");
+    }
+}
