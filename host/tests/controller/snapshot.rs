@@ -29,6 +29,29 @@ fn text(out: &std::process::Output) -> String {
     )
 }
 
+/// Publishes the shipped binpack as policy ConfigMap `binpack` in the
+/// test's namespace, with `extra` arguments; returns the component's path.
+fn publish_binpack(ctx: &TestContext, extra: &[&str]) -> String {
+    let binpack = crate::common::policy_dir().join("wasmgpu_binpack.wasm");
+    let binpack = binpack.to_str().unwrap().to_string();
+    let args = [
+        &[
+            "policy",
+            "publish",
+            &binpack,
+            "--name",
+            "binpack",
+            "-n",
+            &ctx.namespace,
+        ][..],
+        extra,
+    ]
+    .concat();
+    let out = wasmgpu(ctx, &args);
+    assert!(out.status.success(), "{}", text(&out));
+    binpack
+}
+
 #[tokio::test]
 async fn the_live_snapshot_holds_the_next_round_and_runs_offline() -> Result<()> {
     let _turn = exclusive().await;
@@ -41,24 +64,8 @@ async fn the_live_snapshot_holds_the_next_round_and_runs_offline() -> Result<()>
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("config.json");
     std::fs::write(&config, r#"{"preferNvlink": true}"#)?;
-    let binpack = crate::common::policy_dir().join("wasmgpu_binpack.wasm");
-    let binpack = binpack.to_str().unwrap();
-    let config = config.to_str().unwrap();
-    let out = wasmgpu(
-        &ctx,
-        &[
-            "policy",
-            "publish",
-            binpack,
-            "--name",
-            "binpack",
-            "--config",
-            config,
-            "-n",
-            &ctx.namespace,
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    let binpack = publish_binpack(&ctx, &["--config", config.to_str().unwrap()]);
+    let binpack = binpack.as_str();
 
     // One pod placed by the controller, which then stops: the next round
     // has two pods of binpack waiting and two GPUs held.
@@ -185,21 +192,8 @@ async fn a_policy_asking_for_it_has_its_last_rounds_recorded_and_readable() -> R
     let node = format!("{}-n1", ctx.namespace);
     gpu_node(&ctx, &node, 8).await?;
     gpuresource(&ctx, "one", 1, Sharing::Exclusive, 0, None).await?;
-    let binpack = crate::common::policy_dir().join("wasmgpu_binpack.wasm");
-    let binpack = binpack.to_str().unwrap();
-    let out = wasmgpu(
-        &ctx,
-        &[
-            "policy",
-            "publish",
-            binpack,
-            "--name",
-            "binpack",
-            "-n",
-            &ctx.namespace,
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    let binpack = publish_binpack(&ctx, &[]);
+    let binpack = binpack.as_str();
     // Keep the last two rounds of binpack.
     let configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = ctx.api();
     let annotate = |value: &str| serde_json::json!({"metadata": {"annotations": {"wasmgpu.io/record-rounds": value}}});
