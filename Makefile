@@ -103,18 +103,20 @@ bench: policies bench-snapshot ## Benchmarks at 1,000 nodes × 8 GPUs and 1,000 
 # End to end against kube-scheduler, each on a fresh local API server; not part
 # of `make test`. Knobs: BENCH_E2E_SCALES (NODESxPODS, comma-separated),
 # BENCH_E2E_REPEAT (runs per scale), BENCH_E2E_SCHEDULERS, BENCH_E2E_WRITE_CONCURRENCY
-# (wasmgpu's --write-concurrency; 0 = its default), BENCH_E2E_CREATE_CONCURRENCY.
+# (wasmgpu's --write-concurrency; 0 = its default), BENCH_E2E_CREATE_CONCURRENCY,
+# BENCH_E2E_WASMGPU_ARGS (more controller arguments).
 BENCH_E2E_SCALES ?= 250x1000,1000x5000
 BENCH_E2E_REPEAT ?= 1
 BENCH_E2E_SCHEDULERS ?= kube-scheduler,wasmgpu
 BENCH_E2E_WRITE_CONCURRENCY ?= 0
 BENCH_E2E_CREATE_CONCURRENCY ?= 64
+BENCH_E2E_WASMGPU_ARGS ?=
 bench-e2e: policies build control-plane ## wasmgpu vs kube-scheduler end to end: pods/s, latency to binding, peak RSS (docs/BENCHMARKS.md)
 	@bench=$$(tests/bench/build.sh) && uptime && $$bench run --control-plane $(CONTROL_PLANE_BIN) \
 		--wasmgpu $(WASMGPU) --policy $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm --crds deploy/crds \
 		--work .work/bench-e2e --scales $(BENCH_E2E_SCALES) --repeat $(BENCH_E2E_REPEAT) \
 		--schedulers $(BENCH_E2E_SCHEDULERS) --write-concurrency $(BENCH_E2E_WRITE_CONCURRENCY) \
-		--create-concurrency $(BENCH_E2E_CREATE_CONCURRENCY)
+		--create-concurrency $(BENCH_E2E_CREATE_CONCURRENCY) --wasmgpu-args "$(BENCH_E2E_WASMGPU_ARGS)"
 
 # --- control plane (tests/control-plane) -----------------------------------
 # kube-apiserver + embedded etcd (+ kubectl), built from the Kubernetes Go

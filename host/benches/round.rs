@@ -4,6 +4,9 @@
 //! prints the median and p99 of each phase over repeated rounds:
 //! binpack natively, binpack in Wasm (instantiate, call, validate, full round),
 //! marshalling alone (a policy that returns nothing), and the Wasm/native ratio.
+//! The last rows time marshalling with parts of the snapshot emptied (GPU
+//! UUIDs, NVLink peer lists, node labels): what a leaner encoding of those
+//! parts could save at most.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -74,9 +77,29 @@ fn main() {
         placed = verdict.accepted.len();
         assert!(verdict.refused.is_empty());
     }
-    let marshal_call: Vec<Duration> = (0..rounds)
-        .map(|_| noop.allocate(&noop_snapshot).unwrap().stats.call)
-        .collect();
+    let marshal = |snapshot: &Snapshot| -> Vec<Duration> {
+        (0..rounds)
+            .map(|_| noop.allocate(snapshot).unwrap().stats.call)
+            .collect()
+    };
+    let marshal_call = marshal(&noop_snapshot);
+    let mut no_uuids = noop_snapshot.clone();
+    no_uuids
+        .nodes
+        .iter_mut()
+        .flat_map(|n| &mut n.gpus)
+        .for_each(|g| g.uuid.clear());
+    let mut no_nvlink = no_uuids.clone();
+    no_nvlink
+        .nodes
+        .iter_mut()
+        .flat_map(|n| &mut n.gpus)
+        .for_each(|g| g.nvlink_peers.clear());
+    let mut no_labels = no_nvlink.clone();
+    no_labels.nodes.iter_mut().for_each(|n| n.labels.clear());
+    let marshal_no_uuids = marshal(&no_uuids);
+    let marshal_no_nvlink = marshal(&no_nvlink);
+    let marshal_no_labels = marshal(&no_labels);
 
     let gpus: usize = snapshot.nodes.iter().map(|n| n.gpus.len()).sum();
     println!(
@@ -90,6 +113,9 @@ fn main() {
         ("validate", check),
         ("binpack wasm: full round", round),
         ("marshalling alone (noop policy)", marshal_call.clone()),
+        ("  with GPU UUIDs empty", marshal_no_uuids),
+        ("  and NVLink peer lists empty", marshal_no_nvlink),
+        ("  and node labels empty", marshal_no_labels),
     ];
     for (name, samples) in rows {
         let (p50, p99) = stats(samples);

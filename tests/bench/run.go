@@ -56,6 +56,7 @@ type config struct {
 	repeat            int
 	createConcurrency int
 	writeConcurrency  int
+	wasmgpuArgs       []string
 	schedulerQPS      int
 	timeout           time.Duration
 }
@@ -81,7 +82,7 @@ type result struct {
 func run(args []string) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	var c config
-	var scales, schedulers string
+	var scales, schedulers, wasmgpuArgs string
 	fs.StringVar(&c.controlPlane, "control-plane", "", "the control-plane binary (tests/control-plane/build.sh)")
 	fs.StringVar(&c.wasmgpu, "wasmgpu", "target/release/wasmgpu", "the wasmgpu binary")
 	fs.StringVar(&c.policy, "policy", "target/wasm32-wasip2/policy/wasmgpu_binpack.wasm", "the binpack policy component")
@@ -92,11 +93,13 @@ func run(args []string) int {
 	fs.IntVar(&c.repeat, "repeat", 1, "runs of each scheduler at each scale")
 	fs.IntVar(&c.createConcurrency, "create-concurrency", 64, "pod creations in flight at once")
 	fs.IntVar(&c.writeConcurrency, "write-concurrency", 0, "wasmgpu controller --write-concurrency (0: its default)")
+	fs.StringVar(&wasmgpuArgs, "wasmgpu-args", "", "more arguments of wasmgpu controller, space-separated (e.g. \"--allocated-events-per-second 100000\")")
 	fs.IntVar(&c.schedulerQPS, "scheduler-qps", 500, "kube-scheduler client QPS and burst")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "the most one run may take to bind its pods")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	c.wasmgpuArgs = strings.Fields(wasmgpuArgs)
 	if c.controlPlane == "" {
 		fmt.Fprintln(os.Stderr, "bench-e2e run: --control-plane is required (tests/control-plane/build.sh prints it)")
 		return 2
@@ -393,6 +396,7 @@ leaderElection:
 		if c.writeConcurrency > 0 {
 			argv = append(argv, "--write-concurrency", strconv.Itoa(c.writeConcurrency))
 		}
+		argv = append(argv, c.wasmgpuArgs...)
 		proc, err = start("wasmgpu controller", filepath.Join(dir, "controller.log"),
 			[]string{"KUBECONFIG=" + kubeconfig}, nil, nil, argv...)
 		if err != nil {

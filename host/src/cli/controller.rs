@@ -72,6 +72,16 @@ pub struct ControllerCommand {
     #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024))]
     write_concurrency: u16,
 
+    /// `Allocated` Events (one per pod bound) sent per second at most, in
+    /// bursts of as many. An Event is a write like a binding: under a burst
+    /// of pods, one Event per pod would halve the API server's budget for
+    /// bindings. Past the rate, pods still carry their allocation
+    /// (annotation `wasmgpu.io/allocation`); Events not sent are counted in
+    /// `wasmgpu_events_unsent_total`. 0 sends none. Warnings are never
+    /// rate-limited.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    allocated_events_per_second: u32,
+
     /// How long one API write (binding, status, ledger, finalizer) may take
     /// before its outcome counts as unknown: a binding is then read back,
     /// its GPUs held meanwhile, and sent again if it did not happen.
@@ -209,6 +219,7 @@ impl ControllerCommand {
                 concurrency: usize::from(self.write_concurrency),
                 timeout: self.write_timeout,
             },
+            allocated_events_per_second: self.allocated_events_per_second,
             registry: controller::RegistrySettings {
                 cache_dir,
                 ca_pem,

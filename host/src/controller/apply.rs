@@ -75,6 +75,23 @@ pub struct Applier {
     permits: Arc<Semaphore>,
 }
 
+/// Writes GPUResource status; cheap to clone (see [`Applier::status_api`]).
+#[derive(Clone)]
+pub struct StatusApi {
+    writer: Arc<Writer>,
+}
+
+impl StatusApi {
+    /// Writes a GPUResource's status (bounded by the write timeout, counted).
+    pub async fn write_status(
+        &self,
+        key: &ObjectKey,
+        patch: &serde_json::Value,
+    ) -> Result<(), ApplyError> {
+        self.writer.write_status(key, patch).await
+    }
+}
+
 /// What binding tasks share.
 struct Writer {
     client: Client,
@@ -461,15 +478,38 @@ impl Applier {
         self.recorded(&view.key, result).await
     }
 
+    /// A handle that writes GPUResource status, for the status writer.
+    pub fn status_api(&self) -> StatusApi {
+        StatusApi {
+            writer: Arc::clone(&self.writer),
+        }
+    }
+
+    /// See [`Writer::recorded`].
+    async fn recorded(
+        &self,
+        key: &ObjectKey,
+        result: Result<GPUResource, ApplyError>,
+    ) -> Result<(), ApplyError> {
+        self.writer.recorded(key, result).await
+    }
+
+    fn gpuresources(&self, key: &ObjectKey) -> Api<GPUResource> {
+        self.writer.gpuresources(key)
+    }
+}
+
+// === impl Writer ===
+
+impl Writer {
     /// Writes a GPUResource's status (bounded by the write timeout, counted).
-    pub async fn write_status(
+    async fn write_status(
         &self,
         key: &ObjectKey,
         patch: &serde_json::Value,
     ) -> Result<(), ApplyError> {
         let api = self.gpuresources(key);
         let result = self
-            .writer
             .timed(
                 "status",
                 api.patch_status(&key.name, &merge_params(), &Patch::Merge(patch)),
@@ -488,17 +528,15 @@ impl Applier {
     ) -> Result<(), ApplyError> {
         match result {
             Ok(written) => {
-                self.writer.shared.index().record_write(&written);
+                self.shared.index().record_write(&written);
                 Ok(())
             }
             Err(error) => {
-                let read = tokio::time::timeout(
-                    self.writer.timeout,
-                    self.gpuresources(key).get_opt(&key.name),
-                )
-                .await;
+                let read =
+                    tokio::time::timeout(self.timeout, self.gpuresources(key).get_opt(&key.name))
+                        .await;
                 match read {
-                    Ok(Ok(Some(current))) => self.writer.shared.index().record_write(&current),
+                    Ok(Ok(Some(current))) => self.shared.index().record_write(&current),
                     Ok(Ok(None)) => {}
                     // The caller reports the failed write; this is detail.
                     Ok(Err(read_error)) => {
@@ -514,13 +552,9 @@ impl Applier {
     }
 
     fn gpuresources(&self, key: &ObjectKey) -> Api<GPUResource> {
-        Api::namespaced(self.writer.client.clone(), &key.namespace)
+        Api::namespaced(self.client.clone(), &key.namespace)
     }
-}
 
-// === impl Writer ===
-
-impl Writer {
     /// Runs one write of `kind` under the write timeout, and counts it.
     async fn timed<T>(
         &self,
@@ -554,7 +588,7 @@ impl Writer {
                 let devices = allocation.device_list();
                 tracing::info!(%pod, node = %allocation.node, %devices, policy = %allocation.policy.name, "Bound");
                 self.metrics.pods_bound(1);
-                self.events.normal(
+                self.events.per_pod(
                     pod_ref(pod, Some(uid)),
                     "Allocated",
                     "Bind",

@@ -1,6 +1,14 @@
 //! Kubernetes Events, published off the round's path: rounds queue them,
 //! one task writes them (`events.k8s.io/v1`, aggregated by kube's
 //! recorder, except [`EventSink::distinct`] ones).
+//!
+//! The one Event sent per pod bound (`Allocated`, [`EventSink::per_pod`]) is
+//! rate-limited: an Event is a write like a binding, and under a burst of
+//! thousands of pods one Event per pod would take as much of the API
+//! server's write budget as the bindings themselves. Past the rate, the
+//! pod's annotations (`wasmgpu.io/allocation`) still say what it got; the
+//! Events not sent are counted in `wasmgpu_events_unsent_total`. Warnings
+//! are never rate-limited.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
@@ -9,6 +17,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 use tokio::sync::mpsc;
 
 use super::connection::error_chain;
@@ -36,6 +46,40 @@ struct Queued {
 #[derive(Clone)]
 pub struct EventSink {
     sender: mpsc::Sender<Queued>,
+    /// Shared by the clones: per-pod Events sent per second at most.
+    per_pod: Arc<Mutex<TokenBucket>>,
+    metrics: Metrics,
+}
+
+/// Allows `rate` per second on average and bursts of `rate`.
+#[derive(Debug)]
+struct TokenBucket {
+    rate: f64,
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl TokenBucket {
+    fn new(rate: u32) -> Self {
+        Self {
+            rate: f64::from(rate),
+            tokens: f64::from(rate),
+            refilled: Instant::now(),
+        }
+    }
+
+    /// Takes one token if there is one at `now`.
+    fn take(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate);
+        self.refilled = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// The object an Event is about.
@@ -65,15 +109,43 @@ pub fn gpuresource_ref(resource: &ObjectKey, uid: Option<&str>) -> ObjectReferen
 // === impl EventSink ===
 
 impl EventSink {
-    /// A sink and the task that publishes what it receives as `reporter`.
+    /// A sink and the task that publishes what it receives as `reporter`;
+    /// at most `per_pod_rate` [`EventSink::per_pod`] Events a second.
     pub fn start(
         client: Client,
         reporter: Reporter,
         metrics: Metrics,
+        per_pod_rate: u32,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (sender, receiver) = mpsc::channel(QUEUE);
-        let task = tokio::spawn(publish(client, reporter, metrics, receiver));
-        (Self { sender }, task)
+        let task = tokio::spawn(publish(client, reporter, metrics.clone(), receiver));
+        let sink = Self {
+            sender,
+            per_pod: Arc::new(Mutex::new(TokenBucket::new(per_pod_rate))),
+            metrics,
+        };
+        (sink, task)
+    }
+
+    /// Queues a Normal event sent for every pod of a kind (`Allocated`),
+    /// unless more than the rate were sent in the last second.
+    pub fn per_pod(
+        &self,
+        reference: ObjectReference,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) {
+        let allowed = self
+            .per_pod
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(Instant::now());
+        if !allowed {
+            self.metrics.event_unsent(reason, "rate-limited");
+            return;
+        }
+        self.queue(reference, false, reason, action, note, false);
     }
 
     /// Queues a Normal event.
@@ -132,8 +204,10 @@ impl EventSink {
     }
 
     fn send(&self, queued: Queued) {
+        let reason = queued.reason;
         if let Err(error) = self.sender.try_send(queued) {
-            tracing::warn!(%error, "Event queue full; dropping an Event");
+            self.metrics.event_unsent(reason, "queue-full");
+            tracing::warn!(%error, reason, "Event queue full; dropping an Event");
         }
     }
 }
@@ -262,4 +336,35 @@ fn truncate(mut text: String, max: usize) -> String {
         text.truncate(end);
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_bucket_allows_a_burst_of_the_rate_then_the_rate() {
+        let start = Instant::now();
+        let mut bucket = TokenBucket {
+            rate: 10.0,
+            tokens: 10.0,
+            refilled: start,
+        };
+        let burst = (0..20).filter(|_| bucket.take(start)).count();
+        assert_eq!(burst, 10);
+        // A tenth of a second later: one more.
+        let later = start + Duration::from_millis(100);
+        assert!(bucket.take(later));
+        assert!(!bucket.take(later));
+        // Idle for a minute: still only a burst of the rate.
+        let idle = later + Duration::from_secs(60);
+        assert_eq!((0..20).filter(|_| bucket.take(idle)).count(), 10);
+    }
+
+    #[test]
+    fn a_zero_rate_sends_none() {
+        let mut bucket = TokenBucket::new(0);
+        assert!(!bucket.take(Instant::now() + Duration::from_secs(5)));
+    }
 }

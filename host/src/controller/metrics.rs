@@ -72,6 +72,12 @@ struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnsentEventLabels {
+    reason: &'static str,
+    why: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ShadowLabels {
     shadow: String,
     primary: String,
@@ -116,6 +122,7 @@ pub struct Metrics {
     binding: Histogram,
     watch_connected: Family<KindLabels, Gauge>,
     watch_failures: Family<KindLabels, Counter>,
+    events_unsent: Family<UnsentEventLabels, Counter>,
     shadow_placements: Family<ShadowOutcomeLabels, Counter>,
     shadow_rounds: Family<ShadowResultLabels, Counter>,
     shadow_call: Family<ShadowLabels, Histogram>,
@@ -209,6 +216,12 @@ impl Metrics {
             "Failed lists and watches, by kind",
             watch_failures.clone(),
         );
+        let events_unsent = Family::<UnsentEventLabels, Counter>::default();
+        registry.register(
+            "events_unsent",
+            "Events not sent, by reason and why (rate-limited: over --allocated-events-per-second; queue-full)",
+            events_unsent.clone(),
+        );
         let shadow_placements = Family::<ShadowOutcomeLabels, Counter>::default();
         registry.register(
             "shadow_placements",
@@ -248,6 +261,7 @@ impl Metrics {
             leader,
             watch_connected,
             watch_failures,
+            events_unsent,
         }
     }
 
@@ -329,7 +343,7 @@ impl Metrics {
                     model: state.model.clone(),
                     state: state.state,
                 })
-                .inc();
+                .set(i64::from(state.count));
         }
     }
 
@@ -341,6 +355,13 @@ impl Metrics {
                 kind,
                 result: result.into(),
             })
+            .inc();
+    }
+
+    /// An Event of `reason` was not sent: `rate-limited` or `queue-full`.
+    pub fn event_unsent(&self, reason: &'static str, why: &'static str) {
+        self.events_unsent
+            .get_or_create(&UnsentEventLabels { reason, why })
             .inc();
     }
 
@@ -427,24 +448,19 @@ mod tests {
         metrics.decisions("binpack", "accepted", 3);
         metrics.policy_failure("spread", "out-of-fuel");
         metrics.policy_call("binpack", Duration::from_millis(2));
-        metrics.gpus(&[
-            GpuState {
-                node: "n1".into(),
-                model: "H100".into(),
-                state: "free",
-            },
-            GpuState {
-                node: "n1".into(),
-                model: "H100".into(),
-                state: "free",
-            },
-        ]);
+        metrics.gpus(&[GpuState {
+            node: "n1".into(),
+            model: "H100".into(),
+            state: "free",
+            count: 2,
+        }]);
         metrics.leader(true);
         metrics.write("binding", "ok");
         metrics.write("binding", "409");
         metrics.phase("validation", Duration::from_micros(300));
         metrics.watch_connected("Pod", false);
         metrics.watch_failure("Pod");
+        metrics.event_unsent("Allocated", "rate-limited");
         metrics.shadow_placements("spread", "binpack", "other-node", 2);
         metrics.shadow_round("spread", "binpack", "skipped");
         metrics.shadow_call("spread", "binpack", Duration::from_millis(1));
@@ -460,6 +476,7 @@ mod tests {
             "wasmgpu_round_phase_seconds_count{phase=\"validation\"} 1",
             "wasmgpu_watch_connected{kind=\"Pod\"} 0",
             "wasmgpu_watch_failures_total{kind=\"Pod\"} 1",
+            "wasmgpu_events_unsent_total{reason=\"Allocated\",why=\"rate-limited\"} 1",
             "wasmgpu_shadow_placements_total{shadow=\"spread\",primary=\"binpack\",outcome=\"other-node\"} 2",
             "wasmgpu_shadow_rounds_total{shadow=\"spread\",primary=\"binpack\",result=\"skipped\"} 1",
             "wasmgpu_shadow_call_seconds_count{shadow=\"spread\",primary=\"binpack\"} 1",
@@ -471,6 +488,7 @@ mod tests {
             node: "n1".into(),
             model: "H100".into(),
             state: "allocated",
+            count: 1,
         }]);
         let text = metrics.encode();
         assert!(!text.contains("state=\"free\""), "{text}");

@@ -15,7 +15,8 @@
 //!                     binding + allocation annotations, streamed (one write per pod)
 //!                then its shadows (`shadows.rs`), in the background: allocate →
 //!                     validate → compare → metrics, shadow status annotation
-//!    Reporter: GPUResource status (phase, pods, conditions), Events
+//!    Reporter: Events; the status each GPUResource should show ─▶
+//!      StatusWriter (`status.rs`): written in the background, coalesced
 //! ```
 //!
 //! Rounds run one at a time; a round's bindings stream on in the background
@@ -43,6 +44,7 @@ mod registry;
 mod report;
 mod round;
 mod shadows;
+mod status;
 mod watch;
 
 use std::collections::HashMap;
@@ -74,6 +76,7 @@ use events::EventSink;
 use report::Reporter;
 use round::Rounds;
 use shadows::Shadows;
+use status::StatusWriter;
 use watch::{Shared, feed};
 
 /// How the controller runs.
@@ -102,6 +105,8 @@ pub struct Config {
     pub lease: Option<LeaseConfig>,
     /// Concurrency and timeout of API writes.
     pub writes: WriteSettings,
+    /// `Allocated` Events (one per pod bound) sent per second at most.
+    pub allocated_events_per_second: u32,
     /// Components named by OCI reference: cache, CAs, size cap.
     pub registry: RegistrySettings,
 }
@@ -149,6 +154,7 @@ pub async fn run(
             instance: config.instance.clone(),
         },
         metrics.clone(),
+        config.allocated_events_per_second,
     );
     let pods = watcher::Config::default().fields(&format!("spec.schedulerName={SCHEDULER_NAME}"));
     // Tracked, not detached: on shutdown they stop before the Lease is
@@ -230,16 +236,18 @@ pub async fn run(
             Arc::clone(&recorder),
         ))
     });
+    let applier = Applier::new(
+        client.clone(),
+        shared.clone(),
+        events.clone(),
+        metrics.clone(),
+        config.writes,
+    );
+    let status = StatusWriter::start(applier.status_api());
     let rounds = Rounds {
         watched_kinds,
-        applier: Applier::new(
-            client.clone(),
-            shared.clone(),
-            events.clone(),
-            metrics.clone(),
-            config.writes,
-        ),
-        reporter: Reporter::new(shared.clone(), events.clone()),
+        reporter: Reporter::new(shared.clone(), events.clone(), status, metrics.clone()),
+        applier,
         shared: shared.clone(),
         events,
         policies,

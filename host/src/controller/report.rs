@@ -1,15 +1,15 @@
 //! What users see of each round: the GPUResource status (phase, pods,
-//! conditions) and Events for problems they can fix.
+//! conditions; written by the [`StatusWriter`]) and Events for problems
+//! they can fix.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use serde_json::json;
 
-use super::apply::Applier;
 use super::events::{EventSink, gpuresource_ref, pod_ref};
+use super::metrics::Metrics;
+use super::status::StatusWriter;
 use super::watch::Shared;
 use crate::api::{Phase, conditions};
 use crate::index::{
@@ -31,21 +31,25 @@ pub struct RoundOutcome {
     pub policy_errors: HashMap<ObjectKey, (&'static str, String)>,
 }
 
-/// A GPUResource status as the controller last wrote it.
+/// The status a GPUResource should show.
 #[derive(Clone, Debug, PartialEq)]
-struct Summary {
-    phase: Phase,
-    counts: PodCounts,
-    observed_generation: Option<i64>,
+pub struct Summary {
+    pub phase: Phase,
+    pub counts: PodCounts,
+    pub observed_generation: Option<i64>,
     /// `(type, status, reason, message)`.
-    conditions: Vec<(&'static str, bool, String, String)>,
+    pub conditions: Vec<(&'static str, bool, String, String)>,
 }
 
 /// Writes GPUResource status and problem Events when they change.
 pub struct Reporter {
     shared: Arc<Shared>,
     events: EventSink,
-    key_to_summary: HashMap<ObjectKey, (Summary, Vec<Condition>)>,
+    /// Writes the status each GPUResource should show, off the round's
+    /// path.
+    status: StatusWriter,
+    /// The GPU gauges are set from the same reading as the status.
+    metrics: Metrics,
     key_to_policy_error: HashMap<ObjectKey, (&'static str, String)>,
     /// Problems reported last round: a problem gets an Event when it
     /// appears, not every round.
@@ -59,20 +63,26 @@ pub struct Reporter {
 
 impl Reporter {
     /// A reporter of what `shared` holds; status goes through the applier.
-    pub fn new(shared: Arc<Shared>, events: EventSink) -> Self {
+    pub fn new(
+        shared: Arc<Shared>,
+        events: EventSink,
+        status: StatusWriter,
+        metrics: Metrics,
+    ) -> Self {
         Self {
             shared,
             events,
-            key_to_summary: HashMap::new(),
+            status,
+            metrics,
             key_to_policy_error: HashMap::new(),
             reported: HashSet::new(),
             unhealthy_reported: HashSet::new(),
         }
     }
 
-    /// Reports one round: Events for new problems and policy errors, and
-    /// the status of every GPUResource whose summary changed.
-    pub async fn report(&mut self, applier: &Applier, outcome: RoundOutcome) {
+    /// Reports one round: Events for new problems and policy errors, the
+    /// status every GPUResource should show, and the GPU gauges.
+    pub fn report(&mut self, outcome: RoundOutcome) {
         for key in &outcome.decided {
             self.key_to_policy_error.remove(key);
         }
@@ -82,7 +92,9 @@ impl Reporter {
             problems,
             unhealthy,
             outdated,
+            gpus,
         } = self.shared.index().round_report(now_ms());
+        self.metrics.gpus(&gpus);
         let counts: Vec<PodCounts> = views
             .iter()
             .map(|v| key_to_counts.get(&v.key).copied().unwrap_or_default())
@@ -116,9 +128,8 @@ impl Reporter {
         }
         self.report_problems(&views, &problems);
         let keys: HashSet<&ObjectKey> = views.iter().map(|v| &v.key).collect();
-        self.key_to_summary.retain(|key, _| keys.contains(key));
+        self.status.retain(&keys);
         self.key_to_policy_error.retain(|key, _| keys.contains(key));
-        let mut failed = Vec::new();
         for (view, counts) in views.iter().zip(counts) {
             if view.deleting {
                 continue;
@@ -129,34 +140,7 @@ impl Reporter {
                 .collect();
             let summary =
                 self.summarize(view, counts, &problems, &unhealthy, outdated.get(&view.key));
-            if self.key_to_summary.get(&view.key).map(|(s, _)| s) == Some(&summary) {
-                continue;
-            }
-            let previous = self
-                .key_to_summary
-                .get(&view.key)
-                .map(|(_, c)| c.as_slice())
-                .unwrap_or_default();
-            let conditions = to_conditions(&summary, previous);
-            match self.write(applier, view, &summary, &conditions).await {
-                Ok(()) => {
-                    self.key_to_summary
-                        .insert(view.key.clone(), (summary, conditions));
-                }
-                Err(error) => failed.push((&view.key, error)),
-            }
-        }
-        // One line per round however many failed: during an outage every
-        // write fails, and the log must not grow with the GPUResources.
-        if let Some((first, error)) = failed.first() {
-            tracing::warn!(
-                kind = "GPUResource",
-                failed = failed.len(),
-                first = %first,
-                %error,
-                "Cannot write the status of {} GPUResource(s); retrying next round",
-                failed.len()
-            );
+            self.status.want(&view.key, summary);
         }
     }
 
@@ -346,52 +330,6 @@ impl Reporter {
             conditions,
         }
     }
-
-    async fn write(
-        &self,
-        applier: &Applier,
-        view: &ResourceView,
-        summary: &Summary,
-        conditions: &[Condition],
-    ) -> Result<(), super::apply::ApplyError> {
-        let patch = json!({
-            "status": {
-                "phase": summary.phase,
-                "holding": summary.counts.holding,
-                "asking": summary.counts.referencing,
-                "pods": format!("{}/{}", summary.counts.holding, summary.counts.referencing),
-                "observedGeneration": summary.observed_generation,
-                "conditions": conditions,
-            },
-        });
-        applier.write_status(&view.key, &patch).await
-    }
-}
-
-/// The summary's conditions, keeping the transition time of those whose
-/// status did not change.
-fn to_conditions(summary: &Summary, previous: &[Condition]) -> Vec<Condition> {
-    let now = Time(Timestamp::now());
-    summary
-        .conditions
-        .iter()
-        .map(|(type_, status, reason, message)| {
-            let status = if *status { "True" } else { "False" };
-            let last_transition_time = previous
-                .iter()
-                .find(|c| c.type_ == *type_ && c.status == status)
-                .map(|c| c.last_transition_time.clone())
-                .unwrap_or_else(|| now.clone());
-            Condition {
-                type_: (*type_).into(),
-                status: status.into(),
-                reason: reason.clone(),
-                message: message.clone(),
-                observed_generation: summary.observed_generation,
-                last_transition_time,
-            }
-        })
-        .collect()
 }
 
 /// The first five items, comma-separated, and how many more.

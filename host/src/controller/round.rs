@@ -171,9 +171,8 @@ impl Rounds {
             snapshot.config = policy.config.clone();
             bound += self.decide(&policy, snapshot, &mut outcome).await;
         }
-        self.reporter.report(&self.applier, outcome).await;
+        self.reporter.report(outcome);
         self.metrics.round();
-        self.metrics.gpus(&self.shared.index().gpu_states());
         if bound > 0 {
             tracing::info!(round, binding = bound, elapsed = ?started.elapsed(), "Round");
         } else {

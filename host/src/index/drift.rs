@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::holdings::Holdings;
+use super::holdings::{FastMap, Holdings};
 use super::{Index, ObjectKey};
 use crate::api::{PodAllocation, Sharing};
 
@@ -58,9 +58,9 @@ impl Index {
                     .find(|g| g.uuid == device.uuid && !g.healthy)
                 {
                     found.push(UnhealthyHolding {
-                        pod: holding.pod.clone(),
-                        uid: holding.uid.clone(),
-                        resource: holding.resource.clone(),
+                        pod: holding.pod.clone().into_owned(),
+                        uid: holding.uid.to_string(),
+                        resource: holding.resource(),
                         node: holding.allocation.node.clone(),
                         gpu: gpu.uuid.clone(),
                         index: gpu.index,
@@ -86,8 +86,15 @@ impl Index {
         holdings: &Holdings,
     ) -> BTreeMap<ObjectKey, OutdatedHoldings> {
         let mut found: BTreeMap<ObjectKey, OutdatedHoldings> = BTreeMap::new();
+        // Looked up by borrowed names: no key is built per holding.
+        let name_to_resource: FastMap<(&str, &str), _> = self
+            .key_to_resource
+            .iter()
+            .map(|(key, state)| ((key.namespace.as_str(), key.name.as_str()), state))
+            .collect();
         for holding in &holdings.live {
-            let Some(state) = self.key_to_resource.get(&holding.resource) else {
+            let name = (holding.pod.namespace.as_str(), holding.resource_name);
+            let Some(state) = name_to_resource.get(&name) else {
                 continue;
             };
             let spec = &state.spec;
@@ -100,7 +107,7 @@ impl Index {
                 continue;
             }
             found
-                .entry(holding.resource.clone())
+                .entry(holding.resource())
                 .or_insert_with(|| OutdatedHoldings {
                     pod_to_shape: BTreeMap::new(),
                     now: describe(spec.count as usize, spec.sharing, spec.memory_mib),

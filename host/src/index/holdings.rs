@@ -10,11 +10,12 @@
 //! recreated under another UID. What the pod's GPUResource does (changed,
 //! deleted) never frees a GPU.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
 use super::{Index, ObjectKey};
-use crate::api::{Allocation, PodAllocation, Sharing};
+use crate::api::{Allocation, Device, PodAllocation, Sharing};
 use crate::engine::types::Usage;
 
 /// A ledger entry, written by an earlier version, that the controller
@@ -93,9 +94,9 @@ pub(crate) enum Source {
 
 /// What holders keep on one GPU.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct GpuUse {
-    /// The pod (`namespace/name`) holding the GPU exclusively.
-    pub exclusive_owner: Option<String>,
+pub(crate) struct GpuUse<'a> {
+    /// The pod holding the GPU exclusively.
+    pub exclusive_owner: Option<Cow<'a, ObjectKey>>,
     /// Memory promised to shared holders, MiB.
     pub shared_mib: u64,
     /// Number of shared holders.
@@ -104,27 +105,40 @@ pub(crate) struct GpuUse {
 
 /// One pod holding GPUs.
 #[derive(Clone, Debug)]
-pub(crate) struct Holding {
-    pub pod: ObjectKey,
-    pub uid: String,
-    /// The GPUResource whose shape it holds.
-    pub resource: ObjectKey,
-    pub allocation: PodAllocation,
+pub(crate) struct Holding<'a> {
+    pub pod: Cow<'a, ObjectKey>,
+    pub uid: &'a str,
+    /// The name of the GPUResource (in the pod's namespace) whose shape it
+    /// holds.
+    pub resource_name: &'a str,
+    pub allocation: Cow<'a, PodAllocation>,
     pub source: Source,
 }
 
-/// Every holding, read together.
+/// A hash map with aHash's randomly seeded hasher: keys are names users
+/// choose, and the holdings are read several times a round.
+pub(crate) type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
+
+/// Every holding, read together. Borrows from the index: reading the
+/// holdings of a cluster with thousands of bound pods copies no names.
 #[derive(Debug, Default)]
-pub(crate) struct Holdings {
+pub(crate) struct Holdings<'a> {
     /// `(node, GPU uuid)` → what holders keep on it.
-    pub gpu_to_use: HashMap<(String, String), GpuUse>,
+    pub gpu_to_use: FastMap<(&'a str, &'a str), GpuUse<'a>>,
     /// Namespace → GPUs its pods hold.
-    pub namespace_to_usage: BTreeMap<String, Usage>,
+    pub namespace_to_usage: BTreeMap<&'a str, Usage>,
     /// Pods holding GPUs.
-    pub holders: HashSet<ObjectKey>,
-    pub live: Vec<Holding>,
+    pub holders: HashSet<Cow<'a, ObjectKey>, ahash::RandomState>,
+    pub live: Vec<Holding<'a>>,
     /// Ledger entries of earlier versions to remove.
     pub releases: Vec<Release>,
+}
+
+impl Holding<'_> {
+    /// The GPUResource whose shape it holds.
+    pub fn resource(&self) -> ObjectKey {
+        ObjectKey::new(&self.pod.namespace, self.resource_name)
+    }
 }
 
 // === impl Index ===
@@ -133,14 +147,21 @@ impl Index {
     /// Reads every holding. Until the pods have been listed once
     /// (`reset_pods`) every ledger entry counts as live: GPUs are never
     /// handed out twice because the index had not seen a pod yet.
-    pub(crate) fn holdings(&self) -> Holdings {
+    pub(crate) fn holdings(&self) -> Holdings<'_> {
         let mut holdings = Holdings::default();
         for (key, pod) in &self.key_to_pod {
             if pod.terminal || pod.node_name.is_none() {
                 continue;
             }
             if let Some(Ok(allocation)) = &pod.allocation {
-                holdings.hold(key, &pod.uid, allocation, Source::Pod);
+                holdings.hold(
+                    Cow::Borrowed(key),
+                    &key.namespace,
+                    &pod.uid,
+                    Held::of(allocation),
+                    Cow::Borrowed(allocation),
+                    Source::Pod,
+                );
             }
         }
         for (key, in_flight) in &self.key_to_in_flight {
@@ -149,7 +170,14 @@ impl Index {
                 .get(key)
                 .is_some_and(|pod| pod.uid == in_flight.uid && !pod.terminal);
             if live && !holdings.holders.contains(key) {
-                holdings.hold(key, &in_flight.uid, &in_flight.allocation, Source::InFlight);
+                holdings.hold(
+                    Cow::Borrowed(key),
+                    &key.namespace,
+                    &in_flight.uid,
+                    Held::of(&in_flight.allocation),
+                    Cow::Borrowed(&in_flight.allocation),
+                    Source::InFlight,
+                );
             }
         }
         for (group, gang) in &self.key_to_gang {
@@ -165,7 +193,15 @@ impl Index {
                     None => !self.pods_listed,
                 };
                 if waiting && !holdings.holders.contains(&pod) {
-                    holdings.hold(&pod, &member.uid, &member.allocation, Source::Reservation);
+                    let held = Held::of(&member.allocation);
+                    holdings.hold(
+                        Cow::Owned(pod),
+                        &group.namespace,
+                        &member.uid,
+                        held,
+                        Cow::Borrowed(&member.allocation),
+                        Source::Reservation,
+                    );
                 }
             }
         }
@@ -189,9 +225,16 @@ impl Index {
                     }),
                     None if holdings.holders.contains(&pod) => {}
                     None => holdings.hold(
-                        &pod,
+                        Cow::Owned(pod),
+                        &resource.namespace,
                         &entry.pod_uid,
-                        &from_ledger(&resource.name, entry),
+                        Held {
+                            node: &entry.node,
+                            devices: &entry.devices,
+                            sharing: entry.sharing,
+                            resource_name: &resource.name,
+                        },
+                        Cow::Owned(from_ledger(&resource.name, entry)),
                         Source::Ledger,
                     ),
                 }
@@ -285,9 +328,9 @@ impl Index {
                     matches!(h.source, Source::Ledger | Source::Reservation) && unplaced(&h.pod)
                 })
                 .map(|h| PendingBinding {
-                    pod: h.pod.clone(),
-                    uid: h.uid.clone(),
-                    allocation: h.allocation.clone(),
+                    pod: h.pod.clone().into_owned(),
+                    uid: h.uid.to_string(),
+                    allocation: h.allocation.clone().into_owned(),
                 }),
         );
         bindings
@@ -312,9 +355,9 @@ impl Index {
                         .is_some_and(|p| p.node_name.is_some())
             })
             .map(|h| PendingBinding {
-                pod: h.pod.clone(),
-                uid: h.uid.clone(),
-                allocation: h.allocation.clone(),
+                pod: h.pod.clone().into_owned(),
+                uid: h.uid.to_string(),
+                allocation: h.allocation.clone().into_owned(),
             })
             .collect()
     }
@@ -345,32 +388,59 @@ fn from_ledger(resource: &str, entry: &Allocation) -> PodAllocation {
     }
 }
 
+/// What a holding keeps, borrowed from where it was read.
+struct Held<'a> {
+    node: &'a str,
+    devices: &'a [Device],
+    sharing: Sharing,
+    resource_name: &'a str,
+}
+
+impl<'a> Held<'a> {
+    fn of(allocation: &'a PodAllocation) -> Self {
+        Self {
+            node: &allocation.node,
+            devices: &allocation.devices,
+            sharing: allocation.sharing,
+            resource_name: &allocation.resource,
+        }
+    }
+}
+
 // === impl Holdings ===
 
-impl Holdings {
-    fn hold(&mut self, pod: &ObjectKey, uid: &str, allocation: &PodAllocation, source: Source) {
+impl<'a> Holdings<'a> {
+    fn hold(
+        &mut self,
+        pod: Cow<'a, ObjectKey>,
+        namespace: &'a str,
+        uid: &'a str,
+        held: Held<'a>,
+        allocation: Cow<'a, PodAllocation>,
+        source: Source,
+    ) {
         let usage = self
             .namespace_to_usage
-            .entry(pod.namespace.clone())
+            .entry(namespace)
             .or_insert_with(|| Usage {
-                namespace: pod.namespace.clone(),
+                namespace: namespace.to_string(),
                 exclusive_gpus: 0,
                 shared_mib: 0,
                 mig_instances: 0,
             });
-        for device in &allocation.devices {
+        for device in held.devices {
             let gpu = self
                 .gpu_to_use
-                .entry((allocation.node.clone(), device.uuid.clone()))
+                .entry((held.node, device.uuid.as_str()))
                 .or_default();
-            match allocation.sharing {
+            match held.sharing {
                 Sharing::Exclusive if device.uuid.starts_with("MIG-") => {
                     usage.mig_instances += 1;
-                    gpu.exclusive_owner.get_or_insert_with(|| pod.to_string());
+                    gpu.exclusive_owner.get_or_insert_with(|| pod.clone());
                 }
                 Sharing::Exclusive => {
                     usage.exclusive_gpus += 1;
-                    gpu.exclusive_owner.get_or_insert_with(|| pod.to_string());
+                    gpu.exclusive_owner.get_or_insert_with(|| pod.clone());
                 }
                 Sharing::Shared => {
                     usage.shared_mib += device.memory_mib;
@@ -381,50 +451,64 @@ impl Holdings {
         }
         self.holders.insert(pod.clone());
         self.live.push(Holding {
-            pod: pod.clone(),
-            uid: uid.to_string(),
-            resource: ObjectKey::new(&pod.namespace, &allocation.resource),
-            allocation: allocation.clone(),
+            pod,
+            uid,
+            resource_name: held.resource_name,
+            allocation,
             source,
         });
     }
 }
 
-/// One GPU and whether it is taken, for metrics.
+/// How many GPUs of one model on one node are in one state, for metrics.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuState {
     /// The node.
     pub node: String,
-    /// The GPU's model.
+    /// The GPUs' model.
     pub model: String,
     /// `allocated` (a pod holds it, exclusively or a share), `free`, or
     /// `unhealthy`.
     pub state: &'static str,
+    /// How many.
+    pub count: u32,
 }
 
 impl Index {
-    /// Every GPU of every inventory, with its state.
+    /// Every inventory's GPUs counted by model and state, per node.
     pub fn gpu_states(&self) -> Vec<GpuState> {
-        let holdings = self.holdings();
-        self.node_to_inventory
-            .iter()
-            .flat_map(|(node, inventory)| {
-                let holdings = &holdings;
-                inventory.gpus.iter().map(move |gpu| GpuState {
-                    node: node.clone(),
-                    model: gpu.model.clone(),
-                    state: if !gpu.healthy {
-                        "unhealthy"
-                    } else if holdings
-                        .gpu_to_use
-                        .contains_key(&(node.clone(), gpu.uuid.clone()))
-                    {
-                        "allocated"
-                    } else {
-                        "free"
-                    },
-                })
-            })
-            .collect()
+        self.gpu_states_in(&self.holdings())
+    }
+
+    pub(super) fn gpu_states_in(&self, holdings: &Holdings) -> Vec<GpuState> {
+        let mut states = Vec::with_capacity(self.node_to_inventory.len());
+        for (node, inventory) in &self.node_to_inventory {
+            let first = states.len();
+            for gpu in &inventory.gpus {
+                let state = if !gpu.healthy {
+                    "unhealthy"
+                } else if holdings
+                    .gpu_to_use
+                    .contains_key(&(node.as_str(), gpu.uuid.as_str()))
+                {
+                    "allocated"
+                } else {
+                    "free"
+                };
+                let counted = states[first..]
+                    .iter_mut()
+                    .find(|s: &&mut GpuState| s.state == state && s.model == gpu.model);
+                match counted {
+                    Some(counted) => counted.count += 1,
+                    None => states.push(GpuState {
+                        node: node.clone(),
+                        model: gpu.model.clone(),
+                        state,
+                        count: 1,
+                    }),
+                }
+            }
+        }
+        states
     }
 }

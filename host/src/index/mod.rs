@@ -473,21 +473,26 @@ impl Index {
     }
 
     fn pod_counts_in(&self, holdings: &holdings::Holdings) -> HashMap<ObjectKey, PodCounts> {
-        let mut counts: HashMap<ObjectKey, PodCounts> = HashMap::new();
+        // Counted by borrowed names, keyed once per GPUResource at the end.
+        let mut counts: holdings::FastMap<(&str, &str), PodCounts> = Default::default();
         for holding in &holdings.live {
-            counts.entry(holding.resource.clone()).or_default().holding += 1;
+            let name = (holding.pod.namespace.as_str(), holding.resource_name);
+            counts.entry(name).or_default().holding += 1;
         }
         for (key, pod) in &self.key_to_pod {
             if let Some(resource) = pod.resource.as_deref()
                 && !pod.terminal
             {
                 counts
-                    .entry(ObjectKey::new(&key.namespace, resource))
+                    .entry((key.namespace.as_str(), resource))
                     .or_default()
                     .referencing += 1;
             }
         }
         counts
+            .into_iter()
+            .map(|((namespace, name), counts)| (ObjectKey::new(namespace, name), counts))
+            .collect()
     }
 }
 
@@ -521,6 +526,8 @@ pub struct RoundReport {
     pub unhealthy: Vec<UnhealthyHolding>,
     /// Per GPUResource, pods holding an earlier shape.
     pub outdated: BTreeMap<ObjectKey, OutdatedHoldings>,
+    /// GPUs by node, model and state, for metrics.
+    pub gpus: Vec<GpuState>,
 }
 
 impl Index {
@@ -547,6 +554,7 @@ impl Index {
             problems: self.problems_in(&holdings, now_ms),
             unhealthy: self.unhealthy_holdings_in(&holdings),
             outdated: self.outdated_holdings_in(&holdings),
+            gpus: self.gpu_states_in(&holdings),
         }
     }
 }

@@ -493,17 +493,21 @@ fn node_record(candidate: &Candidate<'_>, holdings: &Holdings, tables: &mut Tabl
         .map(|(gpu, &position)| (gpu.uuid.as_str(), position))
         .collect();
     let use_of = |uuid: &str| {
-        holdings
-            .gpu_to_use
-            .get(&(candidate.name.to_string(), uuid.to_string()))
-            .unwrap_or(&no_use)
+        let found = holdings.gpu_to_use.get(&(candidate.name, uuid));
+        let held = found.unwrap_or(&no_use);
+        (
+            held.exclusive_owner.is_some(),
+            held.shared_mib,
+            held.shared_owners,
+        )
     };
     let mut gpus = Vec::with_capacity(next as usize);
     for (gpu, &position) in inventory.iter().zip(&positions) {
-        let held = use_of(&gpu.uuid);
-        let allocated_mib = match held.exclusive_owner {
-            Some(_) => gpu.memory_total_mib,
-            None => held.shared_mib.min(gpu.memory_total_mib),
+        let (held, shared_mib, shared_owners) = use_of(&gpu.uuid);
+        let allocated_mib = if held {
+            gpu.memory_total_mib
+        } else {
+            shared_mib.min(gpu.memory_total_mib)
         };
         let model = tables.model(&gpu.model);
         gpus.push(Gpu {
@@ -512,8 +516,8 @@ fn node_record(candidate: &Candidate<'_>, holdings: &Holdings, tables: &mut Tabl
             model,
             memory_mib: gpu.memory_total_mib,
             allocated_mib,
-            held: held.exclusive_owner.is_some(),
-            shared_owners: held.shared_owners,
+            held,
+            shared_owners,
             numa_node: gpu.numa_node,
             nvlink_peers: gpu
                 .nvlink_peers
@@ -524,7 +528,7 @@ fn node_record(candidate: &Candidate<'_>, holdings: &Holdings, tables: &mut Tabl
             mig: None,
         });
         for instance in &gpu.mig_instances {
-            let held = use_of(&instance.uuid).exclusive_owner.is_some();
+            let (held, _, _) = use_of(&instance.uuid);
             gpus.push(Gpu {
                 uuid: instance.uuid.clone(),
                 index: gpu.index,

@@ -355,6 +355,10 @@ fn gpu_states_count_held_free_and_unhealthy_gpus() {
             .holds("p1", "n", &["GPU-n-0"], H100_MIB)
             .build(),
     );
-    let states: Vec<&str> = index.gpu_states().iter().map(|s| s.state).collect();
-    assert_eq!(states, ["allocated", "free", "free", "unhealthy"]);
+    let states: Vec<(&str, u32)> = index
+        .gpu_states()
+        .iter()
+        .map(|s| (s.state, s.count))
+        .collect();
+    assert_eq!(states, [("allocated", 1), ("free", 2), ("unhealthy", 1)]);
 }

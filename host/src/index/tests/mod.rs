@@ -498,6 +498,6 @@ pub(super) fn holder(index: &Index, uuid: &str) -> Option<String> {
         .holdings()
         .gpu_to_use
         .iter()
-        .find(|((_, u), _)| u == uuid)
-        .and_then(|(_, gpu_use)| gpu_use.exclusive_owner.clone())
+        .find(|((_, u), _)| *u == uuid)
+        .and_then(|(_, gpu_use)| gpu_use.exclusive_owner.as_ref().map(|pod| pod.to_string()))
 }
