@@ -242,6 +242,15 @@ fn classify(
             deadline: limits.deadline,
         },
         Some(Trap::AllocationTooLarge) => PolicyError::MemoryLimit(error.root_cause().to_string()),
+        // Rust keeps most of its stack in linear memory, below the data: a
+        // policy recursing too deep runs off its start.
+        Some(Trap::MemoryOutOfBounds) => PolicyError::Trap {
+            message: format!(
+                "{} (a policy built from Rust traps this way when its stack overflows: deep recursion?)",
+                error.root_cause()
+            ),
+            log_tail: log.iter().rev().take(3).rev().cloned().collect(),
+        },
         _ => {
             let tail = log.iter().rev().take(3).rev().cloned().collect();
             PolicyError::Trap {
