@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use wasmgpu::engine::types::Snapshot;
+use wasmgpu::engine::types::{Gpu, Snapshot};
 use wasmgpu::engine::{Engine, Limits};
 use wasmgpu::validate::validate;
 
@@ -83,18 +83,16 @@ fn main() {
             .collect()
     };
     let marshal_call = marshal(&noop_snapshot);
-    let mut no_uuids = noop_snapshot.clone();
-    no_uuids
-        .nodes
-        .iter_mut()
-        .flat_map(|n| &mut n.gpus)
-        .for_each(|g| g.uuid.clear());
-    let mut no_nvlink = no_uuids.clone();
-    no_nvlink
-        .nodes
-        .iter_mut()
-        .flat_map(|n| &mut n.gpus)
-        .for_each(|g| g.nvlink_peers.clear());
+    let emptied = |snapshot: &Snapshot, empty: fn(&mut Gpu)| {
+        let mut copy = snapshot.clone();
+        copy.nodes
+            .iter_mut()
+            .flat_map(|n| &mut n.gpus)
+            .for_each(empty);
+        copy
+    };
+    let no_uuids = emptied(&noop_snapshot, |g| g.uuid.clear());
+    let no_nvlink = emptied(&no_uuids, |g| g.nvlink_peers.clear());
     let mut no_labels = no_nvlink.clone();
     no_labels.nodes.iter_mut().for_each(|n| n.labels.clear());
     let marshal_no_uuids = marshal(&no_uuids);

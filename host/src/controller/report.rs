@@ -41,7 +41,7 @@ pub struct Summary {
     pub conditions: Vec<(&'static str, bool, String, String)>,
 }
 
-/// Writes GPUResource status and problem Events when they change.
+/// Decides the status of each GPUResource and the Events of problems.
 pub struct Reporter {
     shared: Arc<Shared>,
     events: EventSink,
@@ -62,7 +62,7 @@ pub struct Reporter {
 // === impl Reporter ===
 
 impl Reporter {
-    /// A reporter of what `shared` holds; status goes through the applier.
+    /// A reporter of what `shared` holds; status is written by `status`.
     pub fn new(
         shared: Arc<Shared>,
         events: EventSink,
