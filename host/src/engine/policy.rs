@@ -242,19 +242,18 @@ fn classify(
             deadline: limits.deadline,
         },
         Some(Trap::AllocationTooLarge) => PolicyError::MemoryLimit(error.root_cause().to_string()),
-        // Rust keeps most of its stack in linear memory, below the data: a
-        // policy recursing too deep runs off its start.
-        Some(Trap::MemoryOutOfBounds) => PolicyError::Trap {
-            message: format!(
-                "{} (a policy built from Rust traps this way when its stack overflows: deep recursion?)",
-                error.root_cause()
-            ),
-            log_tail: log.iter().rev().take(3).rev().cloned().collect(),
-        },
-        _ => {
+        trap => {
             let tail = log.iter().rev().take(3).rev().cloned().collect();
+            // Rust keeps most of its stack in linear memory, below the
+            // data: a policy recursing too deep runs off its start.
+            let hint = match trap {
+                Some(Trap::MemoryOutOfBounds) => {
+                    " (a policy built from Rust traps this way when its stack overflows: deep recursion?)"
+                }
+                _ => "",
+            };
             PolicyError::Trap {
-                message: error.root_cause().to_string(),
+                message: format!("{}{hint}", error.root_cause()),
                 log_tail: tail,
             }
         }

@@ -154,12 +154,11 @@ impl Index {
                 continue;
             }
             if let Some(Ok(allocation)) = &pod.allocation {
-                holdings.hold(
+                holdings.hold_allocation(
                     Cow::Borrowed(key),
                     &key.namespace,
                     &pod.uid,
-                    Held::of(allocation),
-                    Cow::Borrowed(allocation),
+                    allocation,
                     Source::Pod,
                 );
             }
@@ -170,12 +169,11 @@ impl Index {
                 .get(key)
                 .is_some_and(|pod| pod.uid == in_flight.uid && !pod.terminal);
             if live && !holdings.holders.contains(key) {
-                holdings.hold(
+                holdings.hold_allocation(
                     Cow::Borrowed(key),
                     &key.namespace,
                     &in_flight.uid,
-                    Held::of(&in_flight.allocation),
-                    Cow::Borrowed(&in_flight.allocation),
+                    &in_flight.allocation,
                     Source::InFlight,
                 );
             }
@@ -193,13 +191,11 @@ impl Index {
                     None => !self.pods_listed,
                 };
                 if waiting && !holdings.holders.contains(&pod) {
-                    let held = Held::of(&member.allocation);
-                    holdings.hold(
+                    holdings.hold_allocation(
                         Cow::Owned(pod),
                         &group.namespace,
                         &member.uid,
-                        held,
-                        Cow::Borrowed(&member.allocation),
+                        &member.allocation,
                         Source::Reservation,
                     );
                 }
@@ -410,6 +406,20 @@ impl<'a> Held<'a> {
 // === impl Holdings ===
 
 impl<'a> Holdings<'a> {
+    /// Holds what `allocation`, kept by the index, gives `pod`.
+    fn hold_allocation(
+        &mut self,
+        pod: Cow<'a, ObjectKey>,
+        namespace: &'a str,
+        uid: &'a str,
+        allocation: &'a PodAllocation,
+        source: Source,
+    ) {
+        let held = Held::of(allocation);
+        self.hold(pod, namespace, uid, held, Cow::Borrowed(allocation), source);
+    }
+
+    /// Holds `held` for `pod` (in `namespace`), as read from `allocation`.
     fn hold(
         &mut self,
         pod: Cow<'a, ObjectKey>,
