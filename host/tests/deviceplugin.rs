@@ -399,3 +399,134 @@ async fn the_kubelet_gets_exactly_the_policys_gpus_through_the_device_plugin() -
     support::remove_nodes(&ctx, std::slice::from_ref(&node)).await?;
     Ok(())
 }
+
+/// A container of `name` asking for `gpus` wasmgpu.io/gpu.
+fn gpu_container(name: &str, gpus: u32) -> k8s_openapi::api::core::v1::Container {
+    k8s_openapi::api::core::v1::Container {
+        name: name.into(),
+        image: Some("cuda:latest".into()),
+        resources: Some(ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                RESOURCE_NAME.to_string(),
+                Quantity(gpus.to_string()),
+            )])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn init_containers_and_sidecars_get_their_pods_gpus_as_the_kubelet_reuses_them() -> Result<()>
+{
+    use wasmgpu::api::{container_gpus, pod_gpus};
+    let _turn = support::exclusive().await;
+    let ctx = TestContext::new("devinit").await?;
+    common::install_crds(&ctx).await?;
+    let node = format!("{}-n1", ctx.namespace);
+    FakeNode::new(&node)
+        .label(GROUP_LABEL, &ctx.namespace)
+        .create(&ctx.client)
+        .await?;
+    let dir = tempfile::Builder::new().prefix("wgdi").tempdir_in("/tmp")?;
+    let plugin_dir = dir.path().join("device-plugins");
+    std::fs::create_dir(&plugin_dir)?;
+    let inventory_file = dir.path().join("inventory.json");
+    std::fs::write(&inventory_file, inventory(&node, None).to_string())?;
+    let mut kubelet = Kubelet::start(&plugin_dir)?;
+    let agent = Agent::start(&ctx, &node, &inventory_file, &plugin_dir).await?;
+    let registration = kubelet
+        .registration(Duration::from_secs(30))
+        .await
+        .with_context(|| agent.log())?;
+    let mut plugin = PluginConnection::open(&plugin_dir, &registration).await?;
+    plugin
+        .wait_devices(ACT, "every GPU", |d| d.len() == GPUS * (1 + REPLICAS))
+        .await
+        .with_context(|| agent.log())?;
+    gpuresource(&ctx, "two", 2, Sharing::Exclusive, 0, None).await?;
+    gpuresource(&ctx, "three", 3, Sharing::Exclusive, 0, None).await?;
+    let controller = Controller::start(&ctx).await?;
+
+    // (pod, GPUResource, init containers, app containers); `s…` are
+    // sidecars (restartPolicy: Always).
+    type Containers = &'static [(&'static str, u32)];
+    let shapes: [(&str, &str, Containers, Containers); 3] = [
+        ("init", "two", &[("prepare", 2)], &[("train", 2)]),
+        (
+            "sidecar",
+            "three",
+            &[("i1", 1), ("s1", 1), ("i2", 2)],
+            &[("a", 2)],
+        ),
+        ("multi", "two", &[], &[("a", 1), ("b", 1)]),
+    ];
+    for (name, resource, init, app) in shapes {
+        let mut pod = support::pod(&ctx, name, resource);
+        let spec = pod.spec.as_mut().unwrap();
+        spec.init_containers = Some(
+            init.iter()
+                .map(|(c, n)| {
+                    let mut container = gpu_container(c, *n);
+                    if c.starts_with('s') {
+                        container.restart_policy = Some("Always".into());
+                    }
+                    container
+                })
+                .collect(),
+        );
+        spec.containers = app.iter().map(|(c, n)| gpu_container(c, *n)).collect();
+        ctx.api::<Pod>()
+            .create(&PostParams::default(), &pod)
+            .await?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let waiting = loop {
+        let waiting = bound_waiting(&ctx, &HashSet::new()).await?;
+        if waiting.len() == 3 {
+            break waiting;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{} of 3 pods bound; controller log:\n{}",
+            waiting.len(),
+            controller.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let mut in_use = HashSet::new();
+    for pod in &waiting {
+        let name = pod.name_any();
+        let given: BTreeSet<String> = allocation(pod)
+            .expect("bound")
+            .devices
+            .iter()
+            .map(|d| format!("nvidia.com/gpu={}", d.uuid))
+            .collect();
+        let containers = container_gpus(pod.spec.as_ref().unwrap())?;
+        assert_eq!(
+            Some(given.len() as u64),
+            pod_gpus(&containers),
+            "{name}: the controller gave what the containers ask for"
+        );
+        let admitted = plugin
+            .admit_pod(&mut in_use, &containers)
+            .await
+            .with_context(|| format!("admitting {name}:\n{}", agent.log()))?;
+        assert_eq!(admitted.len(), containers.len(), "{name}");
+        let mut seen = BTreeSet::new();
+        for ((_, response), asked) in admitted.iter().zip(&containers) {
+            let names = cdi_names(response);
+            assert_eq!(names.len(), asked.count as usize, "{name}: {names:?}");
+            for cdi in names {
+                assert!(given.contains(&cdi), "{name} was not given {cdi}");
+                seen.insert(cdi);
+            }
+        }
+        assert_eq!(seen, given, "{name}: every GPU it holds is used");
+    }
+    drop(controller);
+    support::remove_nodes(&ctx, std::slice::from_ref(&node)).await?;
+    Ok(())
+}

@@ -23,6 +23,7 @@
 mod allocation;
 pub mod conditions;
 mod crd;
+mod gpu_request;
 mod gpunode;
 mod gpuresource;
 mod podgroup;
@@ -32,6 +33,7 @@ pub use allocation::{
     ALLOCATION_ANNOTATION, DEVICES_ANNOTATION, NODE_ANNOTATION, PodAllocation, UnreadableAllocation,
 };
 pub use crd::{Drift, check_dir, crds, files, kustomization, to_yaml, write_dir};
+pub use gpu_request::{ContainerGpus, GPU_RESOURCE, UnreadableGpuLimit, container_gpus, pod_gpus};
 pub use gpunode::{GPUNode, GPUNodeSpec, GPUNodeStatus, GpuInfo, MigInstanceInfo, MigMode};
 pub use gpuresource::{
     Allocation, Device, GPUResource, GPUResourceSpec, GPUResourceStatus, InvalidSpec, MAX_COUNT,

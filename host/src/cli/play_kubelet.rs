@@ -93,11 +93,10 @@ impl PlayKubeletCommand {
         let mut in_use = HashSet::new();
         let mut failed = false;
         for pod in &waiting {
-            for (container, size) in pod.requests.iter().enumerate() {
-                let name = format!("{}/{}", pod.pod.namespace, pod.pod.name);
-                match plugin.admit(&in_use, *size as usize).await {
-                    Ok((ids, response)) => {
-                        in_use.extend(ids.iter().cloned());
+            let name = format!("{}/{}", pod.pod.namespace, pod.pod.name);
+            match plugin.admit_pod(&mut in_use, &pod.requests).await {
+                Ok(containers) => {
+                    for (container, (ids, response)) in containers.iter().enumerate() {
                         let mut env: Vec<String> = response
                             .envs
                             .iter()
@@ -105,7 +104,7 @@ impl PlayKubeletCommand {
                             .collect();
                         env.sort();
                         table.row(vec![
-                            name,
+                            name.clone(),
                             container.to_string(),
                             ids.join(","),
                             response
@@ -121,16 +120,16 @@ impl PlayKubeletCommand {
                             },
                         ]);
                     }
-                    Err(error) => {
-                        failed = true;
-                        table.row(vec![
-                            name,
-                            container.to_string(),
-                            "-".into(),
-                            "-".into(),
-                            format!("REFUSED: {error}"),
-                        ]);
-                    }
+                }
+                Err(error) => {
+                    failed = true;
+                    table.row(vec![
+                        name,
+                        "-".into(),
+                        "-".into(),
+                        "-".into(),
+                        format!("REFUSED: {error}"),
+                    ]);
                 }
             }
         }

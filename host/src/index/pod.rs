@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, Pod, Toleration};
 
 use crate::api::{
-    GPURESOURCE_ANNOTATION, POD_GROUP_LABEL, PodAllocation, SCHEDULER_NAME, UnreadableAllocation,
+    self, GPURESOURCE_ANNOTATION, POD_GROUP_LABEL, PodAllocation, SCHEDULER_NAME,
+    UnreadableAllocation, UnreadableGpuLimit,
 };
 
 /// The facts about a pod that decide whether it waits, holds GPUs, and where
@@ -38,30 +39,10 @@ pub(crate) struct PodFacts {
     /// The gang (a PodGroup in the pod's namespace) the pod joins through
     /// the `scheduling.x-k8s.io/pod-group` label.
     pub pod_group: Option<String>,
-    /// `wasmgpu.io/gpu` in the containers' limits, summed; `None` when no
-    /// container names it (or a value is not a whole number).
-    pub gpu_limit: Option<u64>,
-}
-
-/// The extended resource the node's device plugin serves.
-pub(crate) const GPU_RESOURCE: &str = "wasmgpu.io/gpu";
-
-/// `wasmgpu.io/gpu` summed over the containers that set it in their limits.
-fn gpu_limit(spec: &k8s_openapi::api::core::v1::PodSpec) -> Option<u64> {
-    let mut total: Option<u64> = None;
-    for container in &spec.containers {
-        let Some(quantity) = container
-            .resources
-            .as_ref()
-            .and_then(|r| r.limits.as_ref())
-            .and_then(|l| l.get(GPU_RESOURCE))
-        else {
-            continue;
-        };
-        let value = quantity.0.trim().parse::<u64>().ok()?;
-        total = Some(total.unwrap_or(0).saturating_add(value));
-    }
-    total
+    /// The GPUs the containers' `wasmgpu.io/gpu` limits ask for, by the
+    /// Kubernetes rule for extended resources ([`api::pod_gpus`]: init
+    /// containers give theirs back); `None` when no container names it.
+    pub gpu_limit: Result<Option<u64>, UnreadableGpuLimit>,
 }
 
 impl PodFacts {
@@ -110,7 +91,7 @@ impl PodFacts {
             required_terms,
             tolerations,
             constraints_key,
-            gpu_limit: gpu_limit(spec),
+            gpu_limit: api::container_gpus(spec).map(|c| api::pod_gpus(&c)),
             pod_group: meta
                 .labels
                 .as_ref()

@@ -46,10 +46,18 @@ pub enum Problem {
         pod: ObjectKey,
         /// The GPUResource it uses.
         resource: ObjectKey,
-        /// The containers' `wasmgpu.io/gpu` limits, summed.
+        /// The GPUs the containers' `wasmgpu.io/gpu` limits ask for, by
+        /// the Kubernetes rule ([`crate::api::pod_gpus`]).
         limit: u64,
         /// The GPUResource's `count`.
         count: u32,
+    },
+    /// A pod's `wasmgpu.io/gpu` limit is not a whole number of GPUs.
+    UnreadableLimit {
+        /// The pod.
+        pod: ObjectKey,
+        /// The container and its value.
+        error: crate::api::UnreadableGpuLimit,
     },
     /// A gang member has waited longer than its PodGroup's
     /// `scheduleTimeoutSeconds` and the gang is still short of
@@ -99,6 +107,7 @@ impl Problem {
             | Self::MissingResource { pod, .. }
             | Self::MissingPodGroup { pod, .. }
             | Self::LimitMismatch { pod, .. }
+            | Self::UnreadableLimit { pod, .. }
             | Self::GangTimedOut { pod, .. }
             | Self::Unsatisfiable { pod, .. } => Subject::Pod(pod),
             Self::InvalidResource { resource, .. } => Subject::GPUResource(resource),
@@ -112,7 +121,7 @@ impl Problem {
             Self::MissingResource { .. } => "GPUResourceNotFound",
             Self::InvalidResource { .. } => "InvalidSpec",
             Self::MissingPodGroup { .. } => "PodGroupNotFound",
-            Self::LimitMismatch { .. } => "GPULimitMismatch",
+            Self::LimitMismatch { .. } | Self::UnreadableLimit { .. } => "GPULimitMismatch",
             Self::GangTimedOut { .. } => "GangTimedOut",
             Self::Unsatisfiable { .. } => "Unsatisfiable",
         }
@@ -145,6 +154,7 @@ impl fmt::Display for Problem {
                 f,
                 "pod {pod} asks the kubelet for {limit} wasmgpu.io/gpu in its limits, but GPUResource {resource} gives each pod {count}; set the limit to {count} (or let deploy/admission/gpu-pods.yaml fill it in)"
             ),
+            Self::UnreadableLimit { pod, error } => write!(f, "pod {pod}: {error}"),
             Self::MissingPodGroup { pod, group, .. } => write!(
                 f,
                 "pod {pod} joins gang {group} ({} label), but no PodGroup {group} exists; create it (scheduling.x-k8s.io/v1alpha1, with minMember) or remove the label",

@@ -30,7 +30,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::devices::{exclusive_id, parse_id, replica_id};
-use crate::api::{PodAllocation, Sharing};
+use crate::api::{self, ContainerGpus, PodAllocation, Sharing};
 
 /// A pod as the hand-off sees it.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,7 +49,7 @@ pub struct WaitingPod {
     /// The `wasmgpu.io/gpu` limit of each container that asks for GPUs, in
     /// the kubelet's order (init containers first); a pod without limits
     /// asks for all its GPUs in one container.
-    pub requests: Vec<u32>,
+    pub requests: Vec<ContainerGpus>,
 }
 
 /// A pod, by namespace, name and UID.
@@ -146,35 +146,89 @@ pub struct Handoff {
 }
 
 /// The pod being started: who, which device IDs, how far.
+///
+/// The kubelet asks for each container in turn and reuses what a regular
+/// init container had for the containers after it (its device manager's
+/// `devicesToReuse`): it takes those first, and asks for the rest among the
+/// devices nobody holds. The claim follows the same bookkeeping, so every
+/// container is given only GPUs of its pod.
 #[derive(Clone, Debug)]
 struct Claim {
     pod: PodRef,
     allocation: PodAllocation,
+    /// The device IDs of all the pod's GPUs, in the allocation's order.
     ids: Vec<String>,
-    requests: Vec<u32>,
+    requests: Vec<ContainerGpus>,
     /// Containers granted so far.
     container: usize,
-    /// IDs of the container preferred and not yet allocated.
-    pending: Option<Vec<String>>,
+    /// IDs given to the containers granted so far.
+    given: BTreeSet<String>,
+    /// IDs of regular init containers not taken over by a later sidecar or
+    /// app container: the kubelet gives these first.
+    reusable: BTreeSet<String>,
     expires: Instant,
 }
 
 impl Claim {
-    fn offset(&self) -> usize {
-        self.requests[..self.container]
-            .iter()
-            .map(|r| *r as usize)
-            .sum()
-    }
-
     fn next_size(&self) -> Option<usize> {
-        self.requests.get(self.container).map(|r| *r as usize)
+        self.requests.get(self.container).map(|r| r.count as usize)
     }
 
-    fn next_ids(&self) -> Vec<String> {
-        let start = self.offset();
+    /// The IDs for the next container: those the kubelet must include, the
+    /// reusable ones, then IDs of the pod no container was given yet.
+    fn next_ids(&self, must_include: &[String]) -> Vec<String> {
         let size = self.next_size().unwrap_or(0);
-        self.ids[start..start + size].to_vec()
+        let fresh = self.ids.iter().filter(|id| !self.given.contains(*id));
+        let mut ids: Vec<String> = Vec::with_capacity(size);
+        for id in must_include
+            .iter()
+            .filter(|id| self.ids.contains(id))
+            .chain(&self.reusable)
+            .chain(fresh)
+        {
+            if ids.len() == size {
+                break;
+            }
+            if !ids.contains(id) {
+                ids.push(id.clone());
+            }
+        }
+        ids
+    }
+
+    /// Whether the kubelet may give `offered` to the next container: as
+    /// many IDs as it asks for, all of this pod, the reusable ones first,
+    /// none given to another container of the pod and still held.
+    fn may_give(&self, offered: &[String]) -> bool {
+        let Some(size) = self.next_size() else {
+            return false;
+        };
+        let distinct: BTreeSet<&String> = offered.iter().collect();
+        let reused = offered
+            .iter()
+            .filter(|id| self.reusable.contains(*id))
+            .count();
+        distinct.len() == size
+            && offered.len() == size
+            && offered.iter().all(|id| self.ids.contains(id))
+            && reused == size.min(self.reusable.len())
+            && offered
+                .iter()
+                .all(|id| self.reusable.contains(id) || !self.given.contains(id))
+    }
+
+    /// Records that the next container was given `offered`.
+    fn give(&mut self, offered: &[String]) {
+        let gives_back = self.requests[self.container].gives_back;
+        for id in offered {
+            self.given.insert(id.clone());
+            if gives_back {
+                self.reusable.insert(id.clone());
+            } else {
+                self.reusable.remove(id);
+            }
+        }
+        self.container += 1;
     }
 }
 
@@ -218,10 +272,8 @@ impl Handoff {
         self.lapse(now, waiting);
         if let Some(claim) = &mut self.claim {
             if claim.next_size() == Some(request.size) {
-                let ids = claim.next_ids();
-                claim.pending = Some(ids.clone());
                 claim.expires = now + self.ttl;
-                return Ok(ids);
+                return Ok(claim.next_ids(&request.must_include));
             }
             tracing::info!(pod = %claim.pod, "Kubelet moved on; dropping the claim");
             self.claim = None;
@@ -236,17 +288,17 @@ impl Handoff {
         for pod in self.in_order(waiting) {
             match self.fits(pod, request.size, &available) {
                 Ok(ids) => {
-                    let mut claim = Claim {
+                    let claim = Claim {
                         pod: pod.pod.clone(),
                         allocation: pod.allocation.clone(),
                         ids,
                         requests: pod.requests.clone(),
                         container: 0,
-                        pending: None,
+                        given: BTreeSet::new(),
+                        reusable: BTreeSet::new(),
                         expires: now + self.ttl,
                     };
-                    let next = claim.next_ids();
-                    claim.pending = Some(next.clone());
+                    let next = claim.next_ids(&[]);
                     tracing::info!(pod = %claim.pod, ids = ?claim.ids, "Claimed");
                     self.claim = Some(claim);
                     return Ok(next);
@@ -272,7 +324,13 @@ impl Handoff {
         offered: &[String],
     ) -> Result<Grant, HandoffError> {
         self.lapse(now, waiting);
-        if self.claim.as_ref().is_none_or(|c| c.pending.is_none()) {
+        if let Some(claim) = &self.claim
+            && claim.next_size() != Some(offered.len())
+        {
+            tracing::info!(pod = %claim.pod, "Kubelet moved on; dropping the claim");
+            self.claim = None;
+        }
+        if self.claim.is_none() {
             // No preference asked (or it lapsed): claim the oldest pod the
             // offer can be for, as `prefer` would have.
             let request = PreferenceRequest {
@@ -285,7 +343,7 @@ impl Handoff {
                 let size = offered.len();
                 let oldest = self
                     .in_order(waiting)
-                    .find(|p| p.requests.first().map(|r| *r as usize) == Some(size));
+                    .find(|p| p.requests.first().map(|r| r.count as usize) == Some(size));
                 return Err(match oldest {
                     Some(pod) => HandoffError::Mismatch {
                         pod: pod.pod.clone(),
@@ -303,29 +361,30 @@ impl Handoff {
             }
         }
         let claim = self.claim.as_mut().expect("claimed above");
-        let pending = claim.pending.take().expect("pending above");
-        let same = pending.iter().collect::<BTreeSet<_>>() == offered.iter().collect();
-        if !same {
+        if !claim.may_give(offered) {
             let error = HandoffError::Mismatch {
                 pod: claim.pod.clone(),
-                expected: pending.join(","),
+                expected: claim.next_ids(&[]).join(","),
                 offered: offered.join(","),
             };
             self.claim = None;
             return Err(error);
         }
-        let start = claim.offset();
-        let gpus = claim.allocation.devices[start..start + pending.len()]
+        let gpus = offered
             .iter()
-            .map(|d| (d.uuid.clone(), d.memory_mib))
+            .filter_map(|id| claim.ids.iter().position(|i| i == id))
+            .map(|at| {
+                let device = &claim.allocation.devices[at];
+                (device.uuid.clone(), device.memory_mib)
+            })
             .collect();
+        claim.give(offered);
         let grant = Grant {
             pod: claim.pod.clone(),
-            ids: pending,
+            ids: offered.to_vec(),
             gpus,
             sharing: claim.allocation.sharing,
         };
-        claim.container += 1;
         claim.expires = now + self.ttl;
         if claim.next_size().is_none() {
             tracing::info!(pod = %claim.pod, "Handed over; releasing the claim");
@@ -377,16 +436,16 @@ impl Handoff {
         available: &BTreeSet<&str>,
     ) -> Result<Vec<String>, String> {
         let count = pod.allocation.devices.len();
-        let asked: usize = pod.requests.iter().map(|r| *r as usize).sum();
-        if asked != count {
+        let asked = api::pod_gpus(&pod.requests).unwrap_or(0);
+        if asked != count as u64 {
             return Err(format!(
                 "its containers ask for {asked} wasmgpu.io/gpu but it was given {count} GPU(s)"
             ));
         }
-        if pod.requests.first().map(|r| *r as usize) != Some(size) {
+        if pod.requests.first().map(|r| r.count as usize) != Some(size) {
             return Err(format!(
                 "its first container asks for {}",
-                pod.requests.first().copied().unwrap_or(0)
+                pod.requests.first().map_or(0, |r| r.count)
             ));
         }
         let mut ids = Vec::with_capacity(count);
@@ -455,8 +514,29 @@ mod tests {
                     digest: "sha256:0".into(),
                 },
             },
-            requests: vec![gpus.len() as u32],
+            requests: vec![ContainerGpus {
+                count: gpus.len() as u32,
+                gives_back: false,
+            }],
         }
+    }
+
+    fn app(count: u32) -> ContainerGpus {
+        ContainerGpus {
+            count,
+            gives_back: false,
+        }
+    }
+
+    fn init(count: u32) -> ContainerGpus {
+        ContainerGpus {
+            count,
+            gives_back: true,
+        }
+    }
+
+    fn ids(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|id| id.to_string()).collect()
     }
 
     fn all_devices() -> Vec<String> {
@@ -630,7 +710,7 @@ mod tests {
     #[test]
     fn containers_get_their_share_of_the_pod_in_turn() {
         let mut pod = waiting("a", 1, Sharing::Exclusive, &["GPU-0", "GPU-1", "GPU-2"]);
-        pod.requests = vec![1, 2];
+        pod.requests = vec![app(1), app(2)];
         let pods = [pod];
         let mut handoff = handoff();
         let now = Instant::now();
@@ -647,6 +727,126 @@ mod tests {
         let grant = handoff.allocate(now, &pods, &second).unwrap();
         assert_eq!(grant.gpus.len(), 2);
         assert!(handoff.claimed().is_none());
+        assert!(handoff.is_handed_over("uid-a"));
+    }
+
+    #[test]
+    fn an_init_container_hands_its_gpus_on_to_the_app_container() {
+        // init: 2, app: 2 → the pod holds 2 GPUs, used by both in turn.
+        let mut pod = waiting("a", 1, Sharing::Exclusive, &["GPU-0", "GPU-1"]);
+        pod.requests = vec![init(2), app(2)];
+        let pods = [pod];
+        let mut handoff = handoff();
+        let now = Instant::now();
+        let first = handoff
+            .prefer(now, &pods, &request(2, all_devices()))
+            .unwrap();
+        assert_eq!(first, ["GPU-0", "GPU-1"]);
+        handoff.allocate(now, &pods, &first).unwrap();
+        // The kubelet reuses both without asking for a preference.
+        let grant = handoff
+            .allocate(now, &pods, &ids(&["GPU-1", "GPU-0"]))
+            .unwrap();
+        assert_eq!(
+            grant.gpus,
+            [("GPU-1".to_string(), 1000), ("GPU-0".to_string(), 1000)]
+        );
+        assert!(handoff.is_handed_over("uid-a"));
+    }
+
+    #[test]
+    fn a_container_after_an_init_container_takes_the_reused_gpus_first() {
+        // init: 1, app: 2 → 2 GPUs; the app container reuses the init's.
+        let mut pod = waiting("a", 1, Sharing::Exclusive, &["GPU-0", "GPU-1"]);
+        pod.requests = vec![init(1), app(2)];
+        let pods = [pod];
+        let now = Instant::now();
+        let started = || {
+            let mut handoff = handoff();
+            let first = handoff
+                .prefer(now, &pods, &request(1, all_devices()))
+                .unwrap();
+            assert_eq!(first, ["GPU-0"]);
+            handoff.allocate(now, &pods, &first).unwrap();
+            handoff
+        };
+        let mut handoff = started();
+        let asked = PreferenceRequest {
+            available: all_devices(),
+            must_include: ids(&["GPU-0"]),
+            size: 2,
+        };
+        let second = handoff.prefer(now, &pods, &asked).unwrap();
+        assert_eq!(second, ["GPU-0", "GPU-1"]);
+        handoff.allocate(now, &pods, &second).unwrap();
+        assert!(handoff.is_handed_over("uid-a"));
+        // Another pod's GPU in place of the pod's own is refused.
+        let error = started()
+            .allocate(now, &pods, &ids(&["GPU-0", "GPU-2"]))
+            .unwrap_err();
+        assert!(error.to_string().contains("offered GPU-0,GPU-2"), "{error}");
+    }
+
+    #[test]
+    fn the_kubelet_never_skips_a_reusable_gpu() {
+        // init: 1, app: 1 → 1 GPU: the app container must get the init's.
+        let mut pod = waiting("a", 1, Sharing::Exclusive, &["GPU-0", "GPU-1"]);
+        pod.requests = vec![init(1), app(1)];
+        // (asks for 1 but was given 2: no container could use GPU-1)
+        let pods = [pod];
+        let error = handoff()
+            .prefer(Instant::now(), &pods, &request(1, all_devices()))
+            .unwrap_err();
+        assert!(error.to_string().contains("ask for 1"), "{error}");
+        let mut pod = pods[0].clone();
+        pod.requests = vec![init(2), app(1)];
+        let pods = [pod];
+        let now = Instant::now();
+        let mut handoff = handoff();
+        let first = handoff
+            .prefer(now, &pods, &request(2, all_devices()))
+            .unwrap();
+        handoff.allocate(now, &pods, &first).unwrap();
+        // Both GPUs are reusable: any one of them is right, nothing else.
+        handoff.allocate(now, &pods, &ids(&["GPU-1"])).unwrap();
+        assert!(handoff.is_handed_over("uid-a"));
+    }
+
+    #[test]
+    fn a_sidecar_keeps_its_gpus_and_later_init_containers_get_fresh_ones() {
+        // init i1: 1, sidecar s1: 1, init i2: 2, app: 2 → 3 GPUs.
+        let mut pod = waiting("a", 1, Sharing::Exclusive, &["GPU-0", "GPU-1", "GPU-2"]);
+        pod.requests = vec![init(1), app(1), init(2), app(2)];
+        assert_eq!(api::pod_gpus(&pod.requests), Some(3));
+        let pods = [pod];
+        let now = Instant::now();
+        let mut handoff = handoff();
+        let i1 = handoff
+            .prefer(now, &pods, &request(1, all_devices()))
+            .unwrap();
+        assert_eq!(i1, ["GPU-0"]);
+        handoff.allocate(now, &pods, &i1).unwrap();
+        // s1 reuses i1's GPU and keeps it.
+        handoff.allocate(now, &pods, &ids(&["GPU-0"])).unwrap();
+        // i2 needs two GPUs no container holds.
+        let error = {
+            let mut h = Handoff::new("n1", Duration::from_secs(30));
+            let i1 = h.prefer(now, &pods, &request(1, all_devices())).unwrap();
+            h.allocate(now, &pods, &i1).unwrap();
+            h.allocate(now, &pods, &i1).unwrap();
+            h.allocate(now, &pods, &ids(&["GPU-0", "GPU-1"]))
+                .unwrap_err()
+        };
+        assert!(matches!(error, HandoffError::Mismatch { .. }), "{error}");
+        let i2 = handoff
+            .prefer(now, &pods, &request(2, all_devices()))
+            .unwrap();
+        assert_eq!(i2, ["GPU-1", "GPU-2"]);
+        handoff.allocate(now, &pods, &i2).unwrap();
+        // The app container reuses i2's.
+        handoff
+            .allocate(now, &pods, &ids(&["GPU-2", "GPU-1"]))
+            .unwrap();
         assert!(handoff.is_handed_over("uid-a"));
     }
 }

@@ -22,6 +22,7 @@ use super::proto::{
     RegisterRequest,
 };
 use super::{KUBELET_SOCKET, connect};
+use crate::api::ContainerGpus;
 
 /// What went wrong playing the kubelet.
 #[derive(Debug, thiserror::Error)]
@@ -277,6 +278,64 @@ impl PluginConnection {
         Ok((ids, response))
     }
 
+    /// The device manager's admission of a whole pod: each container that
+    /// asks for GPUs in turn (`containers`, in the kubelet's order). As the
+    /// kubelet's `devicesToReuse` does, a container first takes what a
+    /// regular init container before it had; for the rest it asks
+    /// `GetPreferredAllocation` among the devices nobody holds (with the
+    /// reused ones as `mustInclude`), then `Allocate`. A sidecar's or app
+    /// container's devices stay with it. `in_use` gains every device the
+    /// pod was given. The IDs and the response of each container.
+    pub async fn admit_pod(
+        &mut self,
+        in_use: &mut HashSet<String>,
+        containers: &[ContainerGpus],
+    ) -> Result<Vec<(Vec<String>, ContainerAllocateResponse)>, KubeletError> {
+        let mut reusable: Vec<String> = Vec::new();
+        let mut admitted = Vec::with_capacity(containers.len());
+        for container in containers {
+            let size = container.count as usize;
+            let mut ids: Vec<String> = reusable.iter().take(size).cloned().collect();
+            if ids.len() < size {
+                let mut available = self.available(in_use);
+                available.extend(ids.iter().cloned());
+                let preferred = self
+                    .preferred_with(available, ids.clone(), size)
+                    .await
+                    .map_err(|status| KubeletError::Call {
+                        call: "GetPreferredAllocation",
+                        status,
+                    })?;
+                if preferred.len() != size || !ids.iter().all(|id| preferred.contains(id)) {
+                    return Err(KubeletError::Protocol(format!(
+                        "GetPreferredAllocation offered {preferred:?} for {size} device(s) \
+                         including {ids:?}"
+                    )));
+                }
+                ids = preferred;
+            }
+            let response = self
+                .allocate(&ids)
+                .await
+                .map_err(|status| KubeletError::Call {
+                    call: "Allocate",
+                    status,
+                })?;
+            in_use.extend(ids.iter().cloned());
+            if container.gives_back {
+                for id in &ids {
+                    if !reusable.contains(id) {
+                        reusable.push(id.clone());
+                    }
+                }
+            } else {
+                reusable.retain(|id| !ids.contains(id));
+            }
+            admitted.push((ids, response));
+        }
+        Ok(admitted)
+    }
+
     /// `GetPreferredAllocation` of `size` among `available`, for one
     /// container: the IDs the plugin prefers.
     pub async fn preferred(
@@ -284,12 +343,23 @@ impl PluginConnection {
         available: Vec<String>,
         size: usize,
     ) -> Result<Vec<String>, Status> {
+        self.preferred_with(available, Vec::new(), size).await
+    }
+
+    /// `GetPreferredAllocation` of `size` among `available` that must
+    /// include `must_include` (devices reused from an init container).
+    pub async fn preferred_with(
+        &mut self,
+        available: Vec<String>,
+        must_include: Vec<String>,
+        size: usize,
+    ) -> Result<Vec<String>, Status> {
         let response = self
             .client
             .get_preferred_allocation(PreferredAllocationRequest {
                 container_requests: vec![ContainerPreferredAllocationRequest {
                     available_device_i_ds: available,
-                    must_include_device_i_ds: Vec::new(),
+                    must_include_device_i_ds: must_include,
                     allocation_size: size as i32,
                 }],
             })

@@ -4,8 +4,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -14,10 +13,10 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 use super::handoff::{Grant, PodRef, WaitingPod};
-use crate::api::PodAllocation;
+use crate::api::{self, ContainerGpus, PodAllocation};
 
 /// The extended resource the plugin serves.
-pub const RESOURCE_NAME: &str = "wasmgpu.io/gpu";
+pub const RESOURCE_NAME: &str = api::GPU_RESOURCE;
 /// Pod annotation the plugin writes once the kubelet was given the pod's
 /// devices: `{"node":…,"podUID":…,"devices":[…]}`.
 pub const HANDOFF_ANNOTATION: &str = "wasmgpu.io/handoff";
@@ -50,23 +49,18 @@ pub fn waiting_pod(pod: &Pod, node: &str) -> Option<WaitingPod> {
     if allocation.node != node {
         return None;
     }
-    let limit = |c: &Container| {
-        c.resources
-            .as_ref()
-            .and_then(|r| r.limits.as_ref())
-            .and_then(|l| l.get(RESOURCE_NAME))
-            .and_then(|Quantity(q)| q.parse::<u32>().ok())
-            .filter(|n| *n > 0)
+    let mut requests = match api::container_gpus(spec) {
+        Ok(requests) => requests,
+        Err(error) => {
+            tracing::info!(pod = %pod.name_any(), %error, "Ignoring pod");
+            return None;
+        }
     };
-    let mut requests: Vec<u32> = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .chain(&spec.containers)
-        .filter_map(limit)
-        .collect();
     if requests.is_empty() {
-        requests.push(allocation.devices.len() as u32);
+        requests.push(ContainerGpus {
+            count: allocation.devices.len() as u32,
+            gives_back: false,
+        });
     }
     Some(WaitingPod {
         pod: PodRef {
@@ -228,7 +222,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use crate::api::{Device, PolicyRef, Sharing};
-    use k8s_openapi::api::core::v1::{PodSpec, PodStatus, ResourceRequirements};
+    use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn pod(node: &str, allocation_node: &str, limits: &[Option<&str>]) -> Pod {
         let allocation = PodAllocation {
@@ -280,10 +275,11 @@ mod tests {
     #[test]
     fn a_bound_pod_with_its_allocation_waits_with_its_containers_requests() {
         let waiting = waiting_pod(&pod("n1", "n1", &[Some("1"), None, Some("1")]), "n1").unwrap();
-        assert_eq!(waiting.requests, [1, 1]);
+        let counts = |w: &WaitingPod| w.requests.iter().map(|r| r.count).collect::<Vec<_>>();
+        assert_eq!(counts(&waiting), [1, 1]);
         assert_eq!(waiting.pod.uid, "u");
         let whole = waiting_pod(&pod("n1", "n1", &[None]), "n1").unwrap();
-        assert_eq!(whole.requests, [2], "no limits: one request for all");
+        assert_eq!(counts(&whole), [2], "no limits: one request for all");
     }
 
     #[test]
