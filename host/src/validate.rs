@@ -30,7 +30,9 @@ pub mod snapshot;
 /// The contract types the shared rules are written against: the host's
 /// copy, so validating a round converts nothing.
 mod contract {
-    pub(super) use crate::engine::types::{Assignment, Decision, Gpu, Request, Sharing, Snapshot};
+    pub(super) use crate::engine::types::{
+        Assignment, Decision, Gpu, Node, Request, Sharing, Snapshot,
+    };
     pub(super) use wasmgpu_policy_sdk::glob_match;
 }
 
@@ -296,6 +298,27 @@ mod tests {
     }
 
     #[test]
+    fn memory_asked_with_a_mig_profile_is_the_instances_own() {
+        let mut wants = mig("ns/m", "2g.20gb");
+        wants.memory_mib = 19968;
+        let mut too_much = mig("ns/big", "1g.10gb");
+        too_much.memory_mib = 20000;
+        let snap = mig_snapshot(vec![wants, too_much]);
+        let verdict = validate(&snap, &[assign(0, 0, &[4]), assign(1, 0, &[2])]);
+        assert_eq!(verdict.accepted.len(), 1);
+        assert_eq!(verdict.accepted[0].gpus, ["MIG-GPU-m-1-2"]);
+        assert_eq!(
+            reasons(&verdict),
+            [Invalid::NotEnoughMemory {
+                gpu: "MIG-GPU-m-1-0".into(),
+                has_mib: 9856,
+                want_mib: 20000
+            }],
+            "the parent's 81920 MiB do not count"
+        );
+    }
+
+    #[test]
     fn a_whole_gpu_and_its_mig_instances_exclude_each_other() {
         let snap = mig_snapshot(vec![
             mig("ns/m1", "1g.10gb"),
@@ -389,5 +412,35 @@ mod tests {
         snap.gangs[0].bound = 1;
         let verdict = validate(&snap, &[assign(0, 0, &[0]), assign(1, 0, &[1])]);
         assert_eq!(verdict.accepted.len(), 2);
+    }
+
+    #[test]
+    fn a_gang_bound_near_the_integer_limit_is_not_held_back() {
+        let mut snap = snapshot(
+            vec![node("a", 2, "NVIDIA H100", 81920)],
+            vec![request("ns/w-0", 1, S::Exclusive, 0)],
+        );
+        gang(&mut snap, "ns/train", 3, &[0]);
+        snap.gangs[0].bound = u32::MAX;
+        let verdict = validate(&snap, &[assign(0, 0, &[0])]);
+        assert_eq!(verdict.accepted.len(), 1, "{:?}", verdict.waiting);
+        snap.gangs[0].bound = u32::MAX - 1;
+        snap.gangs[0].min_member = u32::MAX;
+        let verdict = validate(&snap, &[assign(0, 0, &[0])]);
+        assert_eq!(verdict.accepted.len(), 1, "{:?}", verdict.waiting);
+    }
+
+    #[test]
+    fn a_mig_instance_of_an_unhealthy_gpu_is_unhealthy() {
+        let mut snap = mig_snapshot(vec![mig("ns/m", "1g.10gb")]);
+        snap.nodes[0].gpus[1].healthy = false;
+        assert!(snap.nodes[0].gpus[2].healthy, "the snapshot says healthy");
+        let verdict = validate(&snap, &[assign(0, 0, &[2])]);
+        assert_eq!(
+            reasons(&verdict),
+            [Invalid::UnhealthyGpu {
+                gpu: "MIG-GPU-m-1-0".into()
+            }]
+        );
     }
 }

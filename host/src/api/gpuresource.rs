@@ -71,7 +71,9 @@ pub struct GPUResourceSpec {
     pub mig_profile: Option<String>,
 
     /// Exclusive: the minimum total memory of each GPU. Shared: the share of
-    /// memory taken on each GPU (required, above 0). MiB.
+    /// memory taken on each GPU (required, above 0). With `migProfile`: the
+    /// minimum memory of each MIG instance (its own, not its parent GPU's).
+    /// MiB.
     #[serde(default, rename = "memoryMiB")]
     pub memory_mib: u64,
 

@@ -426,12 +426,13 @@ impl NamespaceHoldings {
         }
         for usage in &snapshot.usage {
             let e = entry(&mut by_name, &usage.namespace);
-            e.gpus += usage.exclusive_gpus;
-            e.mig_instances += usage.mig_instances;
-            e.shared_mib += usage.shared_mib;
+            e.gpus = e.gpus.saturating_add(usage.exclusive_gpus);
+            e.mig_instances = e.mig_instances.saturating_add(usage.mig_instances);
+            e.shared_mib = e.shared_mib.saturating_add(usage.shared_mib);
         }
         for request in &snapshot.pending {
-            entry(&mut by_name, &request.namespace).pending += 1;
+            let e = entry(&mut by_name, &request.namespace);
+            e.pending = e.pending.saturating_add(1);
         }
         for placement in &verdict.accepted {
             let Some(request) = snapshot.pending.get(placement.request) else {
@@ -440,10 +441,11 @@ impl NamespaceHoldings {
             let e = entry(&mut by_name, &request.namespace);
             let units = placement.gpus.len() as u32;
             match (request.sharing, request.mig_profile.is_some()) {
-                (_, true) => e.mig_instances_placed += units,
-                (Sharing::Exclusive, false) => e.gpus_placed += units,
+                (_, true) => e.mig_instances_placed = e.mig_instances_placed.saturating_add(units),
+                (Sharing::Exclusive, false) => e.gpus_placed = e.gpus_placed.saturating_add(units),
                 (Sharing::Shared, false) => {
-                    e.shared_mib_placed += request.memory_mib * u64::from(units);
+                    let mib = request.memory_mib.saturating_mul(u64::from(units));
+                    e.shared_mib_placed = e.shared_mib_placed.saturating_add(mib);
                 }
             }
         }

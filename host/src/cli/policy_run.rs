@@ -145,7 +145,7 @@ fn namespaces_table(namespaces: &[NamespaceHoldings]) -> String {
         if placed == 0 {
             before.to_string()
         } else {
-            format!("{before} -> {}", before + placed)
+            format!("{before} -> {}", before.saturating_add(placed))
         }
     };
     for ns in namespaces {

@@ -477,8 +477,8 @@ pub struct GpuState {
     pub node: String,
     /// The GPUs' model.
     pub model: String,
-    /// `allocated` (a pod holds it, exclusively or a share), `free`, or
-    /// `unhealthy`.
+    /// `allocated` (a pod holds it, exclusively, a share, or one of its MIG
+    /// instances), `free`, or `unhealthy`.
     pub state: &'static str,
     /// How many.
     pub count: u32,
@@ -495,12 +495,12 @@ impl Index {
         for (node, inventory) in &self.node_to_inventory {
             let first = states.len();
             for gpu in &inventory.gpus {
+                let held = |uuid: &str| holdings.gpu_to_use.contains_key(&(node.as_str(), uuid));
+                // A GPU one of whose MIG instances is held cannot be given
+                // whole: it is allocated, in part.
                 let state = if !gpu.healthy {
                     "unhealthy"
-                } else if holdings
-                    .gpu_to_use
-                    .contains_key(&(node.as_str(), gpu.uuid.as_str()))
-                {
+                } else if held(&gpu.uuid) || gpu.mig_instances.iter().any(|m| held(&m.uuid)) {
                     "allocated"
                 } else {
                     "free"

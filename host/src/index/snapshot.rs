@@ -11,7 +11,7 @@ use super::inventory::Inventory;
 use super::node::NodeFacts;
 use super::pod::PodFacts;
 use super::{Index, ObjectKey, Problem};
-use crate::api::{GPUResourceSpec, GpuInfo, Sharing as ApiSharing};
+use crate::api::{GPUResourceSpec, Sharing as ApiSharing};
 use crate::engine::types::{Gang, Gpu, MigInstance, Node, Request, Sharing, Snapshot};
 
 /// A pod that waits for GPUs and could be placed, with its policy.
@@ -210,7 +210,17 @@ impl Index {
             if state.spec_error.is_some() || state.deleting {
                 continue;
             }
-            if let Some(limit) = pod.gpu_limit
+            let limit = match &pod.gpu_limit {
+                Ok(limit) => *limit,
+                Err(error) => {
+                    survey.problems.push(Problem::UnreadableLimit {
+                        pod: key.clone(),
+                        error: error.clone(),
+                    });
+                    continue;
+                }
+            };
+            if let Some(limit) = limit
                 && limit != u64::from(state.spec.count)
             {
                 survey.problems.push(Problem::LimitMismatch {
@@ -303,14 +313,15 @@ impl Index {
                 Some(profile) => inventory
                     .gpus
                     .iter()
-                    .filter(|gpu| could_hold(spec, gpu))
+                    .filter(|gpu| could_hold(spec, &gpu.model, u64::MAX))
                     .flat_map(|gpu| &gpu.mig_instances)
                     .filter(|m| &m.profile == profile)
+                    .filter(|m| m.memory_total_mib >= spec.memory_mib)
                     .count(),
                 None => inventory
                     .gpus
                     .iter()
-                    .filter(|gpu| could_hold(spec, gpu))
+                    .filter(|gpu| could_hold(spec, &gpu.model, gpu.memory_total_mib))
                     .count(),
             };
             if fitting >= spec.count as usize {
@@ -465,12 +476,11 @@ fn intern(names: &mut Vec<String>, name: &str) -> u32 {
     }
 }
 
-/// Whether one GPU could ever serve the request (when nothing else held it).
-fn could_hold(spec: &GPUResourceSpec, gpu: &GpuInfo) -> bool {
-    spec.model
-        .as_deref()
-        .is_none_or(|m| glob_match(m, &gpu.model))
-        && gpu.memory_total_mib >= spec.memory_mib
+/// Whether a device of `model` with `memory_mib` could ever serve the
+/// request (when nothing else held it): a whole GPU, or a MIG instance
+/// (whose own memory `memoryMiB` is compared with), as the validator holds.
+fn could_hold(spec: &GPUResourceSpec, model: &str, memory_mib: u64) -> bool {
+    spec.model.as_deref().is_none_or(|m| glob_match(m, model)) && memory_mib >= spec.memory_mib
 }
 
 /// A candidate node as the policy sees it. NVLink peers become positions

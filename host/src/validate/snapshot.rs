@@ -6,8 +6,11 @@
 //! against a round that cannot happen: names are unique, indices point at
 //! something, counts are in range, memory adds up, and a GPU is held either
 //! exclusively or in shares, not both; model and profile indices point into
-//! their tables, a MIG instance follows its parent and has a profile; gangs
-//! name pending pods that name them back. Names (nodes, GPUs, pods) are at most
+//! their tables, a MIG instance follows its parent, has a profile and takes
+//! its parent's health; gangs have unique `namespace/name`s and list each
+//! pending member of their namespace once, members that name them back, at
+//! least one; no count or memory is past what any cluster has
+//! ([`MAX_MEMORY_MIB`], [`MAX_MEMBERS`]). Names (nodes, GPUs, pods) are at most
 //! [`NAME_BYTES`] long, so that a decision naming them survives the engine's
 //! bounds. The error names the offending entry
 //! the way the file spells it: `pending[3] ("ml/train").count: must be 1 to
@@ -19,6 +22,13 @@ use std::fmt;
 use crate::api::MAX_COUNT;
 use crate::engine::bounds::NAME_BYTES;
 use crate::engine::types::{Gpu, Node, Request, Sharing, Snapshot};
+
+/// The most memory of one GPU (or one request on it) a snapshot may name:
+/// 16 TiB, two orders of magnitude past the largest GPU made.
+pub const MAX_MEMORY_MIB: u64 = 1 << 24;
+/// The most members a gang may need or have bound: a PodGroup's
+/// `minMember` is an `int32`.
+pub const MAX_MEMBERS: u32 = i32::MAX as u32;
 
 /// What is wrong with a snapshot, and where.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -73,23 +83,9 @@ pub fn check(snapshot: &Snapshot) -> Result<(), SnapshotError> {
         }
         check_request(request, &at, sets, snapshot.gangs.len())?;
     }
-    for (g, gang) in snapshot.gangs.iter().enumerate() {
-        let at = format!("gangs[{g}] ({:?})", gang.name);
-        if gang.min_member == 0 {
-            return fail(format!("{at}.min_member"), "must be at least 1");
-        }
-        for (i, &p) in gang.pending.iter().enumerate() {
-            let names_back = snapshot
-                .pending
-                .get(p as usize)
-                .is_some_and(|r| r.gang == Some(g as u32));
-            if !names_back {
-                return fail(
-                    format!("{at}.pending[{i}]"),
-                    format!("{p} is not a pending request whose gang is {g}"),
-                );
-            }
-        }
+    let mut gang_names: HashMap<&str, usize> = HashMap::new();
+    for g in 0..snapshot.gangs.len() {
+        check_gang(snapshot, g, &mut gang_names)?;
     }
     for (p, request) in snapshot.pending.iter().enumerate() {
         if let Some(g) = request.gang
@@ -107,6 +103,76 @@ pub fn check(snapshot: &Snapshot) -> Result<(), SnapshotError> {
             return fail(
                 format!("usage[{u}] ({:?}).namespace", usage.namespace),
                 format!("repeats usage[{first}].namespace"),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn check_gang<'a>(
+    snapshot: &'a Snapshot,
+    g: usize,
+    gang_names: &mut HashMap<&'a str, usize>,
+) -> Result<(), SnapshotError> {
+    let gang = &snapshot.gangs[g];
+    let at = format!("gangs[{g}] ({:?})", gang.name);
+    let Some((namespace, _)) = gang
+        .name
+        .split_once('/')
+        .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
+    else {
+        return fail(
+            format!("{at}.name"),
+            "must be namespace/name (its PodGroup's)",
+        );
+    };
+    if let Some(first) = gang_names.insert(&gang.name, g) {
+        return fail(format!("{at}.name"), format!("repeats gangs[{first}].name"));
+    }
+    if gang.min_member == 0 || gang.min_member > MAX_MEMBERS {
+        return fail(
+            format!("{at}.min_member"),
+            format!(
+                "must be 1 to {MAX_MEMBERS} (a PodGroup's minMember), got {}",
+                gang.min_member
+            ),
+        );
+    }
+    if gang.bound > MAX_MEMBERS {
+        return fail(
+            format!("{at}.bound"),
+            format!("must be at most {MAX_MEMBERS}, got {}", gang.bound),
+        );
+    }
+    if gang.pending.is_empty() {
+        return fail(
+            format!("{at}.pending"),
+            "lists no member: a snapshot holds a gang only while one of its members waits",
+        );
+    }
+    let mut listed: HashMap<u32, usize> = HashMap::new();
+    for (i, &p) in gang.pending.iter().enumerate() {
+        let at = format!("{at}.pending[{i}]");
+        if let Some(first) = listed.insert(p, i) {
+            return fail(at, format!("{p} repeats pending[{first}]"));
+        }
+        let Some(request) = snapshot
+            .pending
+            .get(p as usize)
+            .filter(|r| r.gang == Some(g as u32))
+        else {
+            return fail(
+                at,
+                format!("{p} is not a pending request whose gang is {g}"),
+            );
+        };
+        if request.namespace != namespace {
+            return fail(
+                at,
+                format!(
+                    "{p} ({:?}) is in namespace {:?}: a gang's members are in its PodGroup's namespace ({namespace:?})",
+                    request.pod, request.namespace
+                ),
             );
         }
     }
@@ -175,6 +241,15 @@ fn check_gpus<'a>(
                         "a MIG instance is never shared",
                     );
                 }
+                if gpu.healthy && parent.is_some_and(|p| !p.healthy) {
+                    return fail(
+                        format!("{at}.healthy"),
+                        format!(
+                            "true under an unhealthy parent (gpus[{}]): an instance takes its GPU's health",
+                            mig.parent
+                        ),
+                    );
+                }
             }
         }
         check_gpu(gpu, &at, node.gpus.len(), g)?;
@@ -183,6 +258,15 @@ fn check_gpus<'a>(
 }
 
 fn check_gpu(gpu: &Gpu, at: &str, gpus: usize, position: usize) -> Result<(), SnapshotError> {
+    if gpu.memory_mib > MAX_MEMORY_MIB {
+        return fail(
+            format!("{at}.memory_mib"),
+            format!(
+                "{} is more than any GPU has (at most {MAX_MEMORY_MIB})",
+                gpu.memory_mib
+            ),
+        );
+    }
     if gpu.allocated_mib > gpu.memory_mib {
         return fail(
             format!("{at}.allocated_mib"),
@@ -259,6 +343,15 @@ fn check_request(
         return fail(
             format!("{at}.model"),
             "must not be empty (null accepts any model)",
+        );
+    }
+    if request.memory_mib > MAX_MEMORY_MIB {
+        return fail(
+            format!("{at}.memory_mib"),
+            format!(
+                "{} is more than any GPU has (at most {MAX_MEMORY_MIB})",
+                request.memory_mib
+            ),
         );
     }
     if request.sharing == Sharing::Shared && request.memory_mib == 0 {
@@ -342,6 +435,28 @@ mod tests {
                 request("ns/y", 1, S::Shared, 8192),
             ],
         )
+    }
+
+    /// Adds gang `name` of `members` (positions in `pending`), then `change`s it.
+    fn gang_of(
+        s: &mut Snapshot,
+        name: &str,
+        min_member: u32,
+        members: &[u32],
+        change: impl FnOnce(&mut crate::engine::types::Gang),
+    ) {
+        let g = s.gangs.len() as u32;
+        let mut gang = crate::engine::types::Gang {
+            name: name.into(),
+            min_member,
+            bound: 0,
+            pending: members.to_vec(),
+        };
+        change(&mut gang);
+        for &p in members {
+            s.pending[p as usize].gang = Some(g);
+        }
+        s.gangs.push(gang);
     }
 
     /// The error for `valid()` changed by `change`.
@@ -454,6 +569,63 @@ mod tests {
             (
                 Box::new(|s| s.pending[0].eligible_set = 1),
                 "pending[0] (\"ns/x\").eligible_set: 1 is out of range (1 eligible_sets)",
+            ),
+            (
+                Box::new(|s| s.pending[1].memory_mib = u64::MAX - 1),
+                "pending[1] (\"ns/y\").memory_mib: 18446744073709551614 is more than any GPU has",
+            ),
+            (
+                Box::new(|s| s.nodes[1].gpus[0].memory_mib = 1 << 40),
+                ".gpus[0] (\"GPU-b-0\").memory_mib: 1099511627776 is more than any GPU has",
+            ),
+            (
+                Box::new(|s| {
+                    s.nodes[1].gpus[0].healthy = false;
+                    s.mig_profiles = vec!["1g.5gb".into()];
+                    s.nodes[1].gpus[1].mig = Some(crate::engine::types::MigInstance {
+                        parent: 0,
+                        profile: 0,
+                    });
+                }),
+                ".gpus[1] (\"GPU-b-1\").healthy: true under an unhealthy parent (gpus[0])",
+            ),
+            (
+                Box::new(|s| gang_of(s, "ns/train", 2, &[0, 1], |g| g.pending = vec![0, 0])),
+                "gangs[0] (\"ns/train\").pending[1]: 0 repeats pending[0]",
+            ),
+            (
+                Box::new(|s| {
+                    s.pending[1].pod = "lab/y".into();
+                    s.pending[1].namespace = "lab".into();
+                    gang_of(s, "ns/train", 2, &[0, 1], |_| {});
+                }),
+                "gangs[0] (\"ns/train\").pending[1]: 1 (\"lab/y\") is in namespace \"lab\"",
+            ),
+            (
+                Box::new(|s| {
+                    gang_of(s, "ns/train", 1, &[0], |_| {});
+                    gang_of(s, "ns/train", 1, &[1], |_| {});
+                }),
+                "gangs[1] (\"ns/train\").name: repeats gangs[0].name",
+            ),
+            (
+                Box::new(|s| gang_of(s, "ns/train", 2, &[0], |g| g.min_member = u32::MAX)),
+                "gangs[0] (\"ns/train\").min_member: must be 1 to 2147483647 (a PodGroup's minMember), got 4294967295",
+            ),
+            (
+                Box::new(|s| gang_of(s, "ns/train", 2, &[0], |g| g.bound = u32::MAX - 1)),
+                "gangs[0] (\"ns/train\").bound: must be at most 2147483647",
+            ),
+            (
+                Box::new(|s| {
+                    gang_of(s, "ns/train", 2, &[0], |g| g.pending.clear());
+                    s.pending[0].gang = None;
+                }),
+                "gangs[0] (\"ns/train\").pending: lists no member",
+            ),
+            (
+                Box::new(|s| gang_of(s, "train", 2, &[0], |_| {})),
+                "gangs[0] (\"train\").name: must be namespace/name",
             ),
         ];
         for (change, want) in cases {

@@ -442,11 +442,12 @@ func (c *Cluster) unitFits(st *nodeState, i int, w *Want) bool {
 	}
 	if w.kind == mig {
 		// An instance is free while its parent is used neither whole nor shared.
-		if u.parent < 0 || u.profile != w.profile {
+		if u.parent < 0 || u.profile != w.profile || u.memory < w.memory {
 			return false
 		}
 		p := &st.units[u.parent]
-		return !p.held && p.shares == 0 && p.free >= p.memory
+		// It takes its parent's health, too.
+		return p.healthy && !p.held && p.shares == 0 && p.free >= p.memory
 	}
 	if u.parent >= 0 || u.kidsHeld > 0 {
 		return false
@@ -694,8 +695,9 @@ func (c *Cluster) computeEverFits(w *Want) int {
 			if w.kind == mig {
 				ok = u.parent >= 0 && u.profile == w.profile
 			} else {
-				ok = u.parent < 0 && u.memory >= w.memory
+				ok = u.parent < 0
 			}
+			ok = ok && u.memory >= w.memory
 			if ok {
 				could++
 				if could >= w.count {
@@ -728,9 +730,11 @@ type left struct {
 // where ChooseNode and PickGpus put it, on a trial copy of the round's state.
 // When enough fit to reach the gang's MinMember with the members already
 // bound, the trial becomes the state and the members that fit are assigned
-// (the others wait); otherwise nothing is committed and every member waits
-// (or is rejected, when one of them can never fit), with the reason. The host
-// applies a gang's assignments on the same rule.
+// (the others wait); otherwise nothing is committed and every member waits,
+// with the reason. A member that can never fit is rejected on its own reason;
+// when without such members the gang could never reach MinMember, every
+// member is rejected, naming the one that fits nowhere. The host applies a
+// gang's assignments on the same rule.
 func (c *Cluster) PlaceGang(gang uint32, fit Fit, preferNvlink bool) []Decision {
 	if int(gang) >= len(c.Snapshot.Gangs) {
 		return nil
@@ -766,43 +770,51 @@ func (c *Cluster) PlaceGang(gang uint32, fit Fit, preferNvlink bool) []Decision 
 			lefts = append(lefts, left{pod, w, trial.Shortfall(w)})
 		}
 	}
+	// Members that can never fit are rejected on their own; the gang waits
+	// for the others as long as they could still reach its MinMember.
+	var never, later []left
+	for _, l := range lefts {
+		if l.shortfall.Permanent() {
+			never = append(never, l)
+		} else {
+			later = append(later, l)
+		}
+	}
+	short := fmt.Sprintf("gang %s: %d of the %d more members needed fit now (%d bound, minMember %d); all or nothing, so none is placed yet", g.Name, len(placed), need, g.Bound, g.MinMember)
+	if len(placed)+len(later) < need {
+		reason := short
+		if len(never) > 0 {
+			reason = fmt.Sprintf("gang %s can never be placed: member %s fits nowhere (%s)", g.Name, never[0].want.Request.Pod, never[0].shortfall.Reason())
+		}
+		out := make([]Decision, 0, len(members))
+		for _, d := range placed {
+			out = append(out, Reject(d.Assign().Pod, reason))
+		}
+		for _, l := range append(later, never...) {
+			out = append(out, Reject(l.pod, reason))
+		}
+		return out
+	}
+	var rejected []Decision
+	for _, l := range never {
+		rejected = append(rejected, Reject(l.pod, l.shortfall.Reason()))
+	}
 	if len(placed) >= need {
 		c.nodes = trial.nodes
 		reason := fmt.Sprintf("gang %s is placed without this member (%d of %d needed fit); it waits for room", g.Name, len(placed), need)
-		for _, l := range lefts {
+		for _, l := range later {
 			placed = append(placed, Wait(l.pod, reason))
 		}
-		return placed
+		return append(placed, rejected...)
 	}
-	var never *left
-	for i := range lefts {
-		if lefts[i].shortfall.Permanent() {
-			never = &lefts[i]
-			break
-		}
-	}
-	var reason string
-	if never != nil {
-		reason = fmt.Sprintf("gang %s can never be placed: member %s fits nowhere (%s)", g.Name, never.want.Request.Pod, never.shortfall.Reason())
-	} else {
-		reason = fmt.Sprintf("gang %s: %d of the %d more members needed fit now (%d bound, minMember %d); all or nothing, so none is placed yet", g.Name, len(placed), need, g.Bound, g.MinMember)
-	}
-	var pods []uint32
+	out := make([]Decision, 0, len(members))
 	for _, d := range placed {
-		pods = append(pods, d.Assign().Pod)
+		out = append(out, Wait(d.Assign().Pod, short))
 	}
-	for _, l := range lefts {
-		pods = append(pods, l.pod)
+	for _, l := range later {
+		out = append(out, Wait(l.pod, short))
 	}
-	out := make([]Decision, 0, len(pods))
-	for _, p := range pods {
-		if never != nil {
-			out = append(out, Reject(p, reason))
-		} else {
-			out = append(out, Wait(p, reason))
-		}
-	}
-	return out
+	return append(out, rejected...)
 }
 
 // PlacementParams are the parameters PlaceEach understands (config.json, all optional).

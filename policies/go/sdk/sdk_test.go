@@ -155,6 +155,27 @@ func TestMigAndGangs(t *testing.T) {
 	if !strings.Contains(d[0].Wait().Reason, "2 of the 3 more members needed fit now") {
 		t.Fatalf("gang reason: %+v", d[0])
 	}
+
+	// A member that can never fit: the whole gang is rejected while the
+	// others cannot reach MinMember without it, only it once they can.
+	s.Pending[2].Count = 8
+	d = PlaceEach(s, Tightest)
+	for _, dec := range d[:3] {
+		if dec.Tag() != Decision_Reject || !strings.Contains(dec.Reject().Reason, "can never be placed: member ml/w2") {
+			t.Fatalf("never: %+v", dec)
+		}
+	}
+	s.Gangs[0].MinMember = 2
+	d = PlaceEach(s, Tightest)
+	if got := assigned(d); !reflect.DeepEqual(got, []placed{{0, 0, []uint32{0}}, {1, 0, []uint32{1}}}) {
+		t.Fatalf("gang without the impossible member: %v", got)
+	}
+	for _, dec := range d {
+		if dec.Tag() == Decision_Reject && dec.Reject().Pod == 2 && !strings.Contains(dec.Reject().Reason, "gang") {
+			return
+		}
+	}
+	t.Fatalf("the impossible member alone is rejected: %+v", d)
 }
 
 func TestGlob(t *testing.T) {

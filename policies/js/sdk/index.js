@@ -291,9 +291,10 @@ export class Cluster {
     if (!u.healthy || u.held || !want.modelOk[u.model]) return false;
     if (want.kind === MIG) {
       // An instance is free while its parent is used neither whole nor shared.
-      if (u.parent < 0 || u.profile !== want.profile) return false;
+      if (u.parent < 0 || u.profile !== want.profile || u.memory < want.memory) return false;
       const parent = state.units[u.parent];
-      return !parent.held && parent.shares === 0 && parent.free >= parent.memory;
+      // It takes its parent's health, too.
+      return parent.healthy && !parent.held && parent.shares === 0 && parent.free >= parent.memory;
     }
     if (u.parent >= 0 || u.kidsHeld > 0) return false;
     if (want.kind === EXCLUSIVE) {
@@ -553,8 +554,10 @@ export class Cluster {
    * state. When enough fit to reach the gang's `minMember` with the members
    * already bound, the trial becomes the state and the members that fit are
    * assigned (the others wait); otherwise nothing is committed and every
-   * member waits (or is rejected, when one of them can never fit), with the
-   * reason. The host applies a gang's assignments on the same rule.
+   * member waits, with the reason. A member that can never fit is rejected
+   * on its own reason; when without such members the gang could never reach
+   * minMember, every member is rejected, naming the one that fits nowhere.
+   * The host applies a gang's assignments on the same rule.
    */
   placeGang(gang, fit, preferNvlink) {
     const g = this.snapshot.gangs[gang];
@@ -573,20 +576,29 @@ export class Cluster {
       if (decision !== null) placed.push(decision);
       else left.push([pod, want, trial.shortfall(want)]);
     }
+    // Members that can never fit are rejected on their own; the gang waits
+    // for the others as long as they could still reach its minMember.
+    const never = left.filter(([, , s]) => s.permanent);
+    const later = left.filter(([, , s]) => !s.permanent);
+    if (placed.length + later.length < need) {
+      const reason =
+        never.length > 0
+          ? `gang ${g.name} can never be placed: member ${never[0][1].request.pod} fits nowhere (${never[0][2].reason()})`
+          : `gang ${g.name}: ${placed.length} of the ${need} more members needed fit now (${g.bound} bound, minMember ${g.minMember}); all or nothing, so none is placed yet`;
+      const pods = placed.map((d) => d.val.pod).concat(later.concat(never).map(([pod]) => pod));
+      return pods.map((pod) => reject(pod, reason));
+    }
+    const rejected = never.map(([pod, , s]) => reject(pod, s.reason()));
     if (placed.length >= need) {
       this.nodes = trial.nodes;
       this.touched = trial.touched;
       this.classes = trial.classes;
       const reason = `gang ${g.name} is placed without this member (${placed.length} of ${need} needed fit); it waits for room`;
-      return placed.concat(left.map(([pod]) => wait(pod, reason)));
+      return placed.concat(later.map(([pod]) => wait(pod, reason)), rejected);
     }
-    const never = left.find(([, , s]) => s.permanent);
-    const reason =
-      never !== undefined
-        ? `gang ${g.name} can never be placed: member ${never[1].request.pod} fits nowhere (${never[2].reason()})`
-        : `gang ${g.name}: ${placed.length} of the ${need} more members needed fit now (${g.bound} bound, minMember ${g.minMember}); all or nothing, so none is placed yet`;
-    const pods = placed.map((d) => d.val.pod).concat(left.map(([pod]) => pod));
-    return pods.map((pod) => (never !== undefined ? reject(pod, reason) : wait(pod, reason)));
+    const reason = `gang ${g.name}: ${placed.length} of the ${need} more members needed fit now (${g.bound} bound, minMember ${g.minMember}); all or nothing, so none is placed yet`;
+    const pods = placed.map((d) => d.val.pod).concat(later.map(([pod]) => pod));
+    return pods.map((pod) => wait(pod, reason)).concat(rejected);
   }
 
   /** Why `want` fits on none of its eligible nodes. */
@@ -609,7 +621,8 @@ export class Cluster {
       let could = 0;
       for (const u of this.nodes[node].units) {
         if (!u.healthy || !want.modelOk[u.model]) continue;
-        if (want.kind === MIG ? u.parent >= 0 && u.profile === want.profile : u.parent < 0 && u.memory >= want.memory) {
+        const kind = want.kind === MIG ? u.parent >= 0 && u.profile === want.profile : u.parent < 0;
+        if (kind && u.memory >= want.memory) {
           if (++could >= want.count) return true;
         }
       }

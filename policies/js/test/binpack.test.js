@@ -121,6 +121,12 @@ test('a gang that cannot reach its minimum places none and frees the room', () =
     assert.equal(dec.tag, 'reject');
     assert.match(dec.val.reason, /can never be placed: member ml\/w2/);
   }
+  // ... unless the others reach minMember without it: only it is rejected.
+  snap.gangs[0].minMember = 2;
+  const without = allocate(snap);
+  assert.deepEqual(assigned(without), [[0, 0, [0]], [1, 0, [1]]]);
+  assert.equal(decisionOf(without, 2).tag, 'reject');
+  assert.doesNotMatch(decisionOf(without, 2).val.reason, /gang/);
 });
 
 test('MIG instances pack onto the parent with the fewest free instances', () => {

@@ -110,6 +110,12 @@ class Binpack(unittest.TestCase):
         for dec in allocate(snap)[:3]:
             self.assertIsInstance(dec, t.Decision_Reject)
             self.assertIn("can never be placed: member ml/w2", dec.value.reason)
+        # ... unless the others reach min_member without it: only it is rejected.
+        snap.gangs[0].min_member = 2
+        without = allocate(snap)
+        self.assertEqual(assigned(without), [(0, 0, [0]), (1, 0, [1])])
+        self.assertIsInstance(decision_of(without, 2), t.Decision_Reject)
+        self.assertNotIn("gang", decision_of(without, 2).value.reason)
 
     def test_mig_instances_pack_onto_the_parent_with_the_fewest_free_instances(self):
         n = node("a", 6, 0, 81920)

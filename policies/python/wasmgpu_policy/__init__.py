@@ -371,10 +371,11 @@ class Cluster:
             return False
         if want.kind == MIG:
             # An instance is free while its parent is used neither whole nor shared.
-            if u.parent < 0 or u.profile != want.profile:
+            if u.parent < 0 or u.profile != want.profile or u.memory < want.memory:
                 return False
             parent = units[u.parent]
-            return not parent.held and parent.shares == 0 and parent.free >= parent.memory
+            # It takes its parent's health, too.
+            return parent.healthy and not parent.held and parent.shares == 0 and parent.free >= parent.memory
         if u.parent >= 0 or u.kids_held > 0:
             return False
         if want.kind == EXCLUSIVE:
@@ -603,9 +604,11 @@ class Cluster:
         round's state. When enough fit to reach the gang's `min_member` with
         the members already bound, the trial becomes the state and the members
         that fit are assigned (the others wait); otherwise nothing is committed
-        and every member waits (or is rejected, when one of them can never
-        fit), with the reason. The host applies a gang's assignments on the
-        same rule."""
+        and every member waits, with the reason. A member that can never fit
+        is rejected on its own reason; when without such members the gang
+        could never reach min_member, every member is rejected, naming the one
+        that fits nowhere. The host applies a gang's assignments on the same
+        rule."""
         if gang >= len(self.snapshot.gangs):
             return []
         g = self.snapshot.gangs[gang]
@@ -623,6 +626,25 @@ class Cluster:
                 placed.append(decision)
             else:
                 left.append((pod, want, trial.shortfall(want)))
+        # Members that can never fit are rejected on their own; the gang waits
+        # for the others as long as they could still reach its min_member.
+        never = [x for x in left if x[2].permanent]
+        later = [x for x in left if not x[2].permanent]
+        short = (
+            f"gang {g.name}: {len(placed)} of the {need} more members needed fit now "
+            f"({g.bound} bound, minMember {g.min_member}); all or nothing, so none is placed yet"
+        )
+        if len(placed) + len(later) < need:
+            if never:
+                reason = (
+                    f"gang {g.name} can never be placed: member {never[0][1].request.pod} fits nowhere "
+                    f"({never[0][2].reason()})"
+                )
+            else:
+                reason = short
+            pods = [d.value.pod for d in placed] + [pod for pod, _, _ in later + never]
+            return [reject(p, reason) for p in pods]
+        rejected = [reject(pod, s.reason()) for pod, _, s in never]
         if len(placed) >= need:
             self.nodes = trial.nodes
             self.touched = trial.touched
@@ -631,20 +653,9 @@ class Cluster:
                 f"gang {g.name} is placed without this member ({len(placed)} of {need} needed fit); "
                 "it waits for room"
             )
-            return placed + [wait(pod, reason) for pod, _, _ in left]
-        never = next((x for x in left if x[2].permanent), None)
-        if never is not None:
-            reason = (
-                f"gang {g.name} can never be placed: member {never[1].request.pod} fits nowhere "
-                f"({never[2].reason()})"
-            )
-        else:
-            reason = (
-                f"gang {g.name}: {len(placed)} of the {need} more members needed fit now "
-                f"({g.bound} bound, minMember {g.min_member}); all or nothing, so none is placed yet"
-            )
-        pods = [d.value.pod for d in placed] + [pod for pod, _, _ in left]
-        return [reject(p, reason) if never is not None else wait(p, reason) for p in pods]
+            return placed + [wait(pod, reason) for pod, _, _ in later] + rejected
+        pods = [d.value.pod for d in placed] + [pod for pod, _, _ in later]
+        return [wait(p, short) for p in pods] + rejected
 
     def shortfall(self, want: Want) -> Shortfall:
         """Why `want` fits on none of its eligible nodes."""
@@ -666,11 +677,8 @@ class Cluster:
             for u in self.nodes[node].units:
                 if not u.healthy or not want.model_ok[u.model]:
                     continue
-                if (
-                    u.parent >= 0 and u.profile == want.profile
-                    if want.kind == MIG
-                    else u.parent < 0 and u.memory >= want.memory
-                ):
+                kind = u.parent >= 0 and u.profile == want.profile if want.kind == MIG else u.parent < 0
+                if kind and u.memory >= want.memory:
                     could += 1
                     if could >= want.count:
                         return True

@@ -131,7 +131,9 @@ impl GpuState {
             return false;
         }
         match (want.mig, self.mig) {
-            (Some(profile), Some((_, has))) => profile == has && !self.parent_busy,
+            (Some(profile), Some((_, has))) => {
+                profile == has && !self.parent_busy && self.memory_mib >= want.request.memory_mib
+            }
             (Some(_), None) | (None, Some(_)) => false,
             (None, None) if self.mig_held > 0 => false,
             (None, None) if want.exclusive() => {
@@ -147,7 +149,9 @@ impl GpuState {
         self.healthy
             && want.model_ok[self.model]
             && match (want.mig, self.mig) {
-                (Some(profile), Some((_, has))) => profile == has,
+                (Some(profile), Some((_, has))) => {
+                    profile == has && self.memory_mib >= want.request.memory_mib
+                }
                 (None, None) => self.memory_mib >= want.request.memory_mib,
                 _ => false,
             }
@@ -305,7 +309,10 @@ impl<'s> Cluster<'s> {
                         if let Some((parent, _)) = gpus[i].mig {
                             let p = &gpus[parent as usize];
                             let busy = p.exclusive || p.shares > 0 || p.free_mib < p.memory_mib;
+                            let parent_healthy = p.healthy;
                             gpus[i].parent_busy = busy;
+                            // An instance takes its parent's health.
+                            gpus[i].healthy &= parent_healthy;
                             if gpus[i].exclusive {
                                 gpus[parent as usize].mig_held += 1;
                             }
@@ -1007,8 +1014,10 @@ impl<'s> Cluster<'s> {
     /// copy of the round's state; when enough of them fit to reach the
     /// gang's `min_member` with the members already bound, the trial becomes
     /// the state and the members that fit are assigned (the others wait).
-    /// Otherwise nothing is committed and every member waits (or is rejected,
-    /// when one of them can never fit) with the reason. The host applies a
+    /// Otherwise nothing is committed and every member waits with the
+    /// reason. A member that can never fit is rejected on its own reason;
+    /// when without such members the gang could never reach `min_member`,
+    /// every member is rejected, naming the one that fits nowhere. The host applies a
     /// gang's assignments on the same all-or-nothing rule. `nvlink` is
     /// applied to every member (see [`Cluster::pick_gpus`]).
     pub fn place_gang(&mut self, gang: u32, fit: Fit, nvlink: impl Into<Nvlink>) -> Vec<Decision> {
@@ -1044,29 +1053,38 @@ impl<'s> Cluster<'s> {
             }
         }
         let name = &g.name;
+        // Members that can never fit are rejected on their own; the gang
+        // waits for the others as long as they could still reach its
+        // `min_member`.
+        let (never, later): (Vec<_>, Vec<_>) =
+            left.into_iter().partition(|(_, s)| s.is_permanent());
+        let could = placed.len() + later.len();
+        if could < need {
+            let reason = match never.first() {
+                Some((w, s)) => reason::gang_never(name, &w.request.pod, &s.reason()),
+                None => reason::gang_short(name, placed.len(), need, g.bound, g.min_member),
+            };
+            let positions = placed
+                .iter()
+                .map(Decision::pod)
+                .chain(later.iter().chain(&never).map(|(w, _)| w.position));
+            return positions.map(|p| reject(p, reason.clone())).collect();
+        }
+        let rejected = never.iter().map(|(w, s)| reject(w.position, s.reason()));
         if placed.len() >= need {
             *self = trial;
             let reason = reason::gang_placed_without(name, placed.len(), need);
-            placed.extend(left.iter().map(|(w, _)| wait(w.position, reason.clone())));
+            let waiting = later.iter().map(|(w, _)| wait(w.position, reason.clone()));
+            placed.extend(waiting.chain(rejected));
             return placed;
         }
-        let never = left.iter().find(|(_, s)| s.is_permanent());
-        let reason = match never {
-            Some((w, s)) => reason::gang_never(name, &w.request.pod, &s.reason()),
-            None => reason::gang_short(name, placed.len(), need, g.bound, g.min_member),
-        };
-        let positions = placed
+        let reason = reason::gang_short(name, placed.len(), need, g.bound, g.min_member);
+        placed
             .iter()
             .map(Decision::pod)
-            .chain(left.iter().map(|(w, _)| w.position));
-        positions
-            .map(|p| {
-                if never.is_some() {
-                    reject(p, reason.clone())
-                } else {
-                    wait(p, reason.clone())
-                }
-            })
+            .chain(later.iter().map(|(w, _)| w.position))
+            .map(|p| wait(p, reason.clone()))
+            .chain(rejected)
             .collect()
     }
 
@@ -1117,6 +1135,34 @@ impl UnionFind {
 mod tests {
     use super::*;
     use crate::testing::{node, request, restrict, snapshot};
+
+    #[test]
+    fn a_mig_request_takes_only_instances_with_the_memory_asked_for() {
+        // memoryMiB with a MIG profile is each instance's own memory.
+        let n = crate::testing::with_mig(
+            node("a", 1, "NVIDIA A100 80GB PCIe", 81920),
+            0,
+            &[("1g.10gb", 9856), ("1g.10gb", 12000)],
+        );
+        let mut wants = request("ns/m", 1, Sharing::Exclusive, 10000);
+        wants.mig_profile = Some("1g.10gb".into());
+        let snap = snapshot(vec![n], vec![wants]);
+        let cluster = Cluster::new(&snap);
+        let want = cluster.want(&snap.pending[0]);
+        assert_eq!(
+            cluster.pick_gpus(0, &want, Fit::Tightest, true),
+            Some(vec![2])
+        );
+        let mut more = snap.clone();
+        more.pending[0].memory_mib = 20000;
+        let cluster = Cluster::new(&more);
+        let want = cluster.want(&more.pending[0]);
+        assert!(!cluster.fits(0, &want));
+        assert!(
+            matches!(cluster.shortfall(&want), Shortfall::Never(_)),
+            "no instance has 20000 MiB, although the parent has"
+        );
+    }
 
     #[test]
     fn exclusive_fit_counts_whole_free_gpus_and_commits() {
@@ -1572,6 +1618,52 @@ mod tests {
             decisions.iter().all(
                 |d| matches!(d, Decision::Reject(r) if r.reason.contains("can never be placed"))
             ),
+            "{decisions:?}"
+        );
+    }
+
+    #[test]
+    fn a_member_that_can_never_fit_is_rejected_alone_when_the_rest_reach_min_member() {
+        // 2 of 3 suffice; w-amd asks for a model no node has.
+        let amd = Request {
+            model: Some("AMD*".into()),
+            ..request("ns/w-amd", 1, Sharing::Exclusive, 0)
+        };
+        let pending = vec![
+            request("ns/w-0", 2, Sharing::Exclusive, 0),
+            request("ns/w-1", 2, Sharing::Exclusive, 0),
+            amd,
+        ];
+        let mut snap = snapshot(vec![node("a", 4, "NVIDIA H100", 81920)], pending);
+        crate::testing::gang(&mut snap, "ns/train", 2, &[0, 1, 2]);
+        let decisions = crate::place_each(&snap, Fit::Tightest);
+        let assigned: Vec<u32> = decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Assign(_)))
+            .map(Decision::pod)
+            .collect();
+        assert_eq!(assigned, [0, 1], "{decisions:?}");
+        let rejected = decisions.iter().find(|d| d.pod() == 2).unwrap();
+        assert!(
+            matches!(rejected, Decision::Reject(r) if !r.reason.contains("gang") && r.reason.contains("AMD")),
+            "its own reason, not the gang's: {rejected:?}"
+        );
+
+        // Not room for both now: they wait, the impossible one is rejected.
+        snap.nodes[0].gpus[0].held = true;
+        snap.nodes[0].gpus[0].allocated_mib = 81920;
+        let decisions = crate::place_each(&snap, Fit::Tightest);
+        let kinds: Vec<(&str, u32)> = decisions
+            .iter()
+            .map(|d| match d {
+                Decision::Assign(a) => ("assign", a.pod),
+                Decision::Wait(w) => ("wait", w.pod),
+                Decision::Reject(r) => ("reject", r.pod),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [("wait", 0), ("wait", 1), ("reject", 2)],
             "{decisions:?}"
         );
     }

@@ -108,7 +108,9 @@ mod validate;
 /// The contract types [`validate`]'s rules are written against (the host
 /// compiles the same file against its own copy).
 mod contract {
-    pub(crate) use crate::{Assignment, Decision, Gpu, Request, Sharing, Snapshot, glob_match};
+    pub(crate) use crate::{
+        Assignment, Decision, Gpu, Node, Request, Sharing, Snapshot, glob_match,
+    };
 }
 
 /// Policies compiled to WebAssembly allocate with [`round_alloc`]'s size

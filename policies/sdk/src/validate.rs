@@ -25,7 +25,7 @@
 
 use std::fmt;
 
-use super::contract::{Assignment, Decision, Gpu, Request, Sharing, Snapshot, glob_match};
+use super::contract::{Assignment, Decision, Gpu, Node, Request, Sharing, Snapshot, glob_match};
 
 /// Why an assignment (or a decision) was refused.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -55,7 +55,7 @@ pub enum Invalid {
         model: String,
         pattern: String,
     },
-    /// Exclusive: the GPU has less memory than asked.
+    /// Exclusive: the GPU (or MIG instance) has less memory than asked.
     NotEnoughMemory {
         gpu: String,
         has_mib: u64,
@@ -387,13 +387,13 @@ fn hold_back_short_gangs(snapshot: &Snapshot, verdict: &mut Verdict) {
         if let Some(g) = snapshot.pending[p.request].gang
             && let Some(count) = placed.get_mut(g as usize)
         {
-            *count += 1;
+            *count = count.saturating_add(1);
         }
     }
     let short = |gang: Option<u32>| {
         gang.and_then(|g| {
             let info = snapshot.gangs.get(g as usize)?;
-            let have = info.bound + placed[g as usize];
+            let have = info.bound.saturating_add(placed[g as usize]);
             (have < info.min_member).then(|| {
                 format!(
                     "gang {}: {} member(s) placed this round and {} bound, {} needed (minMember); all or nothing, so none is bound yet",
@@ -455,7 +455,7 @@ fn check(
             return Err(Invalid::DuplicateGpu { gpu: gpu() });
         }
         let left = &gpus[first + g as usize];
-        check_gpu(snapshot, request, info, left, |position| {
+        check_gpu(snapshot, node, request, info, left, |position| {
             &gpus[first + position as usize]
         })
         .map_err(|reason| reason(gpu()))?;
@@ -469,12 +469,19 @@ type Reason = Box<dyn FnOnce(String) -> Invalid>;
 /// takes the GPU's UUID.
 fn check_gpu<'g>(
     snapshot: &Snapshot,
+    node: &Node,
     request: &Request,
     info: &Gpu,
     left: &GpuLeft,
     sibling: impl Fn(u32) -> &'g GpuLeft,
 ) -> Result<(), Reason> {
-    if !info.healthy {
+    // A MIG instance takes its parent's health, whatever the snapshot says.
+    let parent_unhealthy = info
+        .mig
+        .as_ref()
+        .and_then(|m| node.gpus.get(m.parent as usize))
+        .is_some_and(|p| !p.healthy);
+    if !info.healthy || parent_unhealthy {
         return Err(Box::new(|gpu| Invalid::UnhealthyGpu { gpu }));
     }
     let model = snapshot
@@ -510,6 +517,14 @@ fn check_gpu<'g>(
                     gpu,
                     profile,
                     want,
+                }));
+            }
+            if info.memory_mib < request.memory_mib {
+                let (has_mib, want_mib) = (info.memory_mib, request.memory_mib);
+                return Err(Box::new(move |gpu| Invalid::NotEnoughMemory {
+                    gpu,
+                    has_mib,
+                    want_mib,
                 }));
             }
             let parent = sibling(mig.parent);

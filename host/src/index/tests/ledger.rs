@@ -362,3 +362,27 @@ fn gpu_states_count_held_free_and_unhealthy_gpus() {
         .collect();
     assert_eq!(states, [("allocated", 1), ("free", 2), ("unhealthy", 1)]);
 }
+
+#[test]
+fn a_gpu_whose_mig_instance_is_held_counts_as_allocated() {
+    let mut index = index();
+    index.apply_node(&node("n").build());
+    index.apply_gpunode(
+        &gpunode("n")
+            .with_gpus(2)
+            .mig(0, &[("3g.40gb", 40_192), ("3g.40gb", 40_192)])
+            .build(),
+    );
+    index.apply_pod(
+        &pod("ml", "m")
+            .resource("r")
+            .holds("n", &["MIG-n-0-1"], Sharing::Exclusive, 40_192)
+            .build(),
+    );
+    let states: Vec<(&str, u32)> = index
+        .gpu_states()
+        .iter()
+        .map(|s| (s.state, s.count))
+        .collect();
+    assert_eq!(states, [("allocated", 1), ("free", 1)]);
+}

@@ -144,6 +144,29 @@ impl TestGpuNode {
         self
     }
 
+    /// Puts GPU `index` in MIG mode with one instance per `(profile, MiB)`,
+    /// UUIDs `MIG-<node>-<index>-<k>`.
+    pub fn mig(mut self, index: u32, instances: &[(&str, u64)]) -> Self {
+        let name = self.name.clone();
+        let gpu = self
+            .gpus
+            .iter_mut()
+            .find(|g| g.index == index)
+            .expect("a GPU of that index");
+        gpu.mig_mode = Some(crate::api::MigMode::Enabled);
+        gpu.mig_instances = instances
+            .iter()
+            .enumerate()
+            .map(|(k, (profile, mib))| crate::api::MigInstanceInfo {
+                uuid: format!("MIG-{name}-{index}-{k}"),
+                profile: (*profile).into(),
+                memory_total_mib: *mib,
+                ..Default::default()
+            })
+            .collect();
+        self
+    }
+
     /// The inventory as the agent might publish it: in any order.
     pub fn reversed(mut self) -> Self {
         self.gpus.reverse();
@@ -379,6 +402,11 @@ impl TestResource {
 
     pub fn memory(mut self, mib: u64) -> Self {
         self.0.spec.memory_mib = mib;
+        self
+    }
+
+    pub fn mig_profile(mut self, profile: &str) -> Self {
+        self.0.spec.mig_profile = Some(profile.into());
         self
     }
 

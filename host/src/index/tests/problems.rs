@@ -282,3 +282,37 @@ fn gang_members_past_their_schedule_timeout_are_reported_and_keep_waiting() {
         .collect();
     assert_eq!(pending.len(), 6, "{pending:?}");
 }
+
+#[test]
+fn memory_asked_with_a_mig_profile_is_compared_with_the_instances() {
+    let mut index = index();
+    index.apply_node(&node("n").build());
+    index.apply_gpunode(
+        &gpunode("n")
+            .with_gpus(1)
+            .mig(0, &[("1g.10gb", 9856), ("1g.10gb", 9856)])
+            .build(),
+    );
+    index.apply_gpuresource(
+        &gpuresource("ml", "small")
+            .mig_profile("1g.10gb")
+            .memory(9856)
+            .build(),
+    );
+    index.apply_gpuresource(
+        &gpuresource("ml", "big")
+            .mig_profile("1g.10gb")
+            .memory(20_000)
+            .build(),
+    );
+    index.apply_pod(&pod("ml", "fits").resource("small").build());
+    index.apply_pod(&pod("ml", "never").resource("big").build());
+    let reason = unsatisfiable_reason(&index);
+    assert!(reason.contains("1g.10gb"), "{reason}");
+    let pending: Vec<String> = default_snapshot(&index)
+        .pending
+        .iter()
+        .map(|r| r.pod.clone())
+        .collect();
+    assert_eq!(pending, ["ml/fits"], "the H100's 80 GiB do not count");
+}
