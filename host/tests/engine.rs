@@ -385,6 +385,25 @@ fn the_log_is_bounded() {
     let round = run_hostile(&engine, "log-flood").unwrap();
     assert_eq!(round.stats.log.len(), 100);
     assert_eq!(round.stats.log_dropped, 9_900);
+    assert_eq!(round.decisions.len(), 1, "logging costs no decision");
+    assert_eq!(round.stats.log[0].len(), 1024 + '…'.len_utf8());
+}
+
+#[test]
+fn stderr_is_bounded_like_the_log_and_never_fails_the_call() {
+    let engine = engine();
+    let round = run_hostile(&engine, "stderr-flood").expect("a flood of stderr is no failure");
+    assert_eq!(round.decisions.len(), 1);
+    let log = &round.stats.log;
+    assert_eq!(log.len(), 100, "the same line limit as log");
+    assert_eq!(round.stats.log_dropped, 9_900);
+    assert!(log.iter().all(|l| l.starts_with("stderr: ")), "{log:?}");
+    assert_eq!(log[0].len(), "stderr: ".len() + 1024 + '…'.len_utf8());
+    assert!(
+        log.last().unwrap().starts_with("stderr: line 9999 "),
+        "the last lines are kept: {:?}",
+        log.last()
+    );
 }
 
 #[test]

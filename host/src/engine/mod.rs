@@ -21,6 +21,7 @@
 mod bindings;
 pub mod bounds;
 mod error;
+mod guest_log;
 mod limits;
 mod policy;
 mod sandbox;

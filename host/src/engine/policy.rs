@@ -202,8 +202,7 @@ impl LoadedPolicy {
         stats.fuel_used = limits.fuel - store.get_fuel().unwrap_or(0);
         let data = store.data_mut();
         stats.peak_memory_bytes = data.limiter.peak_memory;
-        stats.log = data.take_log();
-        stats.log_dropped = data.log.dropped;
+        (stats.log, stats.log_dropped) = data.take_log();
         let result = result.map_err(|e| classify(e, limits, transfer_bytes, &stats.log));
         (result, stats)
     }

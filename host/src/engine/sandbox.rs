@@ -3,7 +3,8 @@
 //!
 //! WASI is linked because components built by ordinary toolchains import it,
 //! but it grants nothing: no preopened directories, no environment, no
-//! arguments, no sockets, closed stdin, discarded stdout, stderr kept (bounded) for the log, clocks stuck
+//! arguments, no sockets, closed stdin, discarded stdout, stderr kept for the
+//! log (bounded like `log`, never refused: [`GuestLog`]), clocks stuck
 //! at zero, seeded random numbers, and sleeping traps. A policy's decisions are
 //! therefore a pure function of its bytes and the snapshot.
 
@@ -13,22 +14,17 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime_wasi::p2::DynPollable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{
     HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
 };
 
 use super::Limits;
 use super::bindings::PolicyImports;
-
-/// How much of the guest's stderr is kept.
-const STDERR_BYTES: usize = 8 << 10;
+use super::guest_log::GuestLog;
 
 /// Store data for one call.
 pub(crate) struct Sandbox {
     wasi: WasiCtx,
-    /// What the guest wrote to stderr (a panic message, typically), bounded.
-    stderr: MemoryOutputPipe,
     table: ResourceTable,
     pub(crate) limiter: Limiter,
     pub(crate) log: GuestLog,
@@ -36,9 +32,9 @@ pub(crate) struct Sandbox {
 
 impl Sandbox {
     pub(crate) fn new(limits: &Limits) -> Self {
-        let stderr = MemoryOutputPipe::new(STDERR_BYTES);
+        let log = GuestLog::new(limits.log_lines, limits.log_line_bytes);
         let wasi = WasiCtxBuilder::new()
-            .stderr(stderr.clone())
+            .stderr(log.stderr())
             .wall_clock(FrozenClock)
             .monotonic_clock(FrozenClock)
             .secure_random(StdRng::seed_from_u64(0x5eed))
@@ -49,37 +45,22 @@ impl Sandbox {
             .build();
         Sandbox {
             wasi,
-            stderr,
             table: ResourceTable::new(),
             limiter: Limiter {
                 memory_bytes: limits.memory_bytes,
                 table_elements: limits.table_elements,
                 peak_memory: 0,
             },
-            log: GuestLog {
-                lines: Vec::new(),
-                dropped: 0,
-                max_lines: limits.log_lines,
-                max_bytes: limits.log_line_bytes,
-            },
+            log,
         }
     }
 }
 
 impl Sandbox {
-    /// The policy's log lines, then what it wrote to stderr, as `stderr: …` lines.
-    pub(crate) fn take_log(&mut self) -> Vec<String> {
-        let mut lines = std::mem::take(&mut self.log.lines);
-        let stderr = self.stderr.contents();
-        let text = String::from_utf8_lossy(&stderr);
-        let noise =
-            |l: &str| l.trim().is_empty() || l.starts_with("note: run with `RUST_BACKTRACE");
-        lines.extend(
-            text.lines()
-                .filter(|l| !noise(l))
-                .map(|l| format!("stderr: {l}")),
-        );
-        lines
+    /// The policy's log lines, then what it wrote to stderr as `stderr: …`
+    /// lines, and how many lines went past the limits.
+    pub(crate) fn take_log(&mut self) -> (Vec<String>, usize) {
+        self.log.take()
     }
 }
 
@@ -94,7 +75,7 @@ impl WasiView for Sandbox {
 
 impl PolicyImports for Sandbox {
     fn log(&mut self, message: String) {
-        self.log.push(message);
+        self.log.log(message);
     }
 }
 
@@ -149,32 +130,6 @@ impl HostMonotonicClock for FrozenClock {
     }
     fn now(&self) -> u64 {
         0
-    }
-}
-
-/// The policy's log lines for this call, bounded.
-pub(crate) struct GuestLog {
-    pub(crate) lines: Vec<String>,
-    pub(crate) dropped: usize,
-    max_lines: usize,
-    max_bytes: usize,
-}
-
-impl GuestLog {
-    fn push(&mut self, mut line: String) {
-        if self.lines.len() >= self.max_lines {
-            self.dropped += 1;
-            return;
-        }
-        if line.len() > self.max_bytes {
-            let mut cut = self.max_bytes;
-            while !line.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            line.truncate(cut);
-            line.push('…');
-        }
-        self.lines.push(line);
     }
 }
 

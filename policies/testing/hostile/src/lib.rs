@@ -20,7 +20,8 @@
 //! | `clock-random`   | reports the clocks and random numbers it sees             |
 //! | `sleep`          | sleeps for a second                                       |
 //! | `snoop`          | tries to read files and the environment, reports results  |
-//! | `log-flood`      | logs 10,000 lines                                         |
+//! | `log-flood`      | logs 10,000 lines (one of 4,104 bytes), then a decision   |
+//! | `stderr-flood`   | writes 10,000 lines (~1 MB) to stderr, then a decision    |
 
 #![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 
@@ -123,10 +124,18 @@ impl Policy for Hostile {
                 )]
             }
             "log-flood" => {
-                for i in 0..10_000 {
+                log(&"x".repeat(4_104));
+                for i in 1..10_000 {
                     log(&format!("line {i}"));
                 }
-                Vec::new()
+                vec![wait(first_pod(), "logged")]
+            }
+            "stderr-flood" => {
+                eprintln!("{}", "x".repeat(4_104));
+                for i in 1..10_000 {
+                    eprintln!("line {i} {}", "y".repeat(90));
+                }
+                vec![wait(first_pod(), "logged")]
             }
             other => wasmgpu_policy_sdk::fail(&format!("unknown misbehaviour {other:?}")),
         }
