@@ -25,7 +25,7 @@ const MAX_MIB: u64 = u64::MAX / MIB;
 /// An inventory file, as written.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Inventory {
+pub struct InventoryFile {
     /// NVIDIA driver version.
     #[serde(default)]
     pub driver_version: Option<String>,
@@ -115,11 +115,11 @@ pub struct InventoryEvent {
 /// Parses and checks an inventory; `modified` stands in for events without `at`.
 /// Errors name the field, e.g. `gpus[1].uuid: …`.
 pub fn parse(text: &str, modified: Timestamp) -> Result<Reading, String> {
-    let inventory: Inventory = serde_norway::from_str(text).map_err(|e| e.to_string())?;
+    let inventory: InventoryFile = serde_norway::from_str(text).map_err(|e| e.to_string())?;
     inventory.into_reading(modified)
 }
 
-impl Inventory {
+impl InventoryFile {
     fn into_reading(self, modified: Timestamp) -> Result<Reading, String> {
         // Every UUID on the node (GPUs and MIG instances) with where it is.
         let mut uuids: BTreeMap<&str, String> = BTreeMap::new();

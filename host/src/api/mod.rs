@@ -50,6 +50,9 @@ pub const GROUP: &str = "wasmgpu.io";
 pub const VERSION: &str = "v1alpha1";
 /// `spec.schedulerName` of the pods wasmgpu places.
 pub const SCHEDULER_NAME: &str = "wasmgpu";
+/// Pod annotation the node's device plugin writes once the kubelet was
+/// given the pod's devices: `{"node":…,"podUID":…,"devices":[…]}`.
+pub const HANDOFF_ANNOTATION: &str = "wasmgpu.io/handoff";
 /// Pod annotation naming the `GPUResource` (same namespace) the pod uses.
 pub const GPURESOURCE_ANNOTATION: &str = "wasmgpu.io/gpuresource";
 /// Finalizer earlier versions put on GPUResources to release their ledger

@@ -8,9 +8,9 @@ use anyhow::Context;
 use clap::Args;
 use tracing_subscriber::EnvFilter;
 
-use super::out;
 use super::output::AgentOnceOutput;
-use super::policy::Output;
+use super::output_format::Output;
+use super::stdout;
 use super::table::Table;
 use crate::agent::deviceplugin::{self, DeviceOptions, NodePods, ResponseOptions, Strategy};
 use crate::agent::file::FileSource;
@@ -149,8 +149,8 @@ impl AgentCommand {
         if self.once {
             let (reading, status) = agent.snapshot()?;
             match self.output {
-                Output::Table => out::print(&table(&status))?,
-                Output::Json => out::json(&AgentOnceOutput { reading, status })?,
+                Output::Table => stdout::print(&table(&status))?,
+                Output::Json => stdout::json(&AgentOnceOutput { reading, status })?,
             }
             return Ok(ExitCode::SUCCESS);
         }

@@ -36,7 +36,7 @@ impl AllocationsCommand {
                 .context("cannot reach the Kubernetes API (set KUBECONFIG)")?;
             render(client, self.namespace.as_deref()).await
         })?;
-        super::out::print(&text)?;
+        super::stdout::print(&text)?;
         Ok(ExitCode::SUCCESS)
     }
 }

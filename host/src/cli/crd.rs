@@ -22,12 +22,12 @@ impl CrdCommand {
         match self.write {
             Some(dir) => {
                 for path in api::write_dir(&dir)? {
-                    super::out::println(&format!("wrote {}", path.display()))?;
+                    super::stdout::println(&format!("wrote {}", path.display()))?;
                 }
             }
             None => {
                 let documents: Vec<String> = api::crds().iter().map(api::to_yaml).collect();
-                super::out::print(&format!("---\n{}", documents.join("---\n")))?;
+                super::stdout::print(&format!("---\n{}", documents.join("---\n")))?;
             }
         }
         Ok(ExitCode::SUCCESS)

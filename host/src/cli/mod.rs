@@ -4,8 +4,9 @@ mod agent;
 mod allocations;
 mod controller;
 mod crd;
-mod out;
+mod kube_client;
 mod output;
+mod output_format;
 mod play_kubelet;
 mod policy;
 mod policy_cluster;
@@ -15,6 +16,7 @@ mod policy_run;
 mod policy_shadow;
 mod policy_snapshot;
 mod snapshot_file;
+mod stdout;
 mod table;
 
 use clap::{Parser, Subcommand};
@@ -58,7 +60,7 @@ impl Cli {
     /// When standard output is closed before the command is done (`| head`),
     /// it stops quietly with status 141, as a Unix tool ended by SIGPIPE.
     pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
-        out::status(match self.command {
+        stdout::status(match self.command {
             Command::Policy(command) => command.run(),
             Command::Allocations(command) => command.run(),
             Command::Controller(command) => command.run(),

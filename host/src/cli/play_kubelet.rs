@@ -48,7 +48,7 @@ impl PlayKubeletCommand {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
         let (text, failed) = runtime.block_on(self.admit())?;
-        super::out::print(&text)?;
+        super::stdout::print(&text)?;
         Ok(if failed {
             ExitCode::FAILURE
         } else {

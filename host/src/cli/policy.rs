@@ -5,12 +5,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 
-use super::out;
 use super::output::{CheckOutput, SchemaOf};
+use super::output_format::Output;
 use super::policy_run;
 use super::snapshot_file;
+use super::stdout;
 use crate::engine::types::Snapshot;
 use crate::engine::{Engine, Limits, LoadedPolicy};
 use crate::snapshot_contract;
@@ -276,15 +277,6 @@ pub(crate) struct LimitArgs {
     memory_mib: u64,
 }
 
-#[derive(Clone, Copy, Debug, Default, ValueEnum)]
-pub(crate) enum Output {
-    /// Human-readable text.
-    #[default]
-    Table,
-    /// Machine-readable JSON.
-    Json,
-}
-
 impl LimitArgs {
     /// The limits these flags describe.
     pub(crate) fn limits(&self) -> anyhow::Result<Limits> {
@@ -439,7 +431,7 @@ impl PolicyCommand {
                 let example = generated_snapshot(8, 12)?;
                 let message =
                     super::policy_new::new(&name, dir.as_deref(), sdk.as_deref(), example)?;
-                out::print(&message)?;
+                stdout::print(&message)?;
                 Ok(ExitCode::SUCCESS)
             }
             PolicyCommand::Check { file, output } => check(&file, output),
@@ -562,11 +554,11 @@ impl PolicyCommand {
                 file.as_deref(),
             ),
             PolicyCommand::SnapshotSchema => {
-                out::json(&schemars::schema_for!(snapshot_contract::SnapshotFile))?;
+                stdout::json(&schemars::schema_for!(snapshot_contract::SnapshotFile))?;
                 Ok(ExitCode::SUCCESS)
             }
             PolicyCommand::OutputSchema { command } => {
-                out::json(&command.schema())?;
+                stdout::json(&command.schema())?;
                 Ok(ExitCode::SUCCESS)
             }
             PolicyCommand::GenerateSnapshot {
@@ -578,7 +570,7 @@ impl PolicyCommand {
                 match file {
                     Some(path) => std::fs::write(&path, json)
                         .with_context(|| format!("writing {}", path.display()))?,
-                    None => out::println(&json)?,
+                    None => stdout::println(&json)?,
                 }
                 Ok(ExitCode::SUCCESS)
             }
@@ -604,7 +596,7 @@ fn check(file: &Path, output: Output) -> anyhow::Result<ExitCode> {
         }
     };
     match output {
-        Output::Json => out::json(&CheckOutput::of(&policy))?,
+        Output::Json => stdout::json(&CheckOutput::of(&policy))?,
         Output::Table => {
             let info = policy.info();
             let mut text = format!(
@@ -621,7 +613,7 @@ fn check(file: &Path, output: Output) -> anyhow::Result<ExitCode> {
                 "imports      {}\n",
                 policy.imports().join("\n             ")
             );
-            out::print(&text)?;
+            stdout::print(&text)?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -10,11 +10,13 @@ use anyhow::Context;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::policy::Output;
+use super::kube_client::{block_on, client};
+use super::output_format::Output;
 use super::table::Table;
+use super::table::short;
 use crate::api::policy::{
     COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY, POLICY_LABEL,
     POLICY_SELECTOR, PULL_SECRET_ANNOTATION, PolicyStatus, SHADOW_OF_ANNOTATION, STATUS_ANNOTATION,
@@ -34,20 +36,6 @@ pub(crate) const COMPRESS_ABOVE: usize = 900 << 10;
 pub(crate) fn namespace(flag: Option<String>) -> String {
     flag.or_else(|| std::env::var("POD_NAMESPACE").ok())
         .unwrap_or_else(|| "wasmgpu-system".into())
-}
-
-pub(crate) fn block_on<T>(
-    work: impl std::future::Future<Output = anyhow::Result<T>>,
-) -> anyhow::Result<T> {
-    tokio::runtime::Runtime::new()
-        .context("cannot start the async runtime")?
-        .block_on(work)
-}
-
-pub(crate) async fn client() -> anyhow::Result<Client> {
-    Client::try_default()
-        .await
-        .context("cannot reach the Kubernetes API (set KUBECONFIG)")
 }
 
 /// Which policy ConfigMap `publish` writes, and in which role.
@@ -170,7 +158,7 @@ pub(crate) fn publish(
         .binary_data
         .as_ref()
         .is_some_and(|b| b.contains_key(POLICY_GZ_KEY));
-    super::out::println(&format!(
+    super::stdout::println(&format!(
         "published {namespace}/{name}: {digest} ({} bytes{}){}",
         wasm.len(),
         if compressed { ", gzip-compressed" } else { "" },
@@ -248,7 +236,7 @@ pub(crate) fn publish_ref(
             reason.kind()
         ),
     }
-    super::out::println(&format!(
+    super::stdout::println(&format!(
         "published {namespace}/{name}: {reference}{} (the controller pulls it; `wasmgpu policy list` shows the result)",
         target.role()
     ))?;
@@ -458,7 +446,7 @@ pub(crate) fn list(namespace: String, output: Output) -> anyhow::Result<ExitCode
         })
         .collect();
     match output {
-        Output::Json => super::out::json(&rows)?,
+        Output::Json => super::stdout::json(&rows)?,
         Output::Table => {
             let mut table = Table::new(&[
                 "NAME",
@@ -497,7 +485,7 @@ pub(crate) fn list(namespace: String, output: Output) -> anyhow::Result<ExitCode
                     row.status.last_error.unwrap_or_else(none),
                 ]);
             }
-            super::out::print(&table.render())?;
+            super::stdout::print(&table.render())?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -516,11 +504,6 @@ fn shadow_of_cell(annotation: Option<&str>, status: &PolicyStatus) -> String {
         active.unwrap_or("-"),
         annotation.unwrap_or("decide")
     )
-}
-
-/// `sha256:` and the first 12 hex digits.
-pub(crate) fn short(digest: &str) -> String {
-    digest.chars().take("sha256:".len() + 12).collect()
 }
 
 #[cfg(test)]

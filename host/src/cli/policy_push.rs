@@ -73,7 +73,7 @@ pub(crate) fn push(file: &Path, target: &str, registry: &RegistryArgs) -> anyhow
         .context("cannot start the async runtime")?
         .block_on(oci::push(&wasm, &target, &access))?;
     let info = policy.info();
-    super::out::println(&pinned.to_string())?;
+    super::stdout::println(&pinned.to_string())?;
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),

@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::out;
 use super::output::{
     BenchOutput, CompareOutput, ComparedPolicy, DecisionBody, DecisionOutput, GangOutcome,
     NamespaceHoldings, Phase, Phases, PolicyRef, RunOutput, SnapshotSummary, Stats, Summary,
     VerdictKind, decisions,
 };
-use super::policy::Output;
+use super::output_format::Output;
+use super::stdout;
 use super::table::Table;
 use crate::engine::LoadedPolicy;
 use crate::engine::types::{Request, Sharing, Snapshot};
@@ -42,8 +42,8 @@ pub(crate) fn run(
         stats: Stats::of(&round.stats, validated),
     };
     match output {
-        Output::Json => out::json(&result)?,
-        Output::Table => out::print(&run_table(&result))?,
+        Output::Json => stdout::json(&result)?,
+        Output::Table => stdout::print(&run_table(&result))?,
     }
     Ok(if fail_on_refused && result.summary.refused > 0 {
         ExitCode::from(2)
@@ -200,8 +200,8 @@ pub(crate) fn compare(
         policies,
     };
     match output {
-        Output::Json => out::json(&result)?,
-        Output::Table => out::print(&compare_table(&result, snapshot))?,
+        Output::Json => stdout::json(&result)?,
+        Output::Table => stdout::print(&compare_table(&result, snapshot))?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -346,8 +346,8 @@ pub(crate) fn bench(
         },
     };
     match output {
-        Output::Json => out::json(&result)?,
-        Output::Table => out::print(&bench_table(&result))?,
+        Output::Json => stdout::json(&result)?,
+        Output::Table => stdout::print(&bench_table(&result))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -8,9 +8,10 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, ResourceExt};
 
-use super::policy::Output;
-use super::policy_cluster::{block_on, client, short};
+use super::kube_client::{block_on, client};
+use super::output_format::Output;
 use super::table::Table;
+use super::table::short;
 use crate::api::policy::{
     PlacedOn, SHADOW_OF_ANNOTATION, SHADOW_STATUS_ANNOTATION, ShadowCounts, ShadowStatus,
 };
@@ -61,8 +62,8 @@ pub(crate) fn show(name: &str, namespace: &str, output: Output) -> anyhow::Resul
         status,
     };
     match output {
-        Output::Json => super::out::json(&shown)?,
-        Output::Table => super::out::print(&render(&shown))?,
+        Output::Json => super::stdout::json(&shown)?,
+        Output::Table => super::stdout::print(&render(&shown))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -19,8 +19,8 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 
-use super::out;
-use super::policy_cluster::{block_on, client};
+use super::kube_client::{block_on, client};
+use super::stdout;
 use crate::api::policy::CONFIG_KEY;
 use crate::api::{GPUNode, GPUResource, SCHEDULER_NAME};
 use crate::engine::types::Snapshot;
@@ -75,7 +75,7 @@ pub(crate) fn recorded(
                 field("bytes"),
             ]);
         }
-        out::print(&table.render())?;
+        stdout::print(&table.render())?;
         return Ok(ExitCode::SUCCESS);
     }
     let path = match round {
@@ -92,7 +92,7 @@ pub(crate) fn recorded(
                 path.display()
             );
         }
-        None => out::println(&json)?,
+        None => stdout::println(&json)?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -142,7 +142,7 @@ pub(crate) fn export(
                 format!("wrote {}: policy {policy}, {summary}", path.display()),
             );
         }
-        None => out::println(&json)?,
+        None => stdout::println(&json)?,
     }
     for note in notes {
         eprintln!("{note}");

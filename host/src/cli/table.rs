@@ -61,6 +61,11 @@ fn cut(cell: String) -> String {
     }
 }
 
+/// `sha256:` and the first 12 hex digits.
+pub(crate) fn short(digest: &str) -> String {
+    digest.chars().take("sha256:".len() + 12).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,14 +70,14 @@ const CACHE_CAPACITY: usize = 32;
 
 /// Compiles, caches and runs policy components.
 pub struct Engine {
-    shared: Arc<Shared>,
+    shared: Arc<EngineCore>,
     digest_to_component: Mutex<HashMap<Digest, (u64, Component)>>,
     clock: Mutex<u64>,
     _ticker: Ticker,
 }
 
 /// What every loaded policy needs from its engine.
-struct Shared {
+struct EngineCore {
     engine: wasmtime::Engine,
     linker: Linker<Sandbox>,
     limits: Limits,
@@ -117,7 +117,7 @@ impl Engine {
         sandbox::link(&mut linker).map_err(|e| PolicyError::Engine(Cause::new(e)))?;
         let ticker = Ticker::start(engine.clone());
         Ok(Engine {
-            shared: Arc::new(Shared {
+            shared: Arc::new(EngineCore {
                 engine,
                 linker,
                 limits,

@@ -14,7 +14,7 @@ use super::bounds::{self, CALL_BYTES};
 use super::error::{PolicyError, Result};
 use super::sandbox::{LimitExceeded, Sandbox};
 use super::types::{Decision, Info, Snapshot};
-use super::{Limits, Shared};
+use super::{EngineCore, Limits};
 
 /// A component's sha256, written `sha256:<hex>`.
 #[derive(
@@ -43,7 +43,7 @@ impl fmt::Display for Digest {
 /// A compiled, linked and described policy. Cloning is cheap.
 #[derive(Clone)]
 pub struct LoadedPolicy {
-    shared: Arc<Shared>,
+    shared: Arc<EngineCore>,
     pre: PolicyPre<Sandbox>,
     component: Component,
     digest: Digest,
@@ -81,7 +81,7 @@ pub struct RoundStats {
 
 impl LoadedPolicy {
     pub(super) fn new(
-        shared: Arc<Shared>,
+        shared: Arc<EngineCore>,
         digest: Digest,
         size: usize,
         component: Component,

@@ -6,11 +6,11 @@ use crate::api::{GPUNode, GpuInfo};
 
 /// The GPUs a node's agent published, sorted by index, UUIDs unique.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Inventory {
+pub(crate) struct NodeInventory {
     pub gpus: Vec<GpuInfo>,
 }
 
-impl Inventory {
+impl NodeInventory {
     /// The inventory in a GPUNode's status; `None` until the agent has
     /// published one. GPUs without a UUID, or repeating one, are skipped.
     pub fn from_gpunode(gpunode: &GPUNode) -> Option<Self> {

@@ -59,7 +59,7 @@ pub use watch::IndexResource;
 
 use crate::api::{Allocation, GPUNode, GPUResource, GPUResourceSpec, InvalidSpec};
 use holdings::InFlight;
-use inventory::Inventory;
+use inventory::NodeInventory;
 use node::NodeFacts;
 use pod::PodFacts;
 
@@ -70,11 +70,11 @@ pub struct Index {
     default_policy: String,
     name_to_node: BTreeMap<String, NodeFacts>,
     /// Node name → its GPUs (from the GPUNode of that name).
-    node_to_inventory: BTreeMap<String, Inventory>,
+    node_to_inventory: BTreeMap<String, NodeInventory>,
     /// Node name → the GPUs its GPUNode listed before it was deleted: pods
     /// wait for the agent to publish it again instead of being told they can
     /// never be placed.
-    node_to_lost_inventory: BTreeMap<String, Inventory>,
+    node_to_lost_inventory: BTreeMap<String, NodeInventory>,
     key_to_resource: BTreeMap<ObjectKey, ResourceState>,
     /// Pods with `schedulerName: wasmgpu`.
     key_to_pod: BTreeMap<ObjectKey, PodFacts>,
@@ -256,7 +256,7 @@ impl Index {
             tracing::info!("Ignoring GPUNode without a name");
             return;
         };
-        match Inventory::from_gpunode(gpunode) {
+        match NodeInventory::from_gpunode(gpunode) {
             Some(inventory) => {
                 self.node_to_lost_inventory.remove(&name);
                 self.node_to_inventory.insert(name, inventory);

@@ -7,7 +7,7 @@ use wasmgpu_policy_sdk::glob_match;
 
 use super::eligibility;
 use super::holdings::{GpuUse, Holdings};
-use super::inventory::Inventory;
+use super::inventory::NodeInventory;
 use super::node::NodeFacts;
 use super::pod::PodFacts;
 use super::{Index, ObjectKey, Problem};
@@ -32,7 +32,7 @@ struct Survey<'a> {
 struct Candidate<'a> {
     name: &'a str,
     facts: &'a NodeFacts,
-    inventory: &'a Inventory,
+    inventory: &'a NodeInventory,
 }
 
 // === impl Index ===

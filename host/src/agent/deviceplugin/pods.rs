@@ -13,13 +13,11 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 use super::handoff::{Grant, PodRef, WaitingPod};
+pub use crate::api::HANDOFF_ANNOTATION;
 use crate::api::{self, ContainerGpus, PodAllocation};
 
 /// The extended resource the plugin serves.
 pub const RESOURCE_NAME: &str = api::GPU_RESOURCE;
-/// Pod annotation the plugin writes once the kubelet was given the pod's
-/// devices: `{"node":…,"podUID":…,"devices":[…]}`.
-pub const HANDOFF_ANNOTATION: &str = "wasmgpu.io/handoff";
 /// The field manager and Event reporter of the plugin's writes.
 pub const PLUGIN_MANAGER: &str = "wasmgpu-device-plugin";
 
