@@ -21,3 +21,42 @@ pub const DEGRADED: &str = "Degraded";
 pub const SPEC_CHANGED: &str = "SpecChanged";
 /// GPUNode: every GPU of the node is healthy (`reason` says why not).
 pub const GPUS_HEALTHY: &str = "GPUsHealthy";
+
+/// Every condition type a GPUResource's status carries (docs/API.md lists
+/// them; `host/tests/docs.rs` fails when the two differ).
+pub const ON_GPURESOURCE: &[&str] = &[
+    READY,
+    INVALID,
+    POLICY_ERROR,
+    UNSATISFIABLE,
+    DEGRADED,
+    SPEC_CHANGED,
+];
+
+/// Every condition type a GPUNode's status carries (docs/API.md lists them).
+pub const ON_GPUNODE: &[&str] = &[READY, GPUS_HEALTHY];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A type declared above but left out of both lists would be written
+    /// and never documented.
+    #[test]
+    fn every_type_is_on_a_list() {
+        let source = include_str!("conditions.rs");
+        let declared: Vec<&str> = source
+            .lines()
+            .filter_map(|line| line.strip_prefix("pub const "))
+            .filter_map(|rest| rest.split_once(": &str = \""))
+            .filter_map(|(_, value)| value.strip_suffix("\";"))
+            .collect();
+        assert!(declared.len() >= 7, "read {declared:?}");
+        for name in declared {
+            assert!(
+                ON_GPURESOURCE.contains(&name) || ON_GPUNODE.contains(&name),
+                "condition type {name} is on neither ON_GPURESOURCE nor ON_GPUNODE in host/src/api/conditions.rs: add it to the list of the kind that carries it (and to docs/API.md)"
+            );
+        }
+    }
+}

@@ -13,13 +13,18 @@ use crate::controller::{self, OnPolicyFailure, PolicySource};
 /// Run the allocating controller against the cluster in KUBECONFIG (or the
 /// in-cluster service account).
 ///
-/// It watches GPUResources, GPUNodes, Nodes and pods with
-/// `schedulerName: wasmgpu`; every round it hands the pending pods of each
-/// policy to that policy in one call, checks every decision, and applies
-/// the valid ones: the GPUResource's status ledger first, then the pod's
-/// `wasmgpu.io/devices` annotation, then the binding. A restarted
-/// controller finishes what a crash left half-done, and never hands a GPU
-/// to two pods.
+/// It watches GPUResources, GPUNodes, Nodes, PodGroups (when their CRD is
+/// installed), policy ConfigMaps and pods with `schedulerName: wasmgpu`;
+/// every round it hands the pending pods of each policy to that policy in
+/// one call, checks every decision, and applies the valid ones. Each pod is
+/// bound by one write: a Binding whose annotations (`wasmgpu.io/allocation`,
+/// `wasmgpu.io/devices`, `wasmgpu.io/node`) the API server copies onto the
+/// pod, so a pod is bound with its GPUs recorded or not at all (a gang's
+/// members are first reserved on their PodGroup). GPUResource status
+/// (phase, pod counts, conditions) is written off the round's path, by a
+/// background writer. A restarted controller reads every allocation back
+/// from the pods (and binds the members a gang's reservation still names),
+/// and never hands a GPU to two pods.
 ///
 /// Policies come from `--policy` files and from ConfigMaps labelled
 /// `wasmgpu.io/policy=true` in `--policy-namespace` (named after the policy;
@@ -82,9 +87,10 @@ pub struct ControllerCommand {
     #[arg(long, value_name = "N", default_value_t = 50)]
     allocated_events_per_second: u32,
 
-    /// How long one API write (binding, status, ledger, finalizer) may take
-    /// before its outcome counts as unknown: a binding is then read back,
-    /// its GPUs held meanwhile, and sent again if it did not happen.
+    /// How long one API write (a binding, a gang reservation, a status; an
+    /// earlier version's ledger entry or finalizer) may take before its
+    /// outcome counts as unknown: a binding is then read back, its GPUs held
+    /// meanwhile, and sent again if it did not happen.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     write_timeout: Duration,
 

@@ -42,8 +42,8 @@ enum Command {
     /// Show where each pod landed (node, GPUs, deciding policy) and why the
     /// others wait.
     Allocations(allocations::AllocationsCommand),
-    /// Run the allocating controller.
-    // Boxed: its many flags make it far larger than the other commands.
+    // Its help is the doc of `ControllerCommand`. Boxed: its many flags
+    // make it far larger than the other commands.
     Controller(Box<controller::ControllerCommand>),
     /// Print the CRD YAML generated from the API types.
     Crd(crd::CrdCommand),

@@ -33,7 +33,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::events::{EventSink, pod_ref};
+use super::events::{EventSink, Reason, pod_ref};
 use super::metrics::Metrics;
 use super::policies::ActivePolicy;
 use super::watch::Shared;
@@ -590,7 +590,7 @@ impl Writer {
                 self.metrics.pods_bound(1);
                 self.events.per_pod(
                     pod_ref(pod, Some(uid)),
-                    "Allocated",
+                    Reason::Allocated,
                     "Bind",
                     format!(
                         "Assigned to {} with GPUs {} (policy {} {})",

@@ -28,7 +28,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::connection::{Link, error_chain};
-use super::events::EventSink;
+use super::events::{EventSink, Reason};
 use super::metrics::Metrics;
 use super::payload::{ComponentSource, Payload, RejectError, shadow_of};
 use super::policies::Policies;
@@ -191,7 +191,7 @@ impl Loader {
                     leading,
                     configmap,
                     false,
-                    "PolicyLoaded",
+                    Reason::PolicyLoaded,
                     format!("loaded {digest} ({version}) in {elapsed:.1?}; {from}"),
                 );
                 status = PolicyStatus {
@@ -224,7 +224,7 @@ impl Loader {
                     leading,
                     configmap,
                     true,
-                    "PolicyRejected",
+                    Reason::PolicyRejected,
                     format!("rejected ({}): {error}; {still}", error.kind()),
                 );
                 if status.active_digest.is_none()
@@ -261,7 +261,7 @@ impl Loader {
         leading: bool,
         configmap: &ConfigMap,
         warning: bool,
-        reason: &'static str,
+        reason: Reason,
         note: String,
     ) {
         if leading {
@@ -295,7 +295,7 @@ impl Loader {
                     *self.leader.borrow(),
                     configmap,
                     true,
-                    "InvalidAnnotation",
+                    Reason::InvalidAnnotation,
                     message,
                 );
             }

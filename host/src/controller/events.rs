@@ -9,6 +9,9 @@
 //! pod's annotations (`wasmgpu.io/allocation`) still say what it got; the
 //! Events not sent are counted in `wasmgpu_events_unsent_total`. Warnings
 //! are never rate-limited.
+//!
+//! Every reason an Event carries is a [`Reason`]; docs/CONTROLLER.md lists
+//! them all (`host/tests/docs.rs` fails when the two differ).
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
@@ -24,7 +27,94 @@ use tokio::sync::mpsc;
 use super::connection::error_chain;
 use super::metrics::Metrics;
 use crate::api::{GROUP, VERSION};
-use crate::index::ObjectKey;
+use crate::index::{ObjectKey, Problem};
+
+/// Declares [`Reason`] and [`Reason::ALL`] from one list, so that no
+/// reason can be missing from `ALL`.
+macro_rules! reasons {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
+        /// The `reason` of an Event the controller publishes.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Reason {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Reason {
+            /// Every reason.
+            pub const ALL: &[Reason] = &[$(Reason::$variant,)*];
+
+            /// The reason as the Event carries it (CamelCase).
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Reason::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+reasons! {
+    /// Pod: bound, with its node, GPUs and policy (rate-limited).
+    Allocated = "Allocated",
+    /// Pod, GPUResource: the host refused a decision of the policy.
+    DecisionRefused = "DecisionRefused",
+    /// Pod: the policy says it cannot be placed as requested. ConfigMap:
+    /// a policy version was refused on load.
+    PolicyRejected = "PolicyRejected",
+    /// Pod: its gang is not placed yet (all or nothing), once per reason.
+    GangWaiting = "GangWaiting",
+    /// Pod: a GPU it holds turned unhealthy.
+    GpuUnhealthy = "GPUUnhealthy",
+    /// GPUResource and its first waiting pods: no policy of that name is
+    /// loaded.
+    PolicyNotFound = "PolicyNotFound",
+    /// GPUResource and its first waiting pods: the policy failed.
+    PolicyFailed = "PolicyFailed",
+    /// ConfigMap: a policy version was loaded.
+    PolicyLoaded = "PolicyLoaded",
+    /// ConfigMap: its `wasmgpu.io/record-rounds` annotation is unreadable.
+    InvalidAnnotation = "InvalidAnnotation",
+    /// Pod: [`Problem::NoResourceAnnotation`].
+    NoGpuResourceAnnotation = "NoGPUResourceAnnotation",
+    /// Pod: [`Problem::MissingResource`].
+    GpuResourceNotFound = "GPUResourceNotFound",
+    /// GPUResource: [`Problem::InvalidResource`].
+    InvalidSpec = "InvalidSpec",
+    /// Pod: [`Problem::MissingPodGroup`].
+    PodGroupNotFound = "PodGroupNotFound",
+    /// Pod: [`Problem::LimitMismatch`], [`Problem::UnreadableLimit`].
+    GpuLimitMismatch = "GPULimitMismatch",
+    /// Pod: [`Problem::GangTimedOut`].
+    GangTimedOut = "GangTimedOut",
+    /// Pod: [`Problem::Unsatisfiable`].
+    Unsatisfiable = "Unsatisfiable",
+}
+
+// === impl Reason ===
+
+impl Reason {
+    /// The reason of the Event that reports `problem`. A new kind of
+    /// problem needs its reason here (and a row in docs/CONTROLLER.md).
+    pub fn of(problem: &Problem) -> Self {
+        match problem {
+            Problem::NoResourceAnnotation { .. } => Self::NoGpuResourceAnnotation,
+            Problem::MissingResource { .. } => Self::GpuResourceNotFound,
+            Problem::InvalidResource { .. } => Self::InvalidSpec,
+            Problem::MissingPodGroup { .. } => Self::PodGroupNotFound,
+            Problem::LimitMismatch { .. } | Problem::UnreadableLimit { .. } => {
+                Self::GpuLimitMismatch
+            }
+            Problem::GangTimedOut { .. } => Self::GangTimedOut,
+            Problem::Unsatisfiable { .. } => Self::Unsatisfiable,
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Events no queue should hold more of: past this, new ones are dropped
 /// (and counted in the log), rounds never wait on Events.
@@ -35,7 +125,7 @@ const QUEUE: usize = 4096;
 struct Queued {
     reference: ObjectReference,
     warning: bool,
-    reason: &'static str,
+    reason: Reason,
     action: &'static str,
     note: String,
     /// Its own Event, never folded into a series with an earlier one.
@@ -132,7 +222,7 @@ impl EventSink {
     pub fn per_pod(
         &self,
         reference: ObjectReference,
-        reason: &'static str,
+        reason: Reason,
         action: &'static str,
         note: String,
     ) {
@@ -142,7 +232,7 @@ impl EventSink {
             .unwrap_or_else(|p| p.into_inner())
             .take(Instant::now());
         if !allowed {
-            self.metrics.event_unsent(reason, "rate-limited");
+            self.metrics.event_unsent(reason.as_str(), "rate-limited");
             return;
         }
         self.queue(reference, false, reason, action, note, false);
@@ -152,7 +242,7 @@ impl EventSink {
     pub fn normal(
         &self,
         reference: ObjectReference,
-        reason: &'static str,
+        reason: Reason,
         action: &'static str,
         note: String,
     ) {
@@ -163,7 +253,7 @@ impl EventSink {
     pub fn warning(
         &self,
         reference: ObjectReference,
-        reason: &'static str,
+        reason: Reason,
         action: &'static str,
         note: String,
     ) {
@@ -177,7 +267,7 @@ impl EventSink {
         &self,
         reference: ObjectReference,
         warning: bool,
-        reason: &'static str,
+        reason: Reason,
         action: &'static str,
         note: String,
     ) {
@@ -188,7 +278,7 @@ impl EventSink {
         &self,
         reference: ObjectReference,
         warning: bool,
-        reason: &'static str,
+        reason: Reason,
         action: &'static str,
         note: String,
         distinct: bool,
@@ -206,8 +296,8 @@ impl EventSink {
     fn send(&self, queued: Queued) {
         let reason = queued.reason;
         if let Err(error) = self.sender.try_send(queued) {
-            self.metrics.event_unsent(reason, "queue-full");
-            tracing::warn!(%error, reason, "Event queue full; dropping an Event");
+            self.metrics.event_unsent(reason.as_str(), "queue-full");
+            tracing::warn!(%error, %reason, "Event queue full; dropping an Event");
         }
     }
 }
@@ -259,7 +349,7 @@ async fn publish(
             } else {
                 EventType::Normal
             },
-            reason: queued.reason.into(),
+            reason: queued.reason.as_str().into(),
             // Event notes are at most 1 kB.
             note: Some(truncate(queued.note, 1000)),
             action: queued.action.into(),
@@ -268,7 +358,7 @@ async fn publish(
         if let Err(error) = timed(&metrics, recorder.publish(&event, &queued.reference)).await {
             tracing::warn!(
                 %error,
-                reason = queued.reason,
+                reason = queued.reason.as_str(),
                 kind = queued.reference.kind.as_deref().unwrap_or_default(),
                 object = ?queued.reference.name,
                 "Cannot publish Event"
@@ -300,7 +390,7 @@ async fn publish_distinct(client: &Client, reporter: &Reporter, metrics: &Metric
             ..Default::default()
         },
         action: Some(queued.action.into()),
-        reason: Some(queued.reason.into()),
+        reason: Some(queued.reason.as_str().into()),
         note: Some(truncate(queued.note, 1000)),
         event_time: Some(MicroTime(now)),
         regarding: Some(queued.reference.clone()),
@@ -318,7 +408,7 @@ async fn publish_distinct(client: &Client, reporter: &Reporter, metrics: &Metric
     if let Err(error) = timed(metrics, api.create(&PostParams::default(), &event)).await {
         tracing::warn!(
             %error,
-            reason = queued.reason,
+            reason = queued.reason.as_str(),
             kind = queued.reference.kind.as_deref().unwrap_or_default(),
             object = ?queued.reference.name,
             "Cannot publish Event"
@@ -360,6 +450,80 @@ mod tests {
         // Idle for a minute: still only a burst of the rate.
         let idle = later + Duration::from_secs(60);
         assert_eq!((0..20).filter(|_| bucket.take(idle)).count(), 10);
+    }
+
+    #[test]
+    fn a_problem_event_carries_the_reason_the_index_gives_it() {
+        let pod = ObjectKey::new("ml", "trainer-0");
+        let resource = ObjectKey::new("ml", "trainer");
+        let group = ObjectKey::new("ml", "gang");
+        let problems = [
+            Problem::NoResourceAnnotation { pod: pod.clone() },
+            Problem::MissingResource {
+                pod: pod.clone(),
+                resource: resource.clone(),
+            },
+            Problem::InvalidResource {
+                resource: resource.clone(),
+                error: crate::api::InvalidSpec {
+                    field: "count",
+                    reason: "must be 1 to 16".into(),
+                },
+            },
+            Problem::MissingPodGroup {
+                pod: pod.clone(),
+                resource: resource.clone(),
+                group: group.clone(),
+            },
+            Problem::LimitMismatch {
+                pod: pod.clone(),
+                resource: resource.clone(),
+                limit: 2,
+                count: 1,
+            },
+            Problem::UnreadableLimit {
+                pod: pod.clone(),
+                error: crate::api::UnreadableGpuLimit {
+                    container: "main".into(),
+                    value: "1.5".into(),
+                },
+            },
+            Problem::GangTimedOut {
+                pod: pod.clone(),
+                resource: resource.clone(),
+                group,
+                timeout_s: 60,
+                min_member: 4,
+                bound: 1,
+                waiting: 2,
+            },
+            Problem::Unsatisfiable {
+                pod,
+                resource,
+                reason: "no node has 9 GPUs".into(),
+            },
+        ];
+        for problem in &problems {
+            assert_eq!(
+                Reason::of(problem).as_str(),
+                problem.reason(),
+                "{problem:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn reasons_are_distinct_camel_case() {
+        let mut seen = std::collections::HashSet::new();
+        for reason in Reason::ALL {
+            let name = reason.as_str();
+            assert!(seen.insert(name), "{name} twice");
+            assert!(
+                name.starts_with(|c: char| c.is_ascii_uppercase())
+                    && name.chars().all(|c| c.is_ascii_alphanumeric()),
+                "{name} is not CamelCase"
+            );
+        }
     }
 
     #[test]

@@ -1,34 +1,19 @@
 //! Prometheus metrics of the controller, served at `/metrics`.
 //!
-//! | metric | type | labels |
-//! |---|---|---|
-//! | `wasmgpu_rounds_total` | counter | |
-//! | `wasmgpu_decisions_total` | counter | `policy`, `outcome` (`accepted`, `waiting`, `rejected`, `refused`) |
-//! | `wasmgpu_pods_bound_total` | counter | |
-//! | `wasmgpu_policy_call_seconds` | histogram | `policy` |
-//! | `wasmgpu_policy_failures_total` | counter | `policy`, `kind` (`trap`, `out-of-fuel`, `deadline`, …) |
-//! | `wasmgpu_policy_loads_total` | counter | `policy`, `result` (`loaded`, `rejected`) |
-//! | `wasmgpu_component_pulls_total` | counter | `policy`, `result` (`registry`, `disk`, `memory`: where it came from; else why not: `not-found`, `unauthorized`, `unreachable`, `tls`, `too-large`, `digest-mismatch`, `pull-secret`, …) |
-//! | `wasmgpu_gpus` | gauge | `node`, `model`, `state` (`allocated`, `free`, `unhealthy`) |
-//! | `wasmgpu_leader` | gauge | 1 while this replica leads |
-//! | `wasmgpu_api_writes_total` | counter | `kind` (`binding`, `annotation`, `ledger`, `finalizer`, `status`, `event`), `result` (`ok`, an HTTP status code, `timeout`, `error`) |
-//! | `wasmgpu_round_phase_seconds` | histogram | `phase` (`snapshot`, `policy-call`, `validation`, `writes`) |
-//! | `wasmgpu_binding_seconds` | histogram | | from a decision's validation to its binding's answer |
-//! | `wasmgpu_watch_connected` | gauge | `kind`: 1 while its last list or watch succeeded |
-//! | `wasmgpu_watch_failures_total` | counter | `kind` |
-//! | `wasmgpu_shadow_placements_total` | counter | `shadow`, `primary`, `outcome` (`same`, `same-node-other-gpus`, `other-node`, `primary-only`, `shadow-only`, `refused`) |
-//! | `wasmgpu_shadow_rounds_total` | counter | `shadow`, `primary`, `result` (`compared`, `failed`, `skipped`: its previous call still ran) |
-//! | `wasmgpu_shadow_call_seconds` | histogram | `shadow`, `primary` |
+//! docs/CONTROLLER.md#metrics lists every metric with its labels;
+//! `host/tests/docs.rs` compares that list with [`Metrics::names`] (every
+//! metric registered) and fails when the two differ.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use crate::index::GpuState;
 
@@ -104,10 +89,39 @@ struct GpuLabels {
     state: &'static str,
 }
 
+/// The prefix of every metric's name.
+const PREFIX: &str = "wasmgpu";
+
+/// Registers metrics and remembers the name each is scraped under.
+struct Registrar {
+    registry: Registry,
+    names: Vec<String>,
+}
+
+impl Registrar {
+    fn new(registry: Registry) -> Self {
+        Self {
+            registry,
+            names: Vec::new(),
+        }
+    }
+
+    fn register(&mut self, name: &str, help: &str, metric: impl Metric) {
+        let suffix = match metric.metric_type() {
+            MetricType::Counter => "_total",
+            _ => "",
+        };
+        self.names.push(format!("{PREFIX}_{name}{suffix}"));
+        self.registry.register(name, help, metric);
+    }
+}
+
 /// The controller's metrics. Cheap to clone; all clones count together.
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
+    /// Every metric registered, as scraped: `wasmgpu_rounds_total`.
+    names: Arc<[String]>,
     rounds: Counter,
     decisions: Family<OutcomeLabels, Counter>,
     pods_bound: Counter,
@@ -139,7 +153,7 @@ impl Default for Metrics {
 impl Metrics {
     /// Every metric, registered and at zero.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("wasmgpu");
+        let mut registry = Registrar::new(Registry::with_prefix(PREFIX));
         let rounds = Counter::default();
         registry.register("rounds", "Scheduling rounds run", rounds.clone());
         let decisions = Family::<OutcomeLabels, Counter>::default();
@@ -243,7 +257,8 @@ impl Metrics {
             shadow_call.clone(),
         );
         Self {
-            registry: Arc::new(registry),
+            names: registry.names.into(),
+            registry: Arc::new(registry.registry),
             shadow_placements,
             shadow_rounds,
             shadow_call,
@@ -263,6 +278,13 @@ impl Metrics {
             watch_failures,
             events_unsent,
         }
+    }
+
+    /// The name of every metric, as scraped (counters with `_total`),
+    /// whether or not it has a sample yet (a family without one is not
+    /// encoded).
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// The metrics in the Prometheus text format.
@@ -492,5 +514,50 @@ mod tests {
         }]);
         let text = metrics.encode();
         assert!(!text.contains("state=\"free\""), "{text}");
+    }
+
+    /// The names of [`Metrics::names`] are those the registry encodes,
+    /// once every metric has a sample.
+    #[test]
+    fn names_are_those_the_registry_encodes() {
+        let metrics = Metrics::new();
+        metrics.round();
+        metrics.decisions("binpack", "accepted", 1);
+        metrics.pods_bound(1);
+        metrics.policy_call("binpack", Duration::from_millis(1));
+        metrics.policy_failure("binpack", "trap");
+        metrics.policy_load("binpack", "loaded");
+        metrics.component_pull("binpack", "registry");
+        metrics.gpus(&[GpuState {
+            node: "n1".into(),
+            model: "H100".into(),
+            state: "free",
+            count: 1,
+        }]);
+        metrics.leader(true);
+        metrics.write("binding", "ok");
+        metrics.phase("snapshot", Duration::from_micros(10));
+        metrics.binding(Duration::from_millis(3));
+        metrics.watch_connected("Pod", true);
+        metrics.watch_failure("Pod");
+        metrics.event_unsent("Allocated", "rate-limited");
+        metrics.shadow_placements("spread", "binpack", "same", 1);
+        metrics.shadow_round("spread", "binpack", "compared");
+        metrics.shadow_call("spread", "binpack", Duration::from_millis(1));
+        let text = metrics.encode();
+        let encoded: std::collections::BTreeSet<String> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|rest| rest.split_once(' '))
+            .map(|(name, kind)| match kind {
+                "counter" => format!("{name}_total"),
+                _ => name.to_string(),
+            })
+            .collect();
+        let names: std::collections::BTreeSet<String> = metrics.names().iter().cloned().collect();
+        assert_eq!(
+            names, encoded,
+            "a metric without a sample here is not encoded: give each new metric one in this test"
+        );
     }
 }

@@ -59,6 +59,7 @@ use kube::{Api, Client};
 
 pub use apply::{FIELD_MANAGER, WriteSettings};
 pub use configmaps::fingerprint;
+pub use events::Reason;
 pub use leader::{Leadership, LeaseConfig};
 pub use metrics::Metrics;
 pub use payload::{ComponentSource, MAX_POLICY_BYTES, Payload, RejectError, canary_snapshot};

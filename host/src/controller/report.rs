@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::events::{EventSink, gpuresource_ref, pod_ref};
+use super::events::{EventSink, Reason, gpuresource_ref, pod_ref};
 use super::metrics::Metrics;
 use super::status::StatusWriter;
 use super::watch::Shared;
@@ -28,7 +28,7 @@ pub struct RoundOutcome {
     pub decided: HashSet<ObjectKey>,
     /// GPUResources whose policy is missing, failed, or made a decision the
     /// host refused: `(reason, message)`.
-    pub policy_errors: HashMap<ObjectKey, (&'static str, String)>,
+    pub policy_errors: HashMap<ObjectKey, (Reason, String)>,
 }
 
 /// The status a GPUResource should show.
@@ -50,7 +50,7 @@ pub struct Reporter {
     status: StatusWriter,
     /// The GPU gauges are set from the same reading as the status.
     metrics: Metrics,
-    key_to_policy_error: HashMap<ObjectKey, (&'static str, String)>,
+    key_to_policy_error: HashMap<ObjectKey, (Reason, String)>,
     /// Problems reported last round: a problem gets an Event when it
     /// appears, not every round.
     reported: HashSet<String>,
@@ -164,7 +164,7 @@ impl Reporter {
                 };
                 tracing::info!(%message, "Problem");
                 self.events
-                    .warning(reference, problem.reason(), "Allocate", message.clone());
+                    .warning(reference, Reason::of(problem), "Allocate", message.clone());
             }
             reported.insert(message);
         }
@@ -185,7 +185,7 @@ impl Reporter {
                 tracing::warn!(pod = %held.pod, gpu = %held.gpu, node = %held.node, reason = %held.reason, "A held GPU is unhealthy");
                 self.events.warning(
                     pod_ref(&held.pod, Some(&held.uid)),
-                    "GPUUnhealthy",
+                    Reason::GpuUnhealthy,
                     "Allocate",
                     message,
                 );
@@ -319,7 +319,7 @@ impl Reporter {
             conditions.push((
                 conditions::POLICY_ERROR,
                 true,
-                (*reason).to_string(),
+                reason.as_str().to_string(),
                 message.clone(),
             ));
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::apply::Applier;
-use super::events::{EventSink, pod_ref};
+use super::events::{EventSink, Reason, pod_ref};
 use super::metrics::Metrics;
 use super::policies::{ActivePolicy, Policies};
 use super::report::{Reporter, RoundOutcome};
@@ -164,7 +164,7 @@ impl Rounds {
                 for resource in resources_of(&snapshot) {
                     outcome
                         .policy_errors
-                        .insert(resource, ("PolicyNotFound", message.clone()));
+                        .insert(resource, (Reason::PolicyNotFound, message.clone()));
                 }
                 continue;
             };
@@ -249,7 +249,7 @@ impl Rounds {
                         for resource in resources {
                             outcome
                                 .policy_errors
-                                .insert(resource, ("PolicyFailed", message.clone()));
+                                .insert(resource, (Reason::PolicyFailed, message.clone()));
                         }
                         return 0;
                     }
@@ -295,12 +295,12 @@ impl Rounds {
                 outcome.decided.remove(&resource);
                 outcome
                     .policy_errors
-                    .insert(resource, ("DecisionRefused", message.clone()));
+                    .insert(resource, (Reason::DecisionRefused, message.clone()));
             }
             let uid = self.shared.index().pod_uid(&pod).map(str::to_string);
             self.events.warning(
                 pod_ref(&pod, uid.as_deref()),
-                "DecisionRefused",
+                Reason::DecisionRefused,
                 "Allocate",
                 message,
             );
@@ -313,7 +313,7 @@ impl Rounds {
             let uid = self.shared.index().pod_uid(&pod).map(str::to_string);
             self.events.warning(
                 pod_ref(&pod, uid.as_deref()),
-                "PolicyRejected",
+                Reason::PolicyRejected,
                 "Allocate",
                 format!(
                     "policy {} says the pod cannot be placed as requested: {}",
@@ -361,7 +361,7 @@ impl Rounds {
             let uid = self.shared.index().pod_uid(&pod).map(str::to_string);
             self.events.normal(
                 pod_ref(&pod, uid.as_deref()),
-                "GangWaiting",
+                Reason::GangWaiting,
                 "Allocate",
                 wait.reason.clone(),
             );
