@@ -95,7 +95,7 @@ pub(crate) struct RunOutput {
     /// Its decisions, in its order, each with the host's verdict.
     pub decisions: Vec<DecisionOutput>,
     /// The decisions, counted.
-    pub summary: Summary,
+    pub summary: DecisionCounts,
     /// Each gang of the snapshot and what the round did with it.
     pub gangs: Vec<GangOutcome>,
     /// What each namespace with pending pods or holdings holds before the
@@ -312,7 +312,7 @@ pub(crate) fn decisions(
 /// The decisions of a round, counted.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Summary {
+pub(crate) struct DecisionCounts {
     /// Valid assignments.
     pub assigned: usize,
     /// Valid waits.
@@ -325,10 +325,10 @@ pub(crate) struct Summary {
     pub not_mentioned: usize,
 }
 
-impl Summary {
+impl DecisionCounts {
     pub(crate) fn of(snapshot: &Snapshot, decisions: &[Decision], verdict: &Verdict) -> Self {
         let named: HashSet<u32> = decisions.iter().map(Decision::pod).collect();
-        Summary {
+        DecisionCounts {
             assigned: verdict.accepted.len(),
             waiting: verdict.waiting.len(),
             rejected: verdict.rejected.len(),
@@ -512,7 +512,7 @@ pub(crate) struct ComparedPolicy {
     /// Its decisions, each with the host's verdict.
     pub decisions: Vec<DecisionOutput>,
     /// The decisions, counted.
-    pub summary: Summary,
+    pub summary: DecisionCounts,
     /// Distinct nodes its valid assignments use.
     pub nodes_used: usize,
 }
@@ -625,7 +625,7 @@ mod tests {
                 {"kind": "wait", "pod": "ns/y", "reason": "later", "verdict": "valid"},
             ])
         );
-        let summary = serde_json::to_value(Summary::of(&snap, &decided, &verdict)).unwrap();
+        let summary = serde_json::to_value(DecisionCounts::of(&snap, &decided, &verdict)).unwrap();
         assert_eq!(
             summary,
             serde_json::json!({"assigned": 1, "waiting": 1, "rejected": 0, "refused": 1, "notMentioned": 1})

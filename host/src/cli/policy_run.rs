@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use super::output::{
-    BenchOutput, CompareOutput, ComparedPolicy, DecisionBody, DecisionOutput, GangOutcome,
-    NamespaceHoldings, Phase, Phases, PolicyRef, RunOutput, SnapshotSummary, Stats, Summary,
+    BenchOutput, CompareOutput, ComparedPolicy, DecisionBody, DecisionCounts, DecisionOutput,
+    GangOutcome, NamespaceHoldings, Phase, Phases, PolicyRef, RunOutput, SnapshotSummary, Stats,
     VerdictKind, decisions,
 };
 use super::output_format::Output;
@@ -36,7 +36,7 @@ pub(crate) fn run(
         policy: PolicyRef::of(policy),
         snapshot: SnapshotSummary::of(snapshot),
         decisions: decisions(snapshot, &round.decisions, &verdict),
-        summary: Summary::of(snapshot, &round.decisions, &verdict),
+        summary: DecisionCounts::of(snapshot, &round.decisions, &verdict),
         gangs: GangOutcome::of(snapshot, &verdict),
         namespaces: NamespaceHoldings::of(snapshot, &verdict),
         stats: Stats::of(&round.stats, validated),
@@ -191,7 +191,7 @@ pub(crate) fn compare(
         policies.push(ComparedPolicy {
             policy: PolicyRef::of(policy),
             decisions: decisions(snapshot, &round.decisions, &verdict),
-            summary: Summary::of(snapshot, &round.decisions, &verdict),
+            summary: DecisionCounts::of(snapshot, &round.decisions, &verdict),
             nodes_used: nodes_used(&verdict),
         });
     }

@@ -36,7 +36,7 @@ use tokio::task::JoinSet;
 use super::events::{EventSink, Reason, pod_ref};
 use super::metrics::Metrics;
 use super::policies::ActivePolicy;
-use super::watch::Shared;
+use super::watch::WatchedIndex;
 use crate::api::{
     Allocation, Device, GANG_RESERVATION_ANNOTATION, GPUResource, GangReservation, PodAllocation,
     PodGroup, RELEASE_FINALIZER, ReservedMember, Sharing,
@@ -95,7 +95,7 @@ impl StatusApi {
 /// What binding tasks share.
 struct Writer {
     client: Client,
-    shared: Arc<Shared>,
+    shared: Arc<WatchedIndex>,
     events: EventSink,
     metrics: Metrics,
     timeout: Duration,
@@ -132,7 +132,7 @@ impl Applier {
     /// An applier writing through `client`.
     pub fn new(
         client: Client,
-        shared: Arc<Shared>,
+        shared: Arc<WatchedIndex>,
         events: EventSink,
         metrics: Metrics,
         settings: WriteSettings,

@@ -34,7 +34,7 @@ use super::payload::{ComponentSource, Payload, RejectError, shadow_of};
 use super::policies::Policies;
 use super::recorder::{Recorder, parse_keep};
 use super::registry::Puller;
-use super::watch::{Shared, Sink, follow};
+use super::watch::{Sink, WatchedIndex, follow};
 use crate::api::policy::{
     COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_SELECTOR, PULL_SECRET_ANNOTATION,
     PolicyStatus, RECORD_ROUNDS_ANNOTATION, SHADOW_OF_ANNOTATION, SHADOW_STATUS_ANNOTATION,
@@ -91,7 +91,7 @@ pub(super) struct Loader {
     pub(super) api: Api<ConfigMap>,
     pub(super) engine: Arc<Engine>,
     pub(super) policies: Arc<Policies>,
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: Arc<WatchedIndex>,
     pub(super) events: EventSink,
     /// The inputs last tried per name.
     pub(super) name_to_tried: HashMap<String, Digest>,

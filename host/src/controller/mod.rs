@@ -45,6 +45,7 @@ mod report;
 mod round;
 mod shadows;
 mod status;
+mod wanted_status;
 mod watch;
 
 use std::collections::HashMap;
@@ -78,7 +79,7 @@ use report::Reporter;
 use round::Rounds;
 use shadows::Shadows;
 use status::StatusWriter;
-use watch::{Shared, feed};
+use watch::{WatchedIndex, feed};
 
 /// How the controller runs.
 #[derive(Clone, Debug)]
@@ -141,7 +142,7 @@ pub async fn run(
         .with_context(|| format!("cannot make a client for the API server at {server}"))?;
     let engine = Arc::new(Engine::new(config.limits.clone())?);
     let policies = Policies::new(PolicySet::from_files(&engine, &config.policies)?);
-    let shared = Shared::new(Index::new(config.default_policy.clone()));
+    let shared = WatchedIndex::new(Index::new(config.default_policy.clone()));
     let metrics = Metrics::new();
     let leadership = match &config.lease {
         Some(lease) => Leadership::elect(client.clone(), lease).await?,

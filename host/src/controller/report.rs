@@ -10,7 +10,8 @@ use k8s_openapi::jiff::Timestamp;
 use super::events::{EventSink, Reason, gpuresource_ref, pod_ref};
 use super::metrics::Metrics;
 use super::status::StatusWriter;
-use super::watch::Shared;
+use super::wanted_status::WantedStatus;
+use super::watch::WatchedIndex;
 use crate::api::{Phase, conditions};
 use crate::index::{
     ObjectKey, OutdatedHoldings, PodCounts, Problem, ResourceView, RoundReport, Subject,
@@ -31,19 +32,9 @@ pub struct RoundOutcome {
     pub policy_errors: HashMap<ObjectKey, (Reason, String)>,
 }
 
-/// The status a GPUResource should show.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Summary {
-    pub phase: Phase,
-    pub counts: PodCounts,
-    pub observed_generation: Option<i64>,
-    /// `(type, status, reason, message)`.
-    pub conditions: Vec<(&'static str, bool, String, String)>,
-}
-
 /// Decides the status of each GPUResource and the Events of problems.
 pub struct Reporter {
-    shared: Arc<Shared>,
+    shared: Arc<WatchedIndex>,
     events: EventSink,
     /// Writes the status each GPUResource should show, off the round's
     /// path.
@@ -64,7 +55,7 @@ pub struct Reporter {
 impl Reporter {
     /// A reporter of what `shared` holds; status is written by `status`.
     pub fn new(
-        shared: Arc<Shared>,
+        shared: Arc<WatchedIndex>,
         events: EventSink,
         status: StatusWriter,
         metrics: Metrics,
@@ -202,7 +193,7 @@ impl Reporter {
         problems: &[Problem],
         unhealthy: &[&UnhealthyHolding],
         outdated: Option<&OutdatedHoldings>,
-    ) -> Summary {
+    ) -> WantedStatus {
         let unsatisfiable = problems.iter().find_map(|p| match p {
             Problem::Unsatisfiable {
                 resource, reason, ..
@@ -323,7 +314,7 @@ impl Reporter {
                 message.clone(),
             ));
         }
-        Summary {
+        WantedStatus {
             phase,
             counts,
             observed_generation: view.generation,

@@ -10,7 +10,7 @@ use super::metrics::Metrics;
 use super::policies::{ActivePolicy, Policies};
 use super::report::{Reporter, RoundOutcome};
 use super::shadows::Shadows;
-use super::watch::Shared;
+use super::watch::WatchedIndex;
 use crate::engine::types::Snapshot;
 use crate::index::{ObjectKey, RoundStart};
 use crate::validate::validate;
@@ -34,7 +34,7 @@ pub struct Rounds {
     /// that no round sees GPUs free that bound pods hold, or misses a
     /// policy.
     pub(super) watched_kinds: usize,
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: Arc<WatchedIndex>,
     pub(super) applier: Applier,
     pub(super) reporter: Reporter,
     pub(super) events: EventSink,

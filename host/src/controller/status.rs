@@ -26,7 +26,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use super::apply::StatusApi;
-use super::report::Summary;
+use super::wanted_status::WantedStatus;
 use crate::index::ObjectKey;
 
 /// Queues GPUResource statuses; one task writes them. Dropping it stops
@@ -48,9 +48,9 @@ struct State {
     /// What the API server holds, as this controller last wrote it, with
     /// the conditions written (their transition times are kept while their
     /// status does not change).
-    written: HashMap<ObjectKey, (Summary, Vec<Condition>)>,
+    written: HashMap<ObjectKey, (WantedStatus, Vec<Condition>)>,
     /// To write next, newest only.
-    queued: HashMap<ObjectKey, Summary>,
+    queued: HashMap<ObjectKey, WantedStatus>,
 }
 
 // === impl StatusWriter ===
@@ -65,7 +65,7 @@ impl StatusWriter {
 
     /// Asks for `summary` to be the status of `key`: queued unless it is
     /// what the server holds already.
-    pub fn want(&self, key: &ObjectKey, summary: Summary) {
+    pub fn want(&self, key: &ObjectKey, summary: WantedStatus) {
         let mut state = self.shared.state();
         if state.written.get(key).map(|(s, _)| s) == Some(&summary) {
             state.queued.remove(key);
@@ -104,7 +104,7 @@ async fn write_queued(queue: Arc<Queue>, api: StatusApi) {
     loop {
         queue.wake.notified().await;
         loop {
-            let batch: Vec<(ObjectKey, Summary, Vec<Condition>)> = {
+            let batch: Vec<(ObjectKey, WantedStatus, Vec<Condition>)> = {
                 let mut state = queue.state();
                 let queued = std::mem::take(&mut state.queued);
                 queued
@@ -162,7 +162,7 @@ async fn write_queued(queue: Arc<Queue>, api: StatusApi) {
 }
 
 /// The status patch of `summary`.
-fn patch(summary: &Summary, conditions: &[Condition]) -> serde_json::Value {
+fn patch(summary: &WantedStatus, conditions: &[Condition]) -> serde_json::Value {
     json!({
         "status": {
             "phase": summary.phase,
@@ -177,7 +177,7 @@ fn patch(summary: &Summary, conditions: &[Condition]) -> serde_json::Value {
 
 /// The summary's conditions, keeping the transition time of those whose
 /// status did not change.
-fn to_conditions(summary: &Summary, previous: &[Condition]) -> Vec<Condition> {
+fn to_conditions(summary: &WantedStatus, previous: &[Condition]) -> Vec<Condition> {
     let now = Time(Timestamp::now());
     summary
         .conditions

@@ -28,7 +28,7 @@ use super::connection::Link;
 use crate::index::{Index, IndexResource};
 
 /// The index, and the signals around it that rounds wait on.
-pub struct Shared {
+pub struct WatchedIndex {
     index: Mutex<Index>,
     /// Something in the index changed: a round may have work.
     pub changed: Notify,
@@ -36,9 +36,9 @@ pub struct Shared {
     listed: watch::Sender<usize>,
 }
 
-// === impl Shared ===
+// === impl WatchedIndex ===
 
-impl Shared {
+impl WatchedIndex {
     /// Wraps an empty index.
     pub fn new(index: Index) -> Arc<Self> {
         Arc::new(Self {
@@ -82,7 +82,7 @@ pub trait Sink<K>: Send {
 pub async fn feed<K>(
     api: Api<K>,
     config: watcher::Config,
-    shared: Arc<Shared>,
+    shared: Arc<WatchedIndex>,
     link: Link,
 ) -> &'static str
 where
@@ -94,7 +94,7 @@ where
 }
 
 /// The index as a [`Sink`]: every change wakes the rounds.
-struct IndexSink(Arc<Shared>);
+struct IndexSink(Arc<WatchedIndex>);
 
 impl<K> Sink<K> for IndexSink
 where
@@ -123,7 +123,7 @@ where
 pub async fn follow<K, S>(
     api: Api<K>,
     config: watcher::Config,
-    shared: Arc<Shared>,
+    shared: Arc<WatchedIndex>,
     mut link: Link,
     mut sink: S,
 ) -> &'static str
