@@ -9,6 +9,10 @@
 //! metric registered), the reasons the agent's source names, and the rules
 //! of `deploy/rbac/*.yaml`. A failure says which name is missing where, and
 //! which file to fix. No API server.
+//!
+//! And the pages hold together: the README's policy is the SDK's compiled
+//! example, the install command reads the same everywhere it is shown, and
+//! every link between the pages (anchors included) leads somewhere.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -140,15 +144,21 @@ fn name_of(cell: &str, file: &str) -> String {
         .unwrap_or_else(|| panic!("{file}: the cell {cell:?} names nothing in `backticks`"))
 }
 
-/// The README bullet that starts with `* **{title}**`, up to the next
-/// bullet or blank line.
-fn readme_bullet(title: &str) -> String {
-    let readme = read("README.md");
+/// The page that lists, in bullets, what an operator watches.
+const OPERATING: &str = "docs/OPERATING.md";
+
+/// The bullet of docs/OPERATING.md's `## Watching it` that starts with
+/// `* **{title}**`, up to the next bullet or blank line.
+fn operating_bullet(title: &str) -> String {
+    let doc = read(OPERATING);
+    let lines = section(&doc, OPERATING, "## Watching it");
     let start = format!("* **{title}**");
-    let mut lines = readme.lines().skip_while(|line| !line.starts_with(&start));
+    let mut lines = lines
+        .into_iter()
+        .skip_while(|line| !line.starts_with(&start));
     let first = lines
         .next()
-        .unwrap_or_else(|| panic!("README.md has no bullet starting `{start}`"));
+        .unwrap_or_else(|| panic!("{OPERATING} (## Watching it) has no bullet starting `{start}`"));
     let rest = lines.take_while(|line| line.starts_with("  "));
     std::iter::once(first)
         .chain(rest)
@@ -276,27 +286,27 @@ fn the_agent_events_table_lists_every_reason_the_device_plugin_sends() {
 }
 
 #[test]
-fn the_readme_names_only_events_that_are_sent() {
+fn the_operating_page_names_only_events_that_are_sent() {
     let sent: BTreeSet<String> = controller_reasons()
         .into_iter()
         .chain(device_plugin_reasons())
         .collect();
-    let bullet = readme_bullet("Events");
+    let bullet = operating_bullet("Events");
     let named: BTreeSet<String> = code_spans(&bullet)
         .into_iter()
         .filter(|span| span.starts_with(|c: char| c.is_ascii_uppercase()))
         .collect();
     assert!(
         named.len() >= 5,
-        "read {named:?} from README.md's Events bullet"
+        "read {named:?} from the Events bullet of {OPERATING}"
     );
     assert_none(
         named
             .difference(&sent)
             .map(|name| {
                 format!(
-                    "README.md (Operating, Events) names Event reason `{name}`, which nothing \
-                     sends: remove it (every reason sent is in docs/CONTROLLER.md and \
+                    "{OPERATING} (Watching it, Events) names Event reason `{name}`, which \
+                     nothing sends: remove it (every reason sent is in docs/CONTROLLER.md and \
                      docs/AGENT.md)"
                 )
             })
@@ -402,12 +412,13 @@ fn every_other_list_of_conditions_is_complete() {
         missing_condition("GPUNode", "ON_GPUNODE", &place),
         unknown_condition("GPUNode", "ON_GPUNODE", &place),
     ));
-    // README.md's Conditions bullet (its links name files, in lower case).
-    let named: BTreeSet<String> = code_spans(&readme_bullet("Conditions"))
+    // The Conditions bullet of the operating page (its links name files, in
+    // lower case).
+    let named: BTreeSet<String> = code_spans(&operating_bullet("Conditions"))
         .into_iter()
         .filter(|span| span.starts_with(|c: char| c.is_ascii_uppercase()))
         .collect();
-    let place = "README.md's Conditions bullet (Operating)";
+    let place = "the Conditions bullet of docs/OPERATING.md (## Watching it)";
     problems.extend(differences(
         &gpuresource,
         &named,
@@ -706,6 +717,182 @@ fn the_controller_help_says_where_an_allocation_is_recorded() {
     assert_none(problems);
 }
 
+// === The pages together ===
+
+/// The body of each fenced block of `doc` whose info string is `lang`.
+fn fenced_blocks(doc: &str, lang: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    // Inside a fence: its lines so far when it is a `lang` block.
+    let mut inside: Option<Option<Vec<&str>>> = None;
+    for line in doc.lines() {
+        let fence = line.trim_start().strip_prefix("```");
+        match (inside.take(), fence) {
+            (None, Some(info)) => inside = Some((info.trim() == lang).then(Vec::new)),
+            (None, None) => {}
+            (Some(body), Some(_)) => blocks.extend(body.map(|body| body.join("\n"))),
+            (Some(mut body), None) => {
+                if let Some(body) = body.as_mut() {
+                    body.push(line);
+                }
+                inside = Some(body);
+            }
+        }
+    }
+    blocks
+}
+
+/// The README's policy is the example of the SDK's crate docs, which its
+/// doctests compile and run: the first page shows code of the SDK as it is.
+#[test]
+fn the_readme_policy_is_the_sdk_example_its_doctests_compile() {
+    let readme = read("README.md");
+    let blocks = fenced_blocks(&readme, "rust");
+    assert_eq!(
+        blocks.len(),
+        1,
+        "README.md should show one rust block, the policy"
+    );
+    let sdk = "policies/sdk/src/lib.rs";
+    let docs: String = read(sdk)
+        .lines()
+        .filter_map(|line| line.strip_prefix("//!"))
+        .map(|line| line.strip_prefix(' ').unwrap_or(line))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let example = fenced_blocks(&docs, "")
+        .into_iter()
+        .find(|block| block.contains("export_policy!"))
+        .unwrap_or_else(|| panic!("{sdk}: no example in the crate docs exports a policy"));
+    assert!(
+        example.contains(&blocks[0]),
+        "README.md's policy is not the example of the crate docs of {sdk} (which \
+         `cargo test -p wasmgpu-policy-sdk --doc` compiles): copy it from there, or change \
+         both\n--- README.md:\n{}\n--- {sdk}:\n{example}",
+        blocks[0]
+    );
+}
+
+/// The first line of the first `sh` block under `## Installing`, as
+/// host/tests/deploy.rs reads it from the README.
+fn install_command(file: &str) -> String {
+    let doc = read(file);
+    let section = doc
+        .split("\n## Installing\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{file} has no `## Installing` section"));
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{file}: `## Installing` has no sh block"));
+    block.lines().next().unwrap_or_default().to_string()
+}
+
+/// host/tests/deploy.rs runs the README's install command; the operating
+/// page shows the same line.
+#[test]
+fn the_install_command_is_the_same_everywhere_it_is_shown() {
+    assert_eq!(
+        install_command(OPERATING),
+        install_command("README.md"),
+        "{OPERATING} (## Installing) shows another install command than README.md, whose \
+         line host/tests/deploy.rs runs: make them the same"
+    );
+}
+
+/// A heading's anchor as GitHub makes it: lower case, punctuation dropped,
+/// spaces as `-`, a repeated one numbered.
+fn anchors(doc: &str) -> BTreeSet<String> {
+    let mut seen = BTreeMap::<String, usize>::new();
+    let mut anchors = BTreeSet::new();
+    for (line, is_heading) in prose_lines(doc) {
+        if !is_heading {
+            continue;
+        }
+        let text = line.trim_start_matches('#').trim();
+        let slug: String = text
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let count = seen.entry(slug.clone()).or_default();
+        anchors.insert(match *count {
+            0 => slug.clone(),
+            n => format!("{slug}-{n}"),
+        });
+        *count += 1;
+    }
+    anchors
+}
+
+/// The target of every `[text](target)` in the prose of `doc`.
+fn link_targets(doc: &str) -> Vec<String> {
+    let mut targets = Vec::new();
+    for (line, _) in prose_lines(doc) {
+        // Outside code spans only.
+        let plain: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+        let mut rest = plain.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let end = after.find(')').unwrap_or(after.len());
+            targets.push(after[..end].to_string());
+            rest = &after[end..];
+        }
+    }
+    targets
+}
+
+/// Every link of README.md and docs/*.md to a file of the repository
+/// leads to one, and every anchor to a heading of its page.
+#[test]
+fn every_link_between_the_pages_leads_somewhere() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = vec!["README.md".to_string()];
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        let name = entry.expect("docs/ entry").file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".md") {
+            files.push(format!("docs/{name}"));
+        }
+    }
+    files.sort();
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    for file in &files {
+        let doc = read(file);
+        let dir = Path::new(file).parent().expect("a file in a directory");
+        for target in link_targets(&doc) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = match target.split_once('#') {
+                Some((path, anchor)) => (path, Some(anchor)),
+                None => (target.as_str(), None),
+            };
+            let linked = if path.is_empty() {
+                file.clone()
+            } else {
+                dir.join(path).to_string_lossy().into_owned()
+            };
+            if !root.join(&linked).exists() {
+                problems.push(format!("{file} links to `{target}`: there is no {linked}"));
+                continue;
+            }
+            if let Some(anchor) = anchor {
+                if !anchors(&read(&linked)).contains(anchor) {
+                    problems.push(format!(
+                        "{file} links to `{target}`: {linked} has no heading whose anchor is \
+                         `#{anchor}`"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(checked >= 50, "found only {checked} links in {files:?}");
+    assert_none(problems);
+}
+
 // === The checks themselves ===
 
 #[test]
@@ -732,6 +919,25 @@ fn a_missing_row_is_reported_with_its_fix() {
     assert_eq!(
         verbs_of("get, list, patch (phase, counts; an earlier version's ledger)"),
         strings(&["get", "list", "patch"])
+    );
+}
+
+#[test]
+fn anchors_and_links_are_read_as_github_does() {
+    let doc = "# Policies\n## Failure at run time: `--on-policy-failure`\n```sh\n# not a heading\n```\n\
+               ## Measured (2026-12-01, 2-core)\n## Measured (2026-12-01, 2-core)\n";
+    assert_eq!(
+        anchors(doc),
+        strings(&[
+            "policies",
+            "failure-at-run-time---on-policy-failure",
+            "measured-2026-12-01-2-core",
+            "measured-2026-12-01-2-core-1",
+        ])
+    );
+    assert_eq!(
+        link_targets("See [`docs/API.md`](docs/API.md#conditions) and [x](../a.md), not `[y](z)`."),
+        ["docs/API.md#conditions", "../a.md"]
     );
 }
 
