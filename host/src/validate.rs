@@ -443,4 +443,30 @@ mod tests {
             }]
         );
     }
+
+    proptest::proptest! {
+        /// At the integer limits too: a gang's assignments are kept exactly
+        /// when the members bound and placed reach `min_member`.
+        #[test]
+        fn a_gangs_assignments_are_kept_exactly_when_it_reaches_min_member(
+            bound in proptest::prop_oneof![0u32..4, (u32::MAX - 4)..=u32::MAX],
+            min_member in proptest::prop_oneof![1u32..6, (u32::MAX - 4)..=u32::MAX],
+            placed in 1u32..=2,
+        ) {
+            let mut snap = snapshot(
+                vec![node("a", 2, "NVIDIA H100", 81920)],
+                (0..placed)
+                    .map(|i| request(&format!("ns/w-{i}"), 1, S::Exclusive, 0))
+                    .collect(),
+            );
+            let members: Vec<u32> = (0..placed).collect();
+            gang(&mut snap, "ns/train", min_member, &members);
+            snap.gangs[0].bound = bound;
+            let decisions: Vec<Decision> = (0..placed).map(|i| assign(i, 0, &[i])).collect();
+            let verdict = validate(&snap, &decisions);
+            let reaches = u64::from(bound) + u64::from(placed) >= u64::from(min_member);
+            proptest::prop_assert_eq!(verdict.accepted.len(), if reaches { placed as usize } else { 0 });
+            proptest::prop_assert_eq!(verdict.held_back.len(), if reaches { 0 } else { placed as usize });
+        }
+    }
 }

@@ -172,30 +172,65 @@ impl Lcg {
     }
 }
 
+/// A node of the test's namespace with 8 GPUs, its agent serving the
+/// device plugin and registered with the test's kubelet.
+struct GpuNode {
+    node: String,
+    /// Unix socket paths are short (108 bytes): a directory of its own in
+    /// /tmp, removed when dropped.
+    dir: tempfile::TempDir,
+    plugin_dir: PathBuf,
+    inventory_file: PathBuf,
+    kubelet: Kubelet,
+    agent: Agent,
+    registration: wasmgpu::agent::deviceplugin::proto::RegisterRequest,
+}
+
+impl GpuNode {
+    async fn start(ctx: &TestContext) -> Result<Self> {
+        common::install_crds(ctx).await?;
+        let node = format!("{}-n1", ctx.namespace);
+        FakeNode::new(&node)
+            .label(GROUP_LABEL, &ctx.namespace)
+            .create(&ctx.client)
+            .await?;
+        let dir = tempfile::Builder::new().prefix("wgdp").tempdir_in("/tmp")?;
+        let plugin_dir = dir.path().join("device-plugins");
+        std::fs::create_dir(&plugin_dir)?;
+        let inventory_file = dir.path().join("inventory.json");
+        std::fs::write(&inventory_file, inventory(&node, None).to_string())?;
+        let mut kubelet = Kubelet::start(&plugin_dir)?;
+        let agent = Agent::start(ctx, &node, &inventory_file, &plugin_dir).await?;
+        let registration = kubelet
+            .registration(Duration::from_secs(30))
+            .await
+            .with_context(|| agent.log())?;
+        Ok(Self {
+            node,
+            dir,
+            plugin_dir,
+            inventory_file,
+            kubelet,
+            agent,
+            registration,
+        })
+    }
+}
+
 #[tokio::test]
 async fn the_kubelet_gets_exactly_the_policys_gpus_through_the_device_plugin() -> Result<()> {
     let _turn = support::exclusive().await;
     let ctx = TestContext::new("devplugin").await?;
-    common::install_crds(&ctx).await?;
-    let node = format!("{}-n1", ctx.namespace);
-    FakeNode::new(&node)
-        .label(GROUP_LABEL, &ctx.namespace)
-        .create(&ctx.client)
-        .await?;
-    // Unix socket paths are short (108 bytes): a directory of its own in /tmp.
-    let dir = tempfile::Builder::new().prefix("wgdp").tempdir_in("/tmp")?;
-    let plugin_dir = dir.path().join("device-plugins");
-    std::fs::create_dir(&plugin_dir)?;
-    let inventory_file = dir.path().join("inventory.json");
-    std::fs::write(&inventory_file, inventory(&node, None).to_string())?;
-
     // Registration: the agent finds the kubelet's socket and registers.
-    let mut kubelet = Kubelet::start(&plugin_dir)?;
-    let agent = Agent::start(&ctx, &node, &inventory_file, &plugin_dir).await?;
-    let registration = kubelet
-        .registration(Duration::from_secs(30))
-        .await
-        .with_context(|| agent.log())?;
+    let GpuNode {
+        node,
+        dir: _dir,
+        plugin_dir,
+        inventory_file,
+        kubelet,
+        agent,
+        registration,
+    } = GpuNode::start(&ctx).await?;
     assert_eq!(registration.resource_name, "wasmgpu.io/gpu");
     assert_eq!(registration.version, "v1beta1");
     assert_eq!(registration.endpoint, "wasmgpu.sock");
@@ -422,23 +457,15 @@ async fn init_containers_and_sidecars_get_their_pods_gpus_as_the_kubelet_reuses_
     use wasmgpu::api::{container_gpus, pod_gpus};
     let _turn = support::exclusive().await;
     let ctx = TestContext::new("devinit").await?;
-    common::install_crds(&ctx).await?;
-    let node = format!("{}-n1", ctx.namespace);
-    FakeNode::new(&node)
-        .label(GROUP_LABEL, &ctx.namespace)
-        .create(&ctx.client)
-        .await?;
-    let dir = tempfile::Builder::new().prefix("wgdi").tempdir_in("/tmp")?;
-    let plugin_dir = dir.path().join("device-plugins");
-    std::fs::create_dir(&plugin_dir)?;
-    let inventory_file = dir.path().join("inventory.json");
-    std::fs::write(&inventory_file, inventory(&node, None).to_string())?;
-    let mut kubelet = Kubelet::start(&plugin_dir)?;
-    let agent = Agent::start(&ctx, &node, &inventory_file, &plugin_dir).await?;
-    let registration = kubelet
-        .registration(Duration::from_secs(30))
-        .await
-        .with_context(|| agent.log())?;
+    let GpuNode {
+        node,
+        dir: _dir,
+        plugin_dir,
+        inventory_file: _,
+        kubelet: _kubelet,
+        agent,
+        registration,
+    } = GpuNode::start(&ctx).await?;
     let mut plugin = PluginConnection::open(&plugin_dir, &registration).await?;
     plugin
         .wait_devices(ACT, "every GPU", |d| d.len() == GPUS * (1 + REPLICAS))

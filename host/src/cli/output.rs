@@ -640,4 +640,55 @@ mod tests {
             assert!(schema["required"].as_array().is_some(), "{of:?}");
         }
     }
+
+    proptest::proptest! {
+        /// What a namespace holds only grows with what a round places, even
+        /// at the integer limits (it saturates, never wraps).
+        #[test]
+        fn namespace_holdings_never_wrap(
+            held_mib in proptest::prop_oneof![0u64..100_000, (u64::MAX - 100_000)..=u64::MAX],
+            held_gpus in proptest::prop_oneof![0u32..16, (u32::MAX - 16)..=u32::MAX],
+            share_mib in proptest::prop_oneof![1u64..100_000, (u64::MAX / 2)..=u64::MAX],
+        ) {
+            let mut snap = snapshot(
+                vec![node("a", 2, "NVIDIA H100", 81920)],
+                vec![
+                    request("ns/s", 2, wasmgpu_policy_sdk::Sharing::Shared, 1),
+                    request("ns/x", 1, Exclusive, 0),
+                ],
+            );
+            snap.pending[0].memory_mib = share_mib;
+            snap.usage.push(crate::engine::types::Usage {
+                namespace: "ns".into(),
+                exclusive_gpus: held_gpus,
+                mig_instances: 0,
+                shared_mib: held_mib,
+            });
+            // The verdict as if the host had accepted both (the summary
+            // counts what it is given).
+            let mut verdict = validate(&snap, &[]);
+            verdict.accepted = vec![
+                crate::validate::Placement {
+                    request: 0,
+                    pod: "ns/s".into(),
+                    node: "a".into(),
+                    gpus: vec!["GPU-a-0".into(), "GPU-a-1".into()],
+                    at: (0, vec![0, 1]),
+                },
+                crate::validate::Placement {
+                    request: 1,
+                    pod: "ns/x".into(),
+                    node: "a".into(),
+                    gpus: vec!["GPU-a-0".into()],
+                    at: (0, vec![0]),
+                },
+            ];
+            let ns = &NamespaceHoldings::of(&snap, &verdict)[0];
+            proptest::prop_assert_eq!(ns.shared_mib, held_mib);
+            proptest::prop_assert_eq!(ns.shared_mib_placed, share_mib.saturating_mul(2));
+            proptest::prop_assert!(ns.shared_mib.saturating_add(ns.shared_mib_placed) >= held_mib);
+            proptest::prop_assert_eq!(ns.gpus_placed, 1);
+            proptest::prop_assert_eq!(ns.pending, 2);
+        }
+    }
 }

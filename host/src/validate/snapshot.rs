@@ -258,15 +258,7 @@ fn check_gpus<'a>(
 }
 
 fn check_gpu(gpu: &Gpu, at: &str, gpus: usize, position: usize) -> Result<(), SnapshotError> {
-    if gpu.memory_mib > MAX_MEMORY_MIB {
-        return fail(
-            format!("{at}.memory_mib"),
-            format!(
-                "{} is more than any GPU has (at most {MAX_MEMORY_MIB})",
-                gpu.memory_mib
-            ),
-        );
-    }
+    memory_in_range(gpu.memory_mib, at)?;
     if gpu.allocated_mib > gpu.memory_mib {
         return fail(
             format!("{at}.allocated_mib"),
@@ -345,15 +337,7 @@ fn check_request(
             "must not be empty (null accepts any model)",
         );
     }
-    if request.memory_mib > MAX_MEMORY_MIB {
-        return fail(
-            format!("{at}.memory_mib"),
-            format!(
-                "{} is more than any GPU has (at most {MAX_MEMORY_MIB})",
-                request.memory_mib
-            ),
-        );
-    }
+    memory_in_range(request.memory_mib, at)?;
     if request.sharing == Sharing::Shared && request.memory_mib == 0 {
         return fail(
             format!("{at}.memory_mib"),
@@ -391,6 +375,17 @@ fn check_request(
                 "{} is out of range ({sets} eligible_sets)",
                 request.eligible_set
             ),
+        );
+    }
+    Ok(())
+}
+
+/// Memory past [`MAX_MEMORY_MIB`] is an error at `{at}.memory_mib`.
+fn memory_in_range(mib: u64, at: &str) -> Result<(), SnapshotError> {
+    if mib > MAX_MEMORY_MIB {
+        return fail(
+            format!("{at}.memory_mib"),
+            format!("{mib} is more than any GPU has (at most {MAX_MEMORY_MIB})"),
         );
     }
     Ok(())

@@ -465,6 +465,20 @@ fn check(
 
 type Reason = Box<dyn FnOnce(String) -> Invalid>;
 
+/// A whole GPU or MIG instance has the memory `request` asks of each
+/// (`memoryMiB` with a MIG profile is the instance's own).
+fn has_memory(info: &Gpu, request: &Request) -> Result<(), Reason> {
+    if info.memory_mib < request.memory_mib {
+        let (has_mib, want_mib) = (info.memory_mib, request.memory_mib);
+        return Err(Box::new(move |gpu| Invalid::NotEnoughMemory {
+            gpu,
+            has_mib,
+            want_mib,
+        }));
+    }
+    Ok(())
+}
+
 /// Whether one GPU (or MIG instance) can serve `request` now; the error
 /// takes the GPU's UUID.
 fn check_gpu<'g>(
@@ -519,14 +533,7 @@ fn check_gpu<'g>(
                     want,
                 }));
             }
-            if info.memory_mib < request.memory_mib {
-                let (has_mib, want_mib) = (info.memory_mib, request.memory_mib);
-                return Err(Box::new(move |gpu| Invalid::NotEnoughMemory {
-                    gpu,
-                    has_mib,
-                    want_mib,
-                }));
-            }
+            has_memory(info, request)?;
             let parent = sibling(mig.parent);
             if parent.held.is_some() || parent.shares > 0 {
                 return Err(Box::new(|gpu| Invalid::GpuTaken {
@@ -556,14 +563,7 @@ fn check_gpu<'g>(
     }
     match request.sharing {
         Sharing::Exclusive => {
-            if info.memory_mib < request.memory_mib {
-                let (has_mib, want_mib) = (info.memory_mib, request.memory_mib);
-                return Err(Box::new(move |gpu| Invalid::NotEnoughMemory {
-                    gpu,
-                    has_mib,
-                    want_mib,
-                }));
-            }
+            has_memory(info, request)?;
             if left.shares > 0 || left.free_mib < info.memory_mib {
                 let by = format!("{} shared allocation(s)", left.shares.max(1));
                 return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));

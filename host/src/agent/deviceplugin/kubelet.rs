@@ -256,26 +256,15 @@ impl PluginConnection {
         in_use: &HashSet<String>,
         size: usize,
     ) -> Result<(Vec<String>, ContainerAllocateResponse), KubeletError> {
-        let ids = self
-            .preferred(self.available(in_use), size)
-            .await
-            .map_err(|status| KubeletError::Call {
-                call: "GetPreferredAllocation",
-                status,
-            })?;
-        if ids.len() != size {
-            return Err(KubeletError::Protocol(format!(
-                "GetPreferredAllocation offered {ids:?} for {size} device(s)"
-            )));
-        }
-        let response = self
-            .allocate(&ids)
-            .await
-            .map_err(|status| KubeletError::Call {
-                call: "Allocate",
-                status,
-            })?;
-        Ok((ids, response))
+        let container = ContainerGpus {
+            count: size as u32,
+            gives_back: false,
+        };
+        let mut in_use = in_use.clone();
+        let mut admitted = self.admit_pod(&mut in_use, &[container]).await?;
+        admitted
+            .pop()
+            .ok_or_else(|| KubeletError::Protocol("no container admitted".into()))
     }
 
     /// The device manager's admission of a whole pod: each container that
