@@ -23,6 +23,7 @@ pub mod index;
 pub mod oci;
 pub mod shadow;
 pub mod snapshot_contract;
+mod sync;
 pub mod validate;
 
 #[cfg(test)]

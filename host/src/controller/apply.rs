@@ -350,7 +350,7 @@ impl Applier {
     }
 
     fn tasks(&self) -> std::sync::MutexGuard<'_, JoinSet<()>> {
-        self.bindings.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.bindings)
     }
 
     /// Records on each bound pod the allocation an earlier version kept in

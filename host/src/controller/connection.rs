@@ -121,16 +121,13 @@ impl Links {
     fn set(&self, kind: &'static str, state: State) {
         self.metrics
             .watch_connected(kind, matches!(state, State::Connected));
-        self.kind_to_state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(kind, state);
+        crate::sync::lock(&self.kind_to_state).insert(kind, state);
     }
 
     /// Why this replica is not ready, one line per watch that is not
     /// connected; `None` when every watch is.
     pub fn unready(&self) -> Option<String> {
-        let kind_to_state = self.kind_to_state.lock().unwrap_or_else(|p| p.into_inner());
+        let kind_to_state = crate::sync::lock(&self.kind_to_state);
         let reasons: Vec<String> = kind_to_state
             .iter()
             .filter_map(|(kind, state)| match state {

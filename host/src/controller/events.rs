@@ -23,6 +23,7 @@ use kube::{Api, Client};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use super::connection::error_chain;
 use super::metrics::Metrics;
@@ -208,7 +209,8 @@ impl EventSink {
         per_pod_rate: u32,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (sender, receiver) = mpsc::channel(QUEUE);
-        let task = tokio::spawn(publish(client, reporter, metrics.clone(), receiver));
+        let publishing = publish(client, reporter, metrics.clone(), receiver);
+        let task = tokio::spawn(publishing.instrument(tracing::info_span!("event_writer")));
         let sink = Self {
             sender,
             per_pod: Arc::new(Mutex::new(TokenBucket::new(per_pod_rate))),
@@ -226,11 +228,7 @@ impl EventSink {
         action: &'static str,
         note: String,
     ) {
-        let allowed = self
-            .per_pod
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take(Instant::now());
+        let allowed = crate::sync::lock(&self.per_pod).take(Instant::now());
         if !allowed {
             self.metrics.event_unsent(reason.as_str(), "rate-limited");
             return;

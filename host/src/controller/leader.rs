@@ -3,6 +3,7 @@
 //! only the leader runs rounds, so only one replica writes.
 
 use std::time::Duration;
+use tracing::Instrument;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -63,7 +64,8 @@ impl Leadership {
     pub async fn elect(client: Client, config: &LeaseConfig) -> Result<Self, LeaseError> {
         let manager = manager(&client, config).await?;
         let (sender, receiver) = watch::channel(false);
-        let task = tokio::spawn(campaign(client, config.clone(), manager, sender));
+        let span = tracing::info_span!("leader", lease = %config.name, identity = %config.identity);
+        let task = tokio::spawn(campaign(client, config.clone(), manager, sender).instrument(span));
         tracing::info!(lease = %config.name, namespace = %config.namespace, identity = %config.identity, "Competing for leadership");
         Ok(Self {
             receiver,

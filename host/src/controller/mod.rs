@@ -51,6 +51,7 @@ mod watch;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
@@ -206,7 +207,11 @@ pub async fn run(
         metrics.clone(),
         leadership.subscribe(),
     );
-    let shadow_writer = tokio::spawn(shadow_writer.run());
+    let shadow_writer = tokio::spawn(
+        shadow_writer
+            .run()
+            .instrument(tracing::info_span!("shadow_writer")),
+    );
     let recorder = recorder::Recorder::new();
     let loader = Loader {
         api: Api::<ConfigMap>::namespaced(client.clone(), &config.policy_namespace),
@@ -227,16 +232,13 @@ pub async fn run(
         recorder: Arc::clone(&recorder),
     };
     tracing::info!(namespace = %config.policy_namespace, "Watching policy ConfigMaps");
-    watches.spawn(loader.run(links.link("ConfigMap")));
+    let span = tracing::info_span!("policy_loader", namespace = %config.policy_namespace);
+    watches.spawn(loader.run(links.link("ConfigMap")).instrument(span));
     let watched_kinds = watches.len();
     // Every watch has its link: `/readyz` waits for all of them.
     let http = config.http_address.map(|address| {
-        tokio::spawn(http::serve(
-            address,
-            metrics.clone(),
-            links,
-            Arc::clone(&recorder),
-        ))
+        let serve = http::serve(address, metrics.clone(), links, Arc::clone(&recorder));
+        tokio::spawn(serve.instrument(tracing::info_span!("http", %address)))
     });
     let applier = Applier::new(
         client.clone(),
@@ -263,7 +265,7 @@ pub async fn run(
         gang_waits_told: Default::default(),
         recorder,
     };
-    let mut rounds = tokio::spawn(rounds.run());
+    let mut rounds = tokio::spawn(rounds.run().instrument(tracing::info_span!("rounds")));
     let http_failed = async {
         match http {
             Some(task) => match task.await {

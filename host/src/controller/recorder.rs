@@ -159,7 +159,7 @@ impl Recorder {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Recording>> {
-        self.policies.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.policies)
     }
 }
 

@@ -339,10 +339,7 @@ impl Rounds {
     /// An Event on each gang member that waits for its gang (all or
     /// nothing), once per reason: why its pod stays pending.
     fn tell_gang_waits(&self, verdict: &crate::validate::Verdict) {
-        let mut told = self
-            .gang_waits_told
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut told = crate::sync::lock(&self.gang_waits_told);
         if told.len() > 10_000 {
             told.clear();
         }

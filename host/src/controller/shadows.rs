@@ -186,7 +186,7 @@ impl Shadows {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, State>> {
         // Each update is a few field writes: a panic leaves nothing half-done.
-        self.name_to_state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.name_to_state)
     }
 }
 
@@ -278,10 +278,7 @@ impl StatusWriter {
     /// Queues `status` for shadow `name` (replacing one not yet written).
     fn put(&self, name: &str, status: &ShadowStatus) {
         let json = serde_json::to_string(status).expect("a status serializes");
-        self.name_to_status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string(), json);
+        crate::sync::lock(&self.name_to_status).insert(name.to_string(), json);
         self.dirty.notify_one();
     }
 
@@ -289,12 +286,7 @@ impl StatusWriter {
     pub(super) async fn run(self: Arc<Self>) {
         loop {
             self.dirty.notified().await;
-            let batch = std::mem::take(
-                &mut *self
-                    .name_to_status
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()),
-            );
+            let batch = std::mem::take(&mut *crate::sync::lock(&self.name_to_status));
             if !*self.leader.borrow() {
                 continue;
             }

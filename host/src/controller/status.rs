@@ -19,6 +19,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use tracing::Instrument;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -59,7 +60,8 @@ impl StatusWriter {
     /// Starts the task that writes through `api`.
     pub fn start(api: StatusApi) -> Self {
         let shared = Arc::new(Queue::default());
-        let task = tokio::spawn(write_queued(Arc::clone(&shared), api));
+        let writing = write_queued(Arc::clone(&shared), api);
+        let task = tokio::spawn(writing.instrument(tracing::info_span!("status_writer")));
         Self { shared, task }
     }
 
@@ -94,7 +96,7 @@ impl Drop for StatusWriter {
 
 impl Queue {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.state)
     }
 }
 

@@ -17,6 +17,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tracing::Instrument;
 
 use futures::StreamExt;
 use kube::Api;
@@ -52,7 +53,7 @@ impl WatchedIndex {
     pub fn index(&self) -> MutexGuard<'_, Index> {
         // A panic while holding the lock leaves the index as the last
         // complete call left it: every call is a small synchronous update.
-        self.index.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.index)
     }
 
     /// Counts one more kind as listed.
@@ -90,7 +91,10 @@ where
     Index: IndexResource<K>,
 {
     let sink = IndexSink(Arc::clone(&shared));
-    follow(api, config, shared, link, sink).await
+    let span = tracing::info_span!("watch", kind = link.kind());
+    follow(api, config, shared, link, sink)
+        .instrument(span)
+        .await
 }
 
 /// The index as a [`Sink`]: every change wakes the rounds.

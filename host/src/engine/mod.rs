@@ -146,20 +146,17 @@ impl Engine {
 
     /// Number of compiled components in the cache.
     pub fn cached(&self) -> usize {
-        self.digest_to_component.lock().expect("cache lock").len()
+        crate::sync::lock(&self.digest_to_component).len()
     }
 
     fn compile(&self, digest: &Digest, bytes: &[u8]) -> Result<Component> {
         let tick = {
-            let mut clock = self.clock.lock().expect("clock lock");
+            let mut clock = crate::sync::lock(&self.clock);
             *clock += 1;
             *clock
         };
-        if let Some((used, component)) = self
-            .digest_to_component
-            .lock()
-            .expect("cache lock")
-            .get_mut(digest)
+        if let Some((used, component)) =
+            crate::sync::lock(&self.digest_to_component).get_mut(digest)
         {
             *used = tick;
             return Ok(component.clone());
@@ -168,7 +165,7 @@ impl Engine {
         // should not wait for it.
         let component = Component::new(&self.shared.engine, bytes)
             .map_err(|e| PolicyError::Compile(Cause::new(e)))?;
-        let mut cache = self.digest_to_component.lock().expect("cache lock");
+        let mut cache = crate::sync::lock(&self.digest_to_component);
         if cache.len() >= CACHE_CAPACITY
             && let Some(oldest) = cache
                 .iter()

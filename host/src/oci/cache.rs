@@ -47,7 +47,7 @@ impl ComponentCache {
 
     /// The component of manifest `digest`, if in memory.
     pub fn component(&self, digest: &str) -> Option<Arc<Vec<u8>>> {
-        let entries = self.manifest_to_component.lock().expect("cache lock");
+        let entries = crate::sync::lock(&self.manifest_to_component);
         entries
             .iter()
             .find(|(d, _)| d == digest)
@@ -56,7 +56,7 @@ impl ComponentCache {
 
     /// Keeps `wasm` in memory as the component of manifest `digest`.
     pub fn keep_component(&self, digest: &str, wasm: Arc<Vec<u8>>) {
-        let mut entries = self.manifest_to_component.lock().expect("cache lock");
+        let mut entries = crate::sync::lock(&self.manifest_to_component);
         entries.retain(|(d, _)| d != digest);
         if entries.len() >= MEMORY_ENTRIES {
             entries.pop_front();

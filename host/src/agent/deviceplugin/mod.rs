@@ -37,6 +37,7 @@ pub mod server;
 
 use std::path::PathBuf;
 use std::time::Duration;
+use tracing::Instrument;
 
 use tokio::sync::watch;
 
@@ -113,7 +114,7 @@ pub fn start(
 ) -> tokio::task::JoinHandle<()> {
     let (devices, advertised) = watch::channel(Vec::new());
     let options = config.devices;
-    tokio::spawn(async move {
+    let advertising = async move {
         loop {
             let next = statuses
                 .borrow_and_update()
@@ -130,7 +131,8 @@ pub fn start(
                 break;
             }
         }
-    });
+    };
+    tokio::spawn(advertising.instrument(tracing::info_span!("device_list", %node)));
     let plugin = Plugin::new(
         advertised,
         pods,
@@ -138,5 +140,6 @@ pub fn start(
         config.response,
         config.pod_wait,
     );
-    tokio::spawn(registration::serve(plugin, config.dir, config.check))
+    let span = tracing::info_span!("device_plugin", %node, dir = %config.dir.display());
+    tokio::spawn(registration::serve(plugin, config.dir, config.check).instrument(span))
 }

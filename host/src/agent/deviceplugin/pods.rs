@@ -3,6 +3,7 @@
 //! a hand-over (pod annotation) or a refusal (Event on the pod).
 
 use std::sync::Arc;
+use tracing::Instrument;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
@@ -106,15 +107,19 @@ impl NodePods {
         let stream = reflector::reflector(writer, watcher(Api::<Pod>::all(client.clone()), config))
             .default_backoff()
             .touched_objects();
-        tokio::spawn(async move {
-            use futures::StreamExt;
-            let mut stream = std::pin::pin!(stream);
-            while let Some(item) = stream.next().await {
-                if let Err(error) = item {
-                    tracing::warn!(%error, "Watching this node's pods");
+        let span = tracing::info_span!("node_pods", %node);
+        tokio::spawn(
+            async move {
+                use futures::StreamExt;
+                let mut stream = std::pin::pin!(stream);
+                while let Some(item) = stream.next().await {
+                    if let Err(error) = item {
+                        tracing::warn!(%error, "Watching this node's pods");
+                    }
                 }
             }
-        });
+            .instrument(span),
+        );
         let recorder = Recorder::new(
             client.clone(),
             Reporter {

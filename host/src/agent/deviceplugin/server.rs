@@ -60,7 +60,7 @@ impl Plugin {
         loop {
             let waiting = self.pods.waiting();
             let result = {
-                let mut handoff = self.handoff.lock().expect("hand-off lock");
+                let mut handoff = crate::sync::lock(&self.handoff);
                 handoff.retain_handed_over(|uid| self.pods.still_waiting(uid));
                 step(&mut handoff, &waiting)
             };
@@ -156,7 +156,7 @@ impl DevicePlugin for Plugin {
         }
         for grant in grants {
             let handed_over = {
-                let handoff = self.handoff.lock().expect("hand-off lock");
+                let handoff = crate::sync::lock(&self.handoff);
                 handoff.is_handed_over(&grant.pod.uid)
             };
             if handed_over {
