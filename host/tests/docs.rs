@@ -879,13 +879,13 @@ fn every_link_between_the_pages_leads_somewhere() {
                 problems.push(format!("{file} links to `{target}`: there is no {linked}"));
                 continue;
             }
-            if let Some(anchor) = anchor {
-                if !anchors(&read(&linked)).contains(anchor) {
-                    problems.push(format!(
-                        "{file} links to `{target}`: {linked} has no heading whose anchor is \
-                         `#{anchor}`"
-                    ));
-                }
+            if let Some(anchor) = anchor
+                && !anchors(&read(&linked)).contains(anchor)
+            {
+                problems.push(format!(
+                    "{file} links to `{target}`: {linked} has no heading whose anchor is \
+                     `#{anchor}`"
+                ));
             }
         }
     }
