@@ -30,6 +30,21 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("cannot read {path}: {e}"))
 }
 
+/// README.md and every `docs/*.md`, relative to the repository root.
+fn pages() -> Vec<String> {
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    let mut files = vec!["README.md".to_string()];
+    for entry in std::fs::read_dir(&docs).expect("docs/") {
+        let name = entry.expect("docs/ entry").file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".md") {
+            files.push(format!("docs/{name}"));
+        }
+    }
+    files.sort();
+    files
+}
+
 /// The lines of `doc` that are not inside a fenced code block, with a flag
 /// saying whether each is a heading.
 fn prose_lines(doc: &str) -> Vec<(&str, bool)> {
@@ -469,16 +484,7 @@ fn the_metrics_table_lists_every_registered_metric() {
 #[test]
 fn every_metric_the_docs_name_is_registered() {
     let registered = registered_metrics();
-    let mut files = vec!["README.md".to_string()];
-    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
-    for entry in std::fs::read_dir(&docs).expect("docs/") {
-        let name = entry.expect("docs/ entry").file_name();
-        let name = name.to_string_lossy();
-        if name.ends_with(".md") {
-            files.push(format!("docs/{name}"));
-        }
-    }
-    files.sort();
+    let files = pages();
     let mut problems = Vec::new();
     for file in &files {
         let text = read(file);
@@ -847,15 +853,7 @@ fn link_targets(doc: &str) -> Vec<String> {
 #[test]
 fn every_link_between_the_pages_leads_somewhere() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut files = vec!["README.md".to_string()];
-    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
-        let name = entry.expect("docs/ entry").file_name();
-        let name = name.to_string_lossy();
-        if name.ends_with(".md") {
-            files.push(format!("docs/{name}"));
-        }
-    }
-    files.sort();
+    let files = pages();
     let mut checked = 0;
     let mut problems = Vec::new();
     for file in &files {
