@@ -121,6 +121,20 @@ async fn until_refused(pods: &Api<Pod>, pod: &Pod, policy: &str) -> Result<Strin
     }
 }
 
+/// Creates the allocation guard of [`guard`] on the API server.
+async fn install_guard(
+    ctx: &TestContext,
+) -> Result<(ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding)> {
+    let (policy, binding) = guard(ctx)?;
+    Api::<ValidatingAdmissionPolicy>::all(ctx.client.clone())
+        .create(&PostParams::default(), &policy)
+        .await?;
+    Api::<ValidatingAdmissionPolicyBinding>::all(ctx.client.clone())
+        .create(&PostParams::default(), &binding)
+        .await?;
+    Ok((policy, binding))
+}
+
 fn annotate(key: &str, value: Option<&str>) -> Patch<Value> {
     Patch::Merge(json!({ "metadata": { "annotations": { key: value } } }))
 }
@@ -128,13 +142,7 @@ fn annotate(key: &str, value: Option<&str>) -> Patch<Value> {
 #[tokio::test]
 async fn only_the_controller_records_what_a_pod_holds() -> Result<()> {
     let ctx = TestContext::new("admission").await?;
-    let (policy, binding) = guard(&ctx)?;
-    Api::<ValidatingAdmissionPolicy>::all(ctx.client.clone())
-        .create(&PostParams::default(), &policy)
-        .await?;
-    Api::<ValidatingAdmissionPolicyBinding>::all(ctx.client.clone())
-        .create(&PostParams::default(), &binding)
-        .await?;
+    let (policy, binding) = install_guard(&ctx).await?;
     let pods: Api<Pod> = ctx.api();
     let forged = pod("forged", &[("wasmgpu.io/devices", "GPU-0")]);
 
@@ -484,13 +492,7 @@ async fn bind(
 #[tokio::test]
 async fn only_the_controller_binds_with_an_allocation() -> Result<()> {
     let ctx = TestContext::new("admission-binding").await?;
-    let (policy, binding) = guard(&ctx)?;
-    Api::<ValidatingAdmissionPolicy>::all(ctx.client.clone())
-        .create(&PostParams::default(), &policy)
-        .await?;
-    Api::<ValidatingAdmissionPolicyBinding>::all(ctx.client.clone())
-        .create(&PostParams::default(), &binding)
-        .await?;
+    let (policy, binding) = install_guard(&ctx).await?;
     let pods: Api<Pod> = ctx.api();
     let forged = pod("forged", &[("wasmgpu.io/node", "n1")]);
     until_refused(&pods, &forged, "the allocation guard").await?;
