@@ -293,14 +293,7 @@ fn round_of(meta: RoundMeta) -> ShadowRound {
 
 /// `text`, cut to [`MAX_TEXT_BYTES`] at a character boundary.
 fn cut(mut text: String) -> String {
-    if text.len() > MAX_TEXT_BYTES {
-        let mut end = MAX_TEXT_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
+    crate::engine::bounds::cut(&mut text, MAX_TEXT_BYTES);
     text
 }
 

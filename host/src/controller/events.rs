@@ -451,7 +451,7 @@ mod tests {
     }
 
     #[test]
-    fn a_problem_event_carries_the_reason_the_index_gives_it() {
+    fn a_problem_event_carries_the_reason_of_its_kind() {
         let pod = ObjectKey::new("ml", "trainer-0");
         let resource = ObjectKey::new("ml", "trainer");
         let group = ObjectKey::new("ml", "gang");
@@ -501,12 +501,18 @@ mod tests {
                 reason: "no node has 9 GPUs".into(),
             },
         ];
-        for problem in &problems {
-            assert_eq!(
-                Reason::of(problem).as_str(),
-                problem.reason(),
-                "{problem:?}"
-            );
+        let reasons = [
+            "NoGPUResourceAnnotation",
+            "GPUResourceNotFound",
+            "InvalidSpec",
+            "PodGroupNotFound",
+            "GPULimitMismatch",
+            "GPULimitMismatch",
+            "GangTimedOut",
+            "Unsatisfiable",
+        ];
+        for (problem, reason) in problems.iter().zip(reasons) {
+            assert_eq!(Reason::of(problem).as_str(), reason, "{problem:?}");
         }
     }
 

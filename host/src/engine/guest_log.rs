@@ -14,13 +14,15 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
+
+use super::bounds::cut;
 
 /// Stderr lines kept from the end of the output, whatever came before.
 const STDERR_TAIL: usize = 8;
@@ -69,13 +71,13 @@ impl GuestLog {
     }
 
     /// Records one `log` line.
-    pub(crate) fn log(&self, line: String) {
+    pub(crate) fn log(&self, mut line: String) {
         let mut lines = self.lock();
         if lines.logged.len() >= lines.max_lines {
             lines.dropped += 1;
             return;
         }
-        let line = cut(line, lines.max_bytes);
+        cut(&mut line, lines.max_bytes);
         lines.logged.push(line);
     }
 
@@ -93,8 +95,7 @@ impl GuestLog {
     }
 
     fn lock(&self) -> MutexGuard<'_, Lines> {
-        // A panic while holding the lock leaves whole lines behind.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.0)
     }
 }
 
@@ -125,7 +126,7 @@ impl Lines {
         }
         let mut line = String::from_utf8_lossy(&self.partial).into_owned();
         if self.partial_cut {
-            line = cut(line, self.max_bytes);
+            cut(&mut line, self.max_bytes);
             if !line.ends_with('…') {
                 line.push('…');
             }
@@ -149,19 +150,6 @@ impl Lines {
             self.dropped += 1;
         }
     }
-}
-
-/// `line` cut to at most `max_bytes` (on a character boundary), marked `…`.
-fn cut(mut line: String, max_bytes: usize) -> String {
-    if line.len() > max_bytes {
-        let mut end = max_bytes;
-        while !line.is_char_boundary(end) {
-            end -= 1;
-        }
-        line.truncate(end);
-        line.push('…');
-    }
-    line
 }
 
 // === impl Stderr ===

@@ -113,19 +113,6 @@ impl Problem {
             Self::InvalidResource { resource, .. } => Subject::GPUResource(resource),
         }
     }
-
-    /// A CamelCase reason for Events and conditions.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::NoResourceAnnotation { .. } => "NoGPUResourceAnnotation",
-            Self::MissingResource { .. } => "GPUResourceNotFound",
-            Self::InvalidResource { .. } => "InvalidSpec",
-            Self::MissingPodGroup { .. } => "PodGroupNotFound",
-            Self::LimitMismatch { .. } | Self::UnreadableLimit { .. } => "GPULimitMismatch",
-            Self::GangTimedOut { .. } => "GangTimedOut",
-            Self::Unsatisfiable { .. } => "Unsatisfiable",
-        }
-    }
 }
 
 impl fmt::Display for Problem {

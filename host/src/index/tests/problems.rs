@@ -266,7 +266,7 @@ fn gang_members_past_their_schedule_timeout_are_reported_and_keep_waiting() {
         })
         .collect();
     assert_eq!(pods, ["ml/train-0", "ml/train-1", "ml/train-2"]);
-    assert_eq!(problems[0].reason(), "GangTimedOut");
+    assert!(matches!(problems[0], Problem::GangTimedOut { .. }));
     let message = problems[0].to_string();
     assert!(
         message.contains("gang ml/train")
