@@ -165,13 +165,19 @@ async fn exclusive_and_shared_pods_get_gpus_and_are_bound() -> Result<()> {
     .await?;
     assert_eq!(slice.status.as_ref().and_then(|s| s.holding), Some(2));
 
-    let events = events_for(&ctx, "trainer").await?;
-    assert!(
-        events
+    // Events are published in the background: wait for it.
+    let deadline = std::time::Instant::now() + ACT;
+    loop {
+        let events = events_for(&ctx, "trainer").await?;
+        if events
             .iter()
-            .any(|(reason, note)| reason == "Allocated" && note.contains(&node)),
-        "{events:?}"
-    );
+            .any(|(reason, note)| reason == "Allocated" && note.contains(&node))
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{events:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     drop(controller);
     remove_nodes(&ctx, &[node]).await
 }
