@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use wasmgpu::engine::types::{Gpu, Snapshot};
 use wasmgpu::engine::{Engine, Limits};
-use wasmgpu::validate::validate;
+use wasmgpu_contract::validate::validate;
 
 const NODES: u32 = 1000;
 const PODS: u32 = 1000;
@@ -51,7 +51,7 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(50);
-    let sdk_snapshot = wasmgpu_policy_sdk::testing::large(NODES, PODS);
+    let sdk_snapshot = wasmgpu_contract::testing::large(NODES, PODS);
     let snapshot: Snapshot =
         serde_json::from_value(serde_json::to_value(&sdk_snapshot).unwrap()).unwrap();
     let engine = Engine::new(Limits::default()).unwrap();

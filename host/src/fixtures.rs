@@ -1,43 +1,5 @@
-//! Test fixtures: the SDK's snapshot builders, converted to the host's types.
-
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-
-pub(crate) use wasmgpu_policy_sdk::testing::{node, request, snapshot as sdk_snapshot};
-
-/// Converts between the SDK's and the host's copy of a contract type (they
-/// are generated from the same WIT, so their serde forms are identical).
-pub(crate) fn convert<T: Serialize, U: DeserializeOwned>(value: &T) -> U {
-    serde_json::from_value(serde_json::to_value(value).expect("serialize")).expect("same shape")
-}
-
-/// [`wasmgpu_policy_sdk::testing::snapshot`], as a host snapshot.
-pub(crate) fn snapshot(
-    nodes: Vec<wasmgpu_policy_sdk::Node>,
-    pending: Vec<wasmgpu_policy_sdk::Request>,
-) -> crate::engine::types::Snapshot {
-    convert(&sdk_snapshot(nodes, pending))
-}
-
-/// Restricts pending request `pod` (by position) to `nodes`, through a new
-/// eligible set.
-pub(crate) fn restrict(snapshot: &mut crate::engine::types::Snapshot, pod: usize, nodes: &[u32]) {
-    snapshot.eligible_sets.push(nodes.to_vec());
-    snapshot.pending[pod].eligible_set = (snapshot.eligible_sets.len() - 1) as u32;
-}
-
-/// A gang `name` of the pending requests at `members` (positions); see
-/// [`wasmgpu_policy_sdk::testing::gang`].
-pub(crate) fn gang(
-    snapshot: &mut crate::engine::types::Snapshot,
-    name: &str,
-    min_member: u32,
-    members: &[u32],
-) {
-    let mut sdk: wasmgpu_policy_sdk::Snapshot = convert(&*snapshot);
-    wasmgpu_policy_sdk::testing::gang(&mut sdk, name, min_member, members);
-    *snapshot = convert(&sdk);
-}
+//! Test fixtures the host's unit tests share (snapshot builders are
+//! `wasmgpu_contract::testing`'s).
 
 /// Any JSON value, nested a few levels: objects get keys from `keys` as
 /// well as arbitrary ones, so that some values reach past the first field.

@@ -6,7 +6,6 @@
 //! * [`index`] keeps cluster state in memory and builds policy snapshots (no I/O).
 //! * [`engine`] loads and runs policy components (no Kubernetes in it).
 //! * [`oci`] pulls and pushes policy components in OCI registries (no Kubernetes in it).
-//! * [`validate`] checks a policy's decisions against the snapshot it saw.
 //! * [`shadow`] compares a shadow policy's verdict with its primary's (no I/O).
 //! * [`controller`] wires watches, index, policies and API writes together.
 //! * [`agent`] publishes a node's GPUs as its `GPUNode` (NVML or an inventory file).
@@ -22,9 +21,7 @@ pub mod error_chain;
 pub mod index;
 pub mod oci;
 pub mod shadow;
-pub mod snapshot_contract;
 mod sync;
-pub mod validate;
 
 #[cfg(test)]
 mod fixtures;

@@ -21,7 +21,7 @@ use crate::api::policy::{
     PlacedOn, SHADOW_DIFFERENCES_KEPT, SHADOW_ROUNDS_KEPT, ShadowCounts, ShadowDifference,
     ShadowRound, ShadowStatus,
 };
-use crate::validate::{Placement, Verdict};
+use wasmgpu_contract::validate::{Placement, Verdict};
 
 /// The most bytes a [`ShadowStatus`] takes as JSON: it lives in an
 /// annotation of a ConfigMap that may also carry its component.
@@ -300,7 +300,7 @@ fn cut(mut text: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::validate::{Invalid, Refused};
+    use wasmgpu_contract::validate::{Invalid, Refused};
 
     fn placed(pod: &str, node: &str, gpus: &[&str]) -> Placement {
         Placement {

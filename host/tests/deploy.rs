@@ -161,14 +161,14 @@ async fn the_readme_install_command_installs_everything_and_a_second_run_changes
 #[test]
 fn the_shipped_policy_components_decide_as_their_sources_do() {
     let engine = wasmgpu::engine::Engine::new(Default::default()).expect("engine");
-    let snapshot = wasmgpu_policy_sdk::testing::large(60, 120);
-    let host_snapshot: wasmgpu::engine::types::Snapshot = common::convert(&snapshot);
+    let snapshot = wasmgpu_contract::testing::large(60, 120);
+    let host_snapshot: wasmgpu::engine::types::Snapshot = snapshot.clone();
     let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/policies"));
     for (file, native) in [
         (
             "binpack.wasm",
             wasmgpu_binpack::allocate
-                as fn(&wasmgpu_policy_sdk::Snapshot) -> Vec<wasmgpu_policy_sdk::Decision>,
+                as fn(&wasmgpu_contract::Snapshot) -> Vec<wasmgpu_contract::Decision>,
         ),
         ("spread.wasm", wasmgpu_spread::allocate),
         ("fairshare.wasm", wasmgpu_fairshare::allocate),
@@ -180,7 +180,7 @@ fn the_shipped_policy_components_decide_as_their_sources_do() {
             .allocate(&host_snapshot)
             .expect("decides")
             .decisions;
-        let source: Vec<wasmgpu::engine::types::Decision> = common::convert(&native(&snapshot));
+        let source: Vec<wasmgpu::engine::types::Decision> = native(&snapshot);
         assert_eq!(
             shipped, source,
             "deploy/policies/{file} is stale: run `make deploy-policies`"

@@ -5,19 +5,19 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{convert, policy_bytes};
+use common::policy_bytes;
 use wasmgpu::engine::bounds::REASON_BYTES;
 use wasmgpu::engine::types::{Decision, Snapshot};
 use wasmgpu::engine::{Engine, Limits, LoadedPolicy, PolicyError};
-use wasmgpu::validate::{Invalid, validate};
-use wasmgpu_policy_sdk::Sharing::{Exclusive, Shared};
-use wasmgpu_policy_sdk::testing::{node, request, snapshot, with_full_nvlink};
+use wasmgpu_contract::Sharing::{Exclusive, Shared};
+use wasmgpu_contract::testing::{node, request, snapshot, with_full_nvlink};
+use wasmgpu_contract::validate::{Invalid, validate};
 
 fn small() -> Snapshot {
     let mut busy = node("a100", 4, "NVIDIA A100-SXM4-40GB", 40960);
     busy.gpus[0].held = true;
     busy.gpus[0].allocated_mib = 40960;
-    convert(&snapshot(
+    snapshot(
         vec![
             with_full_nvlink(node("h100", 8, "NVIDIA H100 80GB HBM3", 81559)),
             busy,
@@ -27,7 +27,7 @@ fn small() -> Snapshot {
             request("ml/train-1", 2, Exclusive, 0),
             request("ml/notebook", 1, Shared, 8192),
         ],
-    ))
+    )
 }
 
 fn engine() -> Engine {
@@ -77,13 +77,13 @@ fn shipped_policies_load_describe_and_place_every_pod_validly() {
 #[test]
 fn wasm_and_native_builds_of_a_policy_decide_the_same() {
     let engine = engine();
-    let snap = wasmgpu_policy_sdk::testing::large(60, 120);
-    let host_snap: Snapshot = convert(&snap);
+    let snap = wasmgpu_contract::testing::large(60, 120);
+    let host_snap: Snapshot = snap.clone();
     for (name, native) in [
         (
             "binpack",
             wasmgpu_binpack::allocate
-                as fn(&wasmgpu_policy_sdk::Snapshot) -> Vec<wasmgpu_policy_sdk::Decision>,
+                as fn(&wasmgpu_contract::Snapshot) -> Vec<wasmgpu_contract::Decision>,
         ),
         ("spread", wasmgpu_spread::allocate),
     ] {
@@ -93,7 +93,7 @@ fn wasm_and_native_builds_of_a_policy_decide_the_same() {
             .allocate(&host_snap)
             .unwrap()
             .decisions;
-        let native: Vec<Decision> = convert(&native(&snap));
+        let native: Vec<Decision> = native(&snap);
         assert_eq!(wasm, native, "{name}");
         assert!(validate(&host_snap, &wasm).refused.is_empty(), "{name}");
     }
@@ -102,7 +102,7 @@ fn wasm_and_native_builds_of_a_policy_decide_the_same() {
 #[test]
 fn binpack_and_spread_place_differently() {
     let engine = engine();
-    let snap: Snapshot = convert(&snapshot(
+    let snap: Snapshot = snapshot(
         vec![
             node("n0", 4, "NVIDIA L4", 24000),
             node("n1", 4, "NVIDIA L4", 24000),
@@ -111,7 +111,7 @@ fn binpack_and_spread_place_differently() {
             request("ns/a", 1, Exclusive, 0),
             request("ns/b", 1, Exclusive, 0),
         ],
-    ));
+    );
     let nodes = |name: &str| -> Vec<String> {
         let round = engine
             .load(&policy_bytes(name))
@@ -296,13 +296,13 @@ fn impossible_decisions_are_refused_by_the_validator() {
         matches!(&verdict.refused[0].reason, Invalid::GpuTaken { by, .. } if by == "a running pod")
     );
 
-    let mut snap: Snapshot = convert(&snapshot(
+    let mut snap: Snapshot = snapshot(
         vec![node("n", 2, "NVIDIA L4", 23034)],
         vec![
             request("ns/a", 1, Exclusive, 0),
             request("ns/b", 1, Exclusive, 0),
         ],
-    ));
+    );
     snap.config = "same-gpu-twice".into();
     let round = hostile(&engine).allocate(&snap).unwrap();
     assert_eq!(round.decisions.len(), 2);

@@ -13,13 +13,13 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::{convert, policy_bytes};
+use common::policy_bytes;
 use wasmgpu::engine::types::{Decision, Snapshot as HostSnapshot};
 use wasmgpu::engine::{Engine, LoadedPolicy, PolicyError};
-use wasmgpu::validate::validate;
-use wasmgpu_policy_sdk::Sharing::Exclusive;
-use wasmgpu_policy_sdk::testing::{node, request, snapshot, with_full_nvlink};
-use wasmgpu_policy_sdk::{Snapshot, Usage};
+use wasmgpu_contract::Sharing::Exclusive;
+use wasmgpu_contract::testing::{node, request, snapshot, with_full_nvlink};
+use wasmgpu_contract::validate::validate;
+use wasmgpu_contract::{Snapshot, Usage};
 
 const TENANTS: [&str; 3] = ["team-a", "team-b", "team-c"];
 const PENDING_PER_TENANT: usize = 100;
@@ -110,7 +110,7 @@ impl Simulation {
                 .count();
             for _ in pending..PENDING_PER_TENANT {
                 self.created += 1;
-                self.snapshot.pending.push(wasmgpu_policy_sdk::Request {
+                self.snapshot.pending.push(wasmgpu_contract::Request {
                     created_ms: self.created,
                     ..request(&format!("{tenant}/job-{}", self.created), 1, Exclusive, 0)
                 });
@@ -138,12 +138,12 @@ impl Simulation {
     /// placements are applied. The native build must decide the same.
     fn round(&mut self, round: u64, policy: &LoadedPolicy) {
         self.snapshot.round = round;
-        let host: HostSnapshot = convert(&self.snapshot);
+        let host: HostSnapshot = self.snapshot.clone();
         let wasm = policy
             .allocate(&host)
             .expect("the policy decides")
             .decisions;
-        let native: Vec<Decision> = convert(&wasmgpu_fairshare::allocate(&self.snapshot));
+        let native: Vec<Decision> = wasmgpu_fairshare::allocate(&self.snapshot);
         assert_eq!(wasm, native, "round {round}: Wasm and native builds differ");
         let verdict = validate(&host, &wasm);
         assert!(
@@ -271,7 +271,7 @@ fn a_limit_holds_a_tenant_back_and_says_so() {
     let config = r#"{"tenants": [{"name": "team-a", "limit": 10, "weight": 4}]}"#;
     let mut sim = Simulation::new(config);
     sim.top_up();
-    let host: HostSnapshot = convert(&sim.snapshot);
+    let host: HostSnapshot = sim.snapshot.clone();
     let policy = engine().load(&policy_bytes("fairshare")).expect("loads");
     let decisions = policy.allocate(&host).expect("decides").decisions;
     let verdict = validate(&host, &decisions);

@@ -15,12 +15,12 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{convert, policy_bytes, policy_dir};
+use common::{policy_bytes, policy_dir};
 use wasmgpu::engine::types::{Decision, Snapshot};
 use wasmgpu::engine::{Engine, Limits, LoadedPolicy};
-use wasmgpu::validate::validate;
-use wasmgpu_policy_sdk::Sharing::Exclusive;
-use wasmgpu_policy_sdk::testing::{gang, large, refresh_tables, request, with_mig};
+use wasmgpu_contract::Sharing::Exclusive;
+use wasmgpu_contract::testing::{gang, large, refresh_tables, request, with_mig};
+use wasmgpu_contract::validate::validate;
 
 /// The components of the other languages' binpack ports, by language.
 const PORTS: &[(&str, &str)] = &[
@@ -148,7 +148,7 @@ fn varied() -> Snapshot {
     }
     let at = snap.pending.len() as u32;
     for k in 0..7 {
-        snap.pending.push(wasmgpu_policy_sdk::Request {
+        snap.pending.push(wasmgpu_contract::Request {
             created_ms: 5 + k as u64,
             ..request(&format!("train/w-{k}"), 2, Exclusive, 0)
         });
@@ -162,7 +162,7 @@ fn varied() -> Snapshot {
     );
     snap.pending[at as usize + 6].count = 16;
     snap.config = r#"{"preferNvlink": false}"#.into();
-    convert(&snap)
+    snap.clone()
 }
 
 /// The Rust binpack and every port that is built, loaded once per test

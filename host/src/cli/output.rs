@@ -16,9 +16,9 @@ use serde::Serialize;
 
 use crate::agent::Reading;
 use crate::api::GPUNodeStatus;
-use crate::engine::types::{Decision, Sharing, Snapshot};
 use crate::engine::{LoadedPolicy, RoundStats};
-use crate::validate::Verdict;
+use wasmgpu_contract::types::{Decision, Sharing, Snapshot};
+use wasmgpu_contract::validate::Verdict;
 
 /// The commands with JSON output, for `wasmgpu policy output-schema`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -584,10 +584,10 @@ pub(crate) struct AgentOnceOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::types::{Assignment, Deferral};
-    use crate::fixtures::{node, request, snapshot};
-    use crate::validate::validate;
-    use wasmgpu_policy_sdk::Sharing::Exclusive;
+    use wasmgpu_contract::Sharing::Exclusive;
+    use wasmgpu_contract::testing::{node, request, snapshot};
+    use wasmgpu_contract::types::{Assignment, Deferral};
+    use wasmgpu_contract::validate::validate;
 
     #[test]
     fn decisions_are_tagged_by_kind_and_paired_with_their_verdict() {
@@ -653,12 +653,12 @@ mod tests {
             let mut snap = snapshot(
                 vec![node("a", 2, "NVIDIA H100", 81920)],
                 vec![
-                    request("ns/s", 2, wasmgpu_policy_sdk::Sharing::Shared, 1),
+                    request("ns/s", 2, wasmgpu_contract::Sharing::Shared, 1),
                     request("ns/x", 1, Exclusive, 0),
                 ],
             );
             snap.pending[0].memory_mib = share_mib;
-            snap.usage.push(crate::engine::types::Usage {
+            snap.usage.push(wasmgpu_contract::types::Usage {
                 namespace: "ns".into(),
                 exclusive_gpus: held_gpus,
                 mig_instances: 0,
@@ -668,14 +668,14 @@ mod tests {
             // counts what it is given).
             let mut verdict = validate(&snap, &[]);
             verdict.accepted = vec![
-                crate::validate::Placement {
+                wasmgpu_contract::validate::Placement {
                     request: 0,
                     pod: "ns/s".into(),
                     node: "a".into(),
                     gpus: vec!["GPU-a-0".into(), "GPU-a-1".into()],
                     at: (0, vec![0, 1]),
                 },
-                crate::validate::Placement {
+                wasmgpu_contract::validate::Placement {
                     request: 1,
                     pod: "ns/x".into(),
                     node: "a".into(),

@@ -12,9 +12,8 @@ use super::output_format::Output;
 use super::policy_run;
 use super::snapshot_file;
 use super::stdout;
-use crate::engine::types::Snapshot;
 use crate::engine::{Engine, Limits, LoadedPolicy};
-use crate::snapshot_contract;
+use wasmgpu_contract::types::Snapshot;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PolicyCommand {
@@ -554,7 +553,9 @@ impl PolicyCommand {
                 file.as_deref(),
             ),
             PolicyCommand::SnapshotSchema => {
-                stdout::json(&schemars::schema_for!(snapshot_contract::SnapshotFile))?;
+                stdout::json(&schemars::schema_for!(
+                    wasmgpu_contract::snapshot_file::SnapshotFile
+                ))?;
                 Ok(ExitCode::SUCCESS)
             }
             PolicyCommand::OutputSchema { command } => {
@@ -580,9 +581,9 @@ impl PolicyCommand {
 
 /// The JSON of `generate-snapshot --nodes NODES --pods PODS`.
 fn generated_snapshot(nodes: u32, pods: u32) -> anyhow::Result<String> {
-    let snapshot = wasmgpu_policy_sdk::testing::large(nodes, pods);
+    let snapshot = wasmgpu_contract::testing::large(nodes, pods);
     let snapshot: Snapshot = serde_json::from_value(serde_json::to_value(&snapshot)?)?;
-    Ok(snapshot_contract::to_json(snapshot)?)
+    Ok(wasmgpu_contract::snapshot_file::to_json(snapshot)?)
 }
 
 fn check(file: &Path, output: Output) -> anyhow::Result<ExitCode> {

@@ -15,8 +15,8 @@ use super::output_format::Output;
 use super::stdout;
 use super::table::Table;
 use crate::engine::LoadedPolicy;
-use crate::engine::types::{Request, Sharing, Snapshot};
-use crate::validate::{Verdict, validate};
+use wasmgpu_contract::types::{Request, Sharing, Snapshot};
+use wasmgpu_contract::validate::{Verdict, validate};
 
 // === run ===
 

@@ -23,9 +23,8 @@ use super::kube_client::{block_on, client};
 use super::stdout;
 use crate::api::policy::CONFIG_KEY;
 use crate::api::{GPUNode, GPUResource, SCHEDULER_NAME};
-use crate::engine::types::Snapshot;
 use crate::index::Index;
-use crate::snapshot_contract;
+use wasmgpu_contract::types::Snapshot;
 
 /// `wasmgpu policy snapshot --recorded URL`: a round the controller at
 /// `url` recorded for `policy` (the latest, or `round`), or the list.
@@ -83,7 +82,7 @@ pub(crate) fn recorded(
         None => format!("{base}/debug/rounds/{policy}"),
     };
     let json = get(path)?;
-    snapshot_contract::check(&json)?;
+    wasmgpu_contract::snapshot_file::check(&json)?;
     match file {
         Some(path) => {
             std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
@@ -133,7 +132,7 @@ pub(crate) fn export(
         snapshot.nodes.len(),
         snapshot.nodes.iter().map(|n| n.gpus.len()).sum::<usize>()
     );
-    let json = snapshot_contract::to_json(snapshot)?;
+    let json = wasmgpu_contract::snapshot_file::to_json(snapshot)?;
     match file {
         Some(path) => {
             std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;

@@ -1,13 +1,13 @@
 //! Snapshot files: JSON read into the contract's `snapshot` record (see
 //! `docs/SNAPSHOTS.md`), then held to the rules the controller's snapshots
-//! obey ([`crate::validate::snapshot::check`]) before a policy sees them.
+//! obey ([`wasmgpu_contract::snapshot_check::check`]) before a policy sees them.
 
 use std::path::Path;
 
 use anyhow::Context;
 
-use crate::engine::types::Snapshot;
-use crate::validate::snapshot::{SnapshotError, check};
+use wasmgpu_contract::snapshot_check::{SnapshotError, check};
+use wasmgpu_contract::types::Snapshot;
 
 /// Why a snapshot file's text is not a snapshot.
 #[derive(Debug, thiserror::Error)]
@@ -20,12 +20,12 @@ pub(crate) enum ParseError {
     Invalid(#[from] SnapshotError),
     /// Of another contract version (`"contract"`).
     #[error(transparent)]
-    Contract(#[from] crate::snapshot_contract::OtherContract),
+    Contract(#[from] wasmgpu_contract::snapshot_file::OtherContract),
 }
 
 /// Parses and checks a snapshot file's text.
 pub(crate) fn parse(text: &str) -> Result<Snapshot, ParseError> {
-    crate::snapshot_contract::check(text)?;
+    wasmgpu_contract::snapshot_file::check(text)?;
     let snapshot: Snapshot = serde_json::from_str(text)?;
     check(&snapshot)?;
     Ok(snapshot)
@@ -47,9 +47,9 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<Snapshot> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::types::Sharing;
-    use crate::fixtures::{arbitrary_json, convert};
+    use crate::fixtures::arbitrary_json;
     use proptest::prelude::*;
+    use wasmgpu_contract::types::Sharing;
 
     const KEYS: &[&str] = &[
         "round",
@@ -153,10 +153,8 @@ mod tests {
                 (any::<u8>(), prop_oneof![0u64..100_000, any::<u64>()]), 0..4),
         ) {
             if let Ok(snapshot) = parse(&demo_with(&changes)) {
-                let sdk: wasmgpu_policy_sdk::Snapshot = convert(&snapshot);
-                for decisions in [wasmgpu_binpack::allocate(&sdk), wasmgpu_spread::allocate(&sdk)] {
-                    let decisions: Vec<crate::engine::types::Decision> = convert(&decisions);
-                    crate::validate::validate(&snapshot, &decisions);
+                for decisions in [wasmgpu_binpack::allocate(&snapshot), wasmgpu_spread::allocate(&snapshot)] {
+                    wasmgpu_contract::validate::validate(&snapshot, &decisions);
                 }
             }
         }

@@ -41,9 +41,9 @@ use crate::api::{
     Allocation, Device, GANG_RESERVATION_ANNOTATION, GPUResource, GangReservation, PodAllocation,
     PodGroup, RELEASE_FINALIZER, ReservedMember, Sharing,
 };
-use crate::engine::types::{Sharing as WitSharing, Snapshot};
 use crate::index::{ObjectKey, PendingBinding, Release, ResourceView};
-use crate::validate::Placement;
+use wasmgpu_contract::types::{Sharing as WitSharing, Snapshot};
+use wasmgpu_contract::validate::Placement;
 
 /// Field manager of the controller's writes.
 pub const FIELD_MANAGER: &str = "wasmgpu-controller";

@@ -14,10 +14,10 @@ use crate::api::policy::{
     COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY,
     PULL_SECRET_ANNOTATION, SHADOW_OF_ANNOTATION,
 };
-use crate::engine::types::Snapshot;
 use crate::engine::{Digest, Engine, LoadedPolicy, PolicyError};
 use crate::oci::{ComponentRef, OciError};
-use crate::validate::validate;
+use wasmgpu_contract::types::Snapshot;
+use wasmgpu_contract::validate::validate;
 
 /// The largest component accepted, after decompression.
 pub const MAX_POLICY_BYTES: usize = 8 << 20;
@@ -278,25 +278,54 @@ fn gunzip(bytes: &[u8], limit: usize) -> Result<Vec<u8>, RejectError> {
     Ok(out)
 }
 
-/// The canary snapshot: two nodes of two GPUs, a one-GPU and a two-GPU pod.
+/// The canary snapshot: two nodes of two NVLinked H100s, a one-GPU and a
+/// two-GPU pod, both free to go on either node.
 pub fn canary_snapshot(config: &str) -> Snapshot {
-    use wasmgpu_policy_sdk::Sharing;
-    use wasmgpu_policy_sdk::testing::{node, request, snapshot, with_full_nvlink};
-    const MODEL: &str = "NVIDIA H100 80GB HBM3";
-    let mut sdk = snapshot(
-        vec![
-            with_full_nvlink(node("canary-0", 2, MODEL, 81559)),
-            with_full_nvlink(node("canary-1", 2, MODEL, 81559)),
-        ],
-        vec![
-            request("wasmgpu-canary/pod-0", 1, Sharing::Exclusive, 0),
-            request("wasmgpu-canary/pod-1", 2, Sharing::Exclusive, 0),
-        ],
-    );
-    sdk.config = config.to_string();
-    // The SDK's and the host's types come from the same WIT: same serde form.
-    let value = serde_json::to_value(&sdk).expect("a snapshot serializes");
-    serde_json::from_value(value).expect("the SDK's snapshot is the host's")
+    use wasmgpu_contract::types::{Gpu, Node, Request, Sharing};
+    let node = |name: &str| Node {
+        name: name.to_owned(),
+        labels: vec![("kubernetes.io/hostname".to_owned(), name.to_owned())],
+        gpus: (0..2u32)
+            .map(|index| Gpu {
+                uuid: format!("GPU-{name}-{index}"),
+                index,
+                model: 0,
+                memory_mib: 81559,
+                allocated_mib: 0,
+                held: false,
+                shared_owners: 0,
+                numa_node: Some(0),
+                nvlink_peers: vec![1 - index],
+                healthy: true,
+                mig: None,
+            })
+            .collect(),
+    };
+    let request = |name: &str, count: u32, created_ms: u64| Request {
+        pod: format!("wasmgpu-canary/{name}"),
+        namespace: "wasmgpu-canary".to_owned(),
+        resource: format!("wasmgpu-canary/{name}"),
+        count,
+        model: None,
+        mig_profile: None,
+        memory_mib: 0,
+        sharing: Sharing::Exclusive,
+        priority: 0,
+        created_ms,
+        eligible_set: 0,
+        gang: None,
+    };
+    Snapshot {
+        round: 0,
+        models: vec!["NVIDIA H100 80GB HBM3".to_owned()],
+        mig_profiles: Vec::new(),
+        nodes: vec![node("canary-0"), node("canary-1")],
+        pending: vec![request("pod-0", 1, 0), request("pod-1", 2, 1)],
+        eligible_sets: vec![vec![0, 1]],
+        gangs: Vec::new(),
+        usage: Vec::new(),
+        config: config.to_owned(),
+    }
 }
 
 /// Runs `policy` on the canary snapshot: the call must succeed and every
@@ -454,6 +483,8 @@ mod tests {
         assert_eq!(snapshot.nodes.len(), 2);
         assert_eq!(snapshot.pending.len(), 2);
         assert_eq!(snapshot.config, "{\"x\":1}");
+        // It obeys every rule a controller's snapshot obeys.
+        assert_eq!(wasmgpu_contract::snapshot_check::check(&snapshot), Ok(()));
         // An empty decision list is valid: the canary accepts a policy that waits.
         assert!(validate(&snapshot, &[]).refused.is_empty());
     }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use crate::engine::types::Snapshot;
+use wasmgpu_contract::types::Snapshot;
 
 /// The most rounds kept per policy.
 pub const MAX_RECORDED_ROUNDS: u32 = 20;
@@ -93,7 +93,7 @@ impl Recorder {
             nodes: snapshot.nodes.len(),
             bytes: 0,
         };
-        let json = match crate::snapshot_contract::to_json(snapshot) {
+        let json = match wasmgpu_contract::snapshot_file::to_json(snapshot) {
             Ok(json) => json,
             Err(error) => {
                 tracing::warn!(%policy, %error, "Cannot record a round");
@@ -193,8 +193,8 @@ pub fn parse_keep(value: Option<&str>) -> Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::{node, request, snapshot};
-    use wasmgpu_policy_sdk::Sharing;
+    use wasmgpu_contract::Sharing;
+    use wasmgpu_contract::testing::{node, request, snapshot};
 
     fn round(n: u64) -> Snapshot {
         let mut snap = snapshot(
@@ -220,7 +220,8 @@ mod tests {
         assert_eq!(rounds, [3, 4, 5]);
         assert_eq!((listed[0].pending, listed[0].nodes), (1, 1));
         let latest = recorder.snapshot_file("binpack", None).unwrap();
-        let file: crate::snapshot_contract::SnapshotFile = serde_json::from_str(&latest).unwrap();
+        let file: wasmgpu_contract::snapshot_file::SnapshotFile =
+            serde_json::from_str(&latest).unwrap();
         assert_eq!(file.snapshot.round, 5);
         assert_eq!(file.contract.as_deref(), Some(crate::engine::CONTRACT));
         assert!(recorder.snapshot_file("binpack", Some(4)).is_some());

@@ -11,10 +11,10 @@ use super::policies::{ActivePolicy, Policies};
 use super::report::{Reporter, RoundOutcome};
 use super::shadows::Shadows;
 use super::watch::WatchedIndex;
-use crate::engine::types::Snapshot;
 use crate::index::{ObjectKey, RoundStart};
-use crate::validate::validate;
 use tokio::sync::watch;
+use wasmgpu_contract::types::Snapshot;
+use wasmgpu_contract::validate::validate;
 
 /// What a round does when the active version of a policy fails at run time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -338,7 +338,7 @@ impl Rounds {
 impl Rounds {
     /// An Event on each gang member that waits for its gang (all or
     /// nothing), once per reason: why its pod stays pending.
-    fn tell_gang_waits(&self, verdict: &crate::validate::Verdict) {
+    fn tell_gang_waits(&self, verdict: &wasmgpu_contract::validate::Verdict) {
         let mut told = crate::sync::lock(&self.gang_waits_told);
         if told.len() > 10_000 {
             told.clear();

@@ -31,9 +31,9 @@ use super::connection::error_chain;
 use super::metrics::Metrics;
 use super::policies::ActivePolicy;
 use crate::api::policy::{SHADOW_STATUS_ANNOTATION, ShadowStatus};
-use crate::engine::types::Snapshot;
 use crate::shadow::{Comparison, Outcome, RoundMeta, compare};
-use crate::validate::{Placement, validate};
+use wasmgpu_contract::types::Snapshot;
+use wasmgpu_contract::validate::{Placement, validate};
 
 /// Runs the shadows of the policies that decide.
 #[derive(Clone)]

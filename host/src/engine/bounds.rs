@@ -82,7 +82,7 @@ pub(super) fn is_over_budget(error: &wasmtime::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::types::Deferral;
+    use wasmgpu_contract::types::Deferral;
 
     #[test]
     fn reasons_and_names_are_cut_at_a_char_boundary() {

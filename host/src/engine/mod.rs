@@ -18,13 +18,13 @@
 //! epoch ticker thread. A [`LoadedPolicy`] is cheap to clone and safe to share
 //! between threads; every call gets its own store, so calls never share state.
 
-mod bindings;
 pub mod bounds;
 mod error;
 mod guest_log;
 mod limits;
 mod policy;
 mod sandbox;
+mod world;
 
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -40,25 +40,11 @@ pub use policy::{Digest, LoadedPolicy, Round, RoundStats};
 
 use sandbox::Sandbox;
 
-/// The contract's types, as the host sees them. Snapshot files are read
-/// into them; what the CLI prints is its own types (`cli/output.rs`), not
-/// these.
-pub mod types {
-    pub use super::bindings::wasmgpu::policy::types::*;
-
-    impl Decision {
-        /// The pod this decision is about, as its position in `pending`.
-        pub fn pod(&self) -> u32 {
-            match self {
-                Decision::Assign(a) => a.pod,
-                Decision::Wait(d) | Decision::Reject(d) => d.pod,
-            }
-        }
-    }
-}
+/// The contract's types (`wasmgpu_contract::types`), as guests get them.
+pub use wasmgpu_contract::types;
 
 /// The contract this host implements (`wit/policy.wit`).
-pub const CONTRACT: &str = "wasmgpu:policy@0.2.0";
+pub use wasmgpu_contract::CONTRACT;
 
 /// Bytes of each instance slot's linear memory kept resident between calls.
 const KEEP_RESIDENT_BYTES: usize = 16 << 20;

@@ -9,11 +9,11 @@ use wasmtime::component::Component;
 use wasmtime::{Store, Trap};
 
 use super::Cause;
-use super::bindings::{Policy, PolicyPre};
 use super::bounds::{self, CALL_BYTES};
 use super::error::{PolicyError, Result};
 use super::sandbox::{LimitExceeded, Sandbox};
 use super::types::{Decision, Info, Snapshot};
+use super::world::{Policy, PolicyPre, WorldMismatch};
 use super::{EngineCore, Limits};
 
 /// A component's sha256, written `sha256:<hex>`.
@@ -44,7 +44,7 @@ impl fmt::Display for Digest {
 #[derive(Clone)]
 pub struct LoadedPolicy {
     shared: Arc<EngineCore>,
-    pre: PolicyPre<Sandbox>,
+    pre: PolicyPre,
     component: Component,
     digest: Digest,
     size: usize,
@@ -91,7 +91,7 @@ impl LoadedPolicy {
             .instantiate_pre(&component)
             .map_err(|e| PolicyError::WrongWorld(Cause::new(e)))?;
         let pre =
-            PolicyPre::new(instance_pre).map_err(|e| PolicyError::WrongWorld(Cause::new(e)))?;
+            PolicyPre::new(instance_pre).map_err(|e| PolicyError::WrongWorld(Cause::new(e.0)))?;
         let placeholder = Info {
             name: String::new(),
             version: String::new(),
@@ -145,7 +145,7 @@ impl LoadedPolicy {
 
     /// Runs one round on a fresh instance. The decisions are returned as the
     /// policy made them, their reasons and names cut to the bounds of
-    /// [`super::bounds`]; check them with [`crate::validate`] before use.
+    /// [`super::bounds`]; check them with [`wasmgpu_contract::validate`] before use.
     ///
     /// A policy that returns more than [`bounds::most_decisions`] decisions,
     /// or more bytes than [`bounds::output_budget`] for the pending pods, fails
@@ -170,10 +170,10 @@ impl LoadedPolicy {
     /// Instantiates a fresh store and runs `f` in it, under the limits.
     /// `transfer_bytes` bounds what one transfer from the policy to the host
     /// (the result, or an argument of an import) may copy.
-    fn call<R>(
+    fn call<'s, R>(
         &self,
         transfer_bytes: usize,
-        f: impl FnOnce(&Policy, &mut Store<Sandbox>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&Policy<'s>, &mut Store<Sandbox>) -> wasmtime::Result<R>,
     ) -> (Result<R>, RoundStats) {
         let limits = &self.shared.limits;
         let start = Instant::now();
@@ -231,6 +231,9 @@ fn classify(
              per decision the round may return, for its decisions and for each log line)",
             bounds::DECISION_BYTES
         ));
+    }
+    if error.is::<WorldMismatch>() {
+        return PolicyError::WrongWorld(Cause::new(error));
     }
     if let Some(exceeded) = error.downcast_ref::<LimitExceeded>() {
         return PolicyError::MemoryLimit(exceeded.0.clone());

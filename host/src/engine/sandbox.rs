@@ -19,7 +19,6 @@ use wasmtime_wasi::{
 };
 
 use super::Limits;
-use super::bindings::PolicyImports;
 use super::guest_log::GuestLog;
 
 /// Store data for one call.
@@ -73,21 +72,10 @@ impl WasiView for Sandbox {
     }
 }
 
-impl PolicyImports for Sandbox {
-    fn log(&mut self, message: String) {
-        self.log.log(message);
-    }
-}
-
-impl super::bindings::wasmgpu::policy::types::Host for Sandbox {}
-
 /// Links WASI (sync, without capabilities) and the world's own imports.
 pub(crate) fn link(linker: &mut Linker<Sandbox>) -> wasmtime::Result<()> {
     wasmtime_wasi::p2::add_to_linker_sync(linker)?;
-    super::bindings::Policy::add_to_linker::<Sandbox, wasmtime::component::HasSelf<Sandbox>>(
-        linker,
-        |s| s,
-    )?;
+    super::world::link_log(linker)?;
     // Timers would block the host thread where neither fuel nor the epoch
     // deadline can stop them: a policy may not sleep.
     linker.allow_shadowing(true);

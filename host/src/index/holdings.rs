@@ -16,7 +16,7 @@ use std::fmt;
 
 use super::{Index, ObjectKey};
 use crate::api::{Allocation, Device, PodAllocation, Sharing};
-use crate::engine::types::Usage;
+use wasmgpu_contract::types::Usage;
 
 /// A ledger entry, written by an earlier version, that the controller
 /// should remove from its GPUResource's status.

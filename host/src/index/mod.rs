@@ -3,7 +3,7 @@
 //! Watches feed the index through small synchronous calls (`apply_*`,
 //! `delete_*`, and `reset_*` after a relist; or generically through
 //! [`IndexResource`]); it does no I/O and holds no API client. Out come the
-//! [`Snapshot`](crate::engine::types::Snapshot)s the policies decide on, the
+//! [`Snapshot`](wasmgpu_contract::types::Snapshot)s the policies decide on, the
 //! [`Problem`]s users must fix, and the bindings to finish.
 //!
 //! ```text

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use wasmgpu_policy_sdk::glob_match;
+use wasmgpu_contract::glob_match;
 
 use super::eligibility;
 use super::holdings::{GpuUse, Holdings};
@@ -12,7 +12,7 @@ use super::node::NodeFacts;
 use super::pod::PodFacts;
 use super::{Index, ObjectKey, Problem};
 use crate::api::{GPUResourceSpec, Sharing as ApiSharing};
-use crate::engine::types::{Gang, Gpu, MigInstance, Node, Request, Sharing, Snapshot};
+use wasmgpu_contract::types::{Gang, Gpu, MigInstance, Node, Request, Sharing, Snapshot};
 
 /// A pod that waits for GPUs and could be placed, with its policy.
 struct Waiting<'a> {

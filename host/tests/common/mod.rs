@@ -6,9 +6,6 @@ pub mod rbac;
 
 use std::path::PathBuf;
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-
 /// Where `make policies` puts the compiled policy components.
 pub fn policy_dir() -> PathBuf {
     match std::env::var_os("WASMGPU_POLICY_DIR") {
@@ -27,11 +24,6 @@ pub fn policy_bytes(name: &str) -> Vec<u8> {
             path.display()
         )
     })
-}
-
-/// Converts between the SDK's and the host's copy of a contract type.
-pub fn convert<T: Serialize, U: DeserializeOwned>(value: &T) -> U {
-    serde_json::from_value(serde_json::to_value(value).expect("serialize")).expect("same shape")
 }
 
 /// Installs the checked-in CRDs (`deploy/crds`) once per test process, as an

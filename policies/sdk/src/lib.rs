@@ -93,7 +93,6 @@ extern crate self as wasmgpu_policy_sdk;
 
 mod cluster;
 mod config;
-mod glob;
 mod nvlink;
 mod placement;
 pub mod reason;
@@ -103,15 +102,6 @@ pub mod reason;
 )]
 mod round_alloc;
 pub mod testing;
-mod validate;
-
-/// The contract types [`validate`]'s rules are written against (the host
-/// compiles the same file against its own copy).
-mod contract {
-    pub(crate) use crate::{
-        Assignment, Decision, Gpu, Node, Request, Sharing, Snapshot, glob_match,
-    };
-}
 
 /// Policies compiled to WebAssembly allocate with [`round_alloc`]'s size
 /// classes unless the SDK's `allocator` feature is turned off.
@@ -125,7 +115,6 @@ static ALLOCATOR: round_alloc::RoundAllocator = round_alloc::RoundAllocator::new
 
 pub use cluster::{Cluster, Fit, GpuNow, Shortfall, Want};
 pub use config::parse_config;
-pub use glob::glob_match;
 pub use nvlink::Nvlink;
 pub use placement::{PlacementParams, place_each};
 
@@ -141,20 +130,18 @@ pub mod bindings {
         export_macro_name: "__export_wasmgpu_policy_world",
         default_bindings_module: "wasmgpu_policy_sdk::bindings",
         runtime_path: "wasmgpu_policy_sdk::__wit_bindgen::rt",
-        additional_derives: [Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize],
+        // The contract's types are `wasmgpu_contract`'s, shared with the host.
+        with: { "wasmgpu:policy/types@0.2.0": wasmgpu_contract::types },
     });
 }
 
 #[doc(hidden)]
 pub use wit_bindgen as __wit_bindgen;
 
-pub use bindings::wasmgpu::policy::types::{
-    Assignment, Decision, Deferral, Gang, Gpu, Info, MigInstance, Node, Request, Sharing, Snapshot,
-    Usage,
+pub use wasmgpu_contract::{
+    Assignment, CONTRACT, Decision, Deferral, Gang, Gpu, Info, MigInstance, Node, Request, Sharing,
+    Snapshot, Usage, assign, glob_match, info, reject, wait,
 };
-
-/// The contract this SDK implements, as the host names it.
-pub const CONTRACT: &str = "wasmgpu:policy@0.2.0";
 
 /// An allocation policy: what [`export_policy!`] exports as a component.
 pub trait Policy {
@@ -162,15 +149,6 @@ pub trait Policy {
     fn describe() -> Info;
     /// Decide one round.
     fn allocate(snapshot: Snapshot) -> Vec<Decision>;
-}
-
-/// Builds an [`Info`].
-pub fn info(name: &str, version: &str, description: &str) -> Info {
-    Info {
-        name: name.to_owned(),
-        version: version.to_owned(),
-        description: description.to_owned(),
-    }
 }
 
 /// Stops the round with `message`: the message goes to the controller's log
@@ -189,40 +167,6 @@ pub fn log(message: &str) {
     bindings::log(message);
     #[cfg(not(target_arch = "wasm32"))]
     let _ = message;
-}
-
-/// `Decision::Assign` for the pending request at position `pod`, on the node
-/// at position `node`, of the GPUs at positions `gpus` in that node's list.
-pub fn assign(pod: u32, node: u32, gpus: Vec<u32>) -> Decision {
-    Decision::Assign(Assignment { pod, node, gpus })
-}
-
-/// `Decision::Wait` for the pending request at position `pod`, with a reason
-/// shown to users.
-pub fn wait(pod: u32, reason: impl Into<String>) -> Decision {
-    Decision::Wait(Deferral {
-        pod,
-        reason: reason.into(),
-    })
-}
-
-/// `Decision::Reject` for the pending request at position `pod`, with a
-/// reason shown to users.
-pub fn reject(pod: u32, reason: impl Into<String>) -> Decision {
-    Decision::Reject(Deferral {
-        pod,
-        reason: reason.into(),
-    })
-}
-
-impl Decision {
-    /// The pod this decision is about, as its position in `snapshot.pending`.
-    pub fn pod(&self) -> u32 {
-        match self {
-            Decision::Assign(a) => a.pod,
-            Decision::Wait(d) | Decision::Reject(d) => d.pod,
-        }
-    }
 }
 
 /// Exports a [`Policy`] implementation as the component's `describe` and

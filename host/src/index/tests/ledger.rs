@@ -4,7 +4,7 @@
 use super::*;
 use crate::index::{ObjectKey, PodCounts, Release, ReleaseReason};
 
-fn gpu<'a>(snapshot: &'a Snapshot, uuid: &str) -> &'a crate::engine::types::Gpu {
+fn gpu<'a>(snapshot: &'a Snapshot, uuid: &str) -> &'a wasmgpu_contract::types::Gpu {
     snapshot
         .nodes
         .iter()

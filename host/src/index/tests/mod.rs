@@ -21,7 +21,7 @@ use crate::api::{
     Allocation, Device, GPUNode, GPUNodeSpec, GPUNodeStatus, GPUResource, GPUResourceSpec,
     GPUResourceStatus, GpuInfo, PolicyRef, Sharing,
 };
-use crate::engine::types::Snapshot;
+use wasmgpu_contract::types::Snapshot;
 
 pub(super) const H100: &str = "NVIDIA H100 80GB HBM3";
 pub(super) const H100_MIB: u64 = 81559;

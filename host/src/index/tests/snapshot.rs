@@ -1,7 +1,7 @@
 //! Snapshots: which pods wait, for which policy, and how they look.
 
 use super::*;
-use crate::engine::types::Sharing as WitSharing;
+use wasmgpu_contract::types::Sharing as WitSharing;
 
 #[test]
 fn a_request_carries_the_pod_and_its_resource() {

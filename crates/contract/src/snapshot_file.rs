@@ -5,13 +5,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::types::Snapshot;
-
-/// The contract this wasmgpu's snapshots follow.
-pub use crate::engine::CONTRACT;
+pub use crate::CONTRACT;
+use crate::types::Snapshot;
 
 /// A snapshot file: the contract's `snapshot` record, with the version first.
-#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SnapshotFile {
     /// The contract the snapshot follows, e.g. `wasmgpu:policy@0.2.0`.
     /// Written by wasmgpu; optional in hand-written files (read as this
@@ -67,7 +66,7 @@ mod tests {
 
     #[test]
     fn files_name_their_contract_and_another_is_refused_naming_both() {
-        let demo = include_str!("../../policies/snapshots/demo.json");
+        let demo = include_str!("../../../policies/snapshots/demo.json");
         let snapshot: Snapshot = serde_json::from_str(demo).unwrap();
         let text = to_json(snapshot.clone()).unwrap();
         assert!(

@@ -19,9 +19,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::api::MAX_COUNT;
-use crate::engine::bounds::NAME_BYTES;
-use crate::engine::types::{Gpu, Node, Request, Sharing, Snapshot};
+use crate::types::{Gpu, Node, Request, Sharing, Snapshot};
+use crate::{MAX_COUNT, NAME_BYTES};
 
 /// The most memory of one GPU (or one request on it) a snapshot may name:
 /// 16 TiB, two orders of magnitude past the largest GPU made.
@@ -412,8 +411,8 @@ fn fail(at: String, reason: impl fmt::Display) -> Result<(), SnapshotError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::{convert, node, request, snapshot};
-    use wasmgpu_policy_sdk::Sharing as S;
+    use crate::Sharing as S;
+    use crate::testing::{node, request, snapshot};
 
     fn valid() -> Snapshot {
         let mut a = node("a", 4, "NVIDIA H100 80GB HBM3", 81920);
@@ -438,10 +437,10 @@ mod tests {
         name: &str,
         min_member: u32,
         members: &[u32],
-        change: impl FnOnce(&mut crate::engine::types::Gang),
+        change: impl FnOnce(&mut crate::Gang),
     ) {
         let g = s.gangs.len() as u32;
-        let mut gang = crate::engine::types::Gang {
+        let mut gang = crate::Gang {
             name: name.into(),
             min_member,
             bound: 0,
@@ -464,7 +463,7 @@ mod tests {
     #[test]
     fn a_snapshot_like_the_controllers_passes() {
         assert_eq!(check(&valid()), Ok(()));
-        let large: Snapshot = convert(&wasmgpu_policy_sdk::testing::large(30, 50));
+        let large: Snapshot = crate::testing::large(30, 50);
         assert_eq!(check(&large), Ok(()));
     }
 
@@ -554,7 +553,7 @@ mod tests {
             ),
             (
                 Box::new(|s| {
-                    s.nodes[1].gpus[1].mig = Some(crate::engine::types::MigInstance {
+                    s.nodes[1].gpus[1].mig = Some(crate::MigInstance {
                         parent: 1,
                         profile: 0,
                     })
@@ -577,7 +576,7 @@ mod tests {
                 Box::new(|s| {
                     s.nodes[1].gpus[0].healthy = false;
                     s.mig_profiles = vec!["1g.5gb".into()];
-                    s.nodes[1].gpus[1].mig = Some(crate::engine::types::MigInstance {
+                    s.nodes[1].gpus[1].mig = Some(crate::MigInstance {
                         parent: 0,
                         profile: 0,
                     });

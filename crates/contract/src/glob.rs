@@ -5,7 +5,7 @@
 /// True when `text` matches `pattern`.
 ///
 /// ```
-/// use wasmgpu_policy_sdk::glob_match;
+/// use wasmgpu_contract::glob_match;
 /// assert!(glob_match("NVIDIA H100*", "NVIDIA H100 80GB HBM3"));
 /// assert!(glob_match("*A100*", "NVIDIA A100-SXM4-40GB"));
 /// assert!(!glob_match("NVIDIA H100*", "NVIDIA A100-SXM4-40GB"));

@@ -15,17 +15,15 @@
 //! Decisions name pods, nodes and GPUs by position; the verdict names them
 //! ([`Placement`]), so nothing after validation handles positions.
 //!
-//! One source, two crates: the controller compiles this file as
-//! `wasmgpu::validate` against its own (wasmtime) copy of the contract
-//! types, and the policy SDK compiles it against the guest (wit-bindgen)
-//! copy, re-exported as `wasmgpu_policy_sdk::testing::validate`. Both copies
-//! are generated from `wit/policy.wit`, so they have the same names, and the
-//! parent module of each provides them as `contract`. Pure and synchronous:
-//! no I/O, no clock.
+//! One source for both sides: the controller validates every round with
+//! it, and the policy SDK offers it to authors as
+//! `wasmgpu_policy_sdk::testing::validate`, over the same [`crate::types`].
+//! Pure and synchronous: no I/O, no clock.
 
 use std::fmt;
 
-use super::contract::{Assignment, Decision, Gpu, Node, Request, Sharing, Snapshot, glob_match};
+use crate::glob_match;
+use crate::types::{Assignment, Decision, Gpu, Node, Request, Sharing, Snapshot};
 
 /// Why an assignment (or a decision) was refused.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -582,3 +580,6 @@ fn check_gpu<'g>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,48 @@
+//! # The `wasmgpu:policy` contract
+//!
+//! What host and policy agree on, in one place: the types of `wit/policy.wit`
+//! ([`types`]), the rules the host holds every decision to ([`validate`]),
+//! the model globs both sides match with ([`glob_match`]), and the snapshot
+//! files authors export, edit and share ([`snapshot_file`], checked by
+//! [`snapshot_check`]).
+//!
+//! ```text
+//!                 wasmgpu-contract (this crate: types, rules, files)
+//!                 ▲                ▲
+//!   wasmgpu-policy-sdk            wasmgpu-engine ◀── wasmgpu-index ◀── controller, CLI
+//!   (guests, wit-bindgen)         (host, wasmtime)
+//! ```
+//!
+//! The SDK maps the WIT `types` interface onto [`types`] (wit-bindgen's
+//! `with`), and the host passes the same values to wasmtime (feature
+//! `wasmtime`), so a policy's unit tests and the controller run one
+//! validator on one set of types, and nothing is converted between them.
+//!
+//! Pure and synchronous: no I/O, no clock; it compiles to `wasm32-wasip2`.
+#![forbid(unsafe_code)]
+
+mod decision;
+mod glob;
+pub mod snapshot_check;
+pub mod snapshot_file;
+pub mod testing;
+pub mod types;
+pub mod validate;
+
+pub use decision::{assign, info, reject, wait};
+pub use glob::glob_match;
+pub use types::{
+    Assignment, Decision, Deferral, Gang, Gpu, Info, MigInstance, Node, Request, Sharing, Snapshot,
+    Usage,
+};
+pub use validate::{Deferred, Invalid, Placement, Refused, Verdict, describe};
+
+/// The contract this crate describes, as components and snapshot files name it.
+pub const CONTRACT: &str = "wasmgpu:policy@0.2.0";
+
+/// The most GPUs (or MIG instances) one request may ask for, all on one node.
+pub const MAX_COUNT: u32 = 16;
+
+/// Longest pod, node or GPU name the host keeps from a decision, in bytes (a
+/// `namespace/name` is at most 317); snapshot files hold names to it too.
+pub const NAME_BYTES: usize = 512;
