@@ -209,7 +209,7 @@ fn controller_reasons() -> BTreeSet<String> {
 }
 
 /// Every reason the agent's Events carry: the string literal after each
-/// `EventType::Normal,` / `EventType::Warning,` in `host/src/agent/` (the
+/// `EventType::Normal,` / `EventType::Warning,` in `crates/agent/src/` (the
 /// device plugin publishes them with a reason it names there).
 fn device_plugin_reasons() -> BTreeSet<String> {
     fn walk(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
@@ -224,7 +224,7 @@ fn device_plugin_reasons() -> BTreeSet<String> {
     }
     let mut files = Vec::new();
     walk(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/agent"),
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/agent/src"),
         &mut files,
     );
     let mut reasons = BTreeSet::new();
@@ -242,7 +242,7 @@ fn device_plugin_reasons() -> BTreeSet<String> {
     }
     assert!(
         !reasons.is_empty(),
-        "found no Event reason in host/src/agent/ (an `EventType::…,` followed by a string literal)"
+        "found no Event reason in crates/agent/src/ (an `EventType::…,` followed by a string literal)"
     );
     reasons
 }
@@ -260,7 +260,7 @@ fn the_controller_events_table_lists_every_reason_the_controller_sends() {
         |name| {
             format!(
                 "Event reason `{name}` is sent by the controller (Reason in \
-                 host/src/controller/events.rs) but missing from the Events table of \
+                 crates/controller/src/events.rs) but missing from the Events table of \
                  {file} (## What users see): add its row"
             )
         },
@@ -268,7 +268,7 @@ fn the_controller_events_table_lists_every_reason_the_controller_sends() {
             format!(
                 "{file} (## What users see) lists Event reason `{name}`, which the \
                  controller never sends (not in Reason::ALL of \
-                 host/src/controller/events.rs): remove the row, or add the reason there"
+                 crates/controller/src/events.rs): remove the row, or add the reason there"
             )
         },
     ));
@@ -286,7 +286,7 @@ fn the_agent_events_table_lists_every_reason_the_device_plugin_sends() {
         &documented,
         |name| {
             format!(
-                "Event reason `{name}` is sent by the device plugin (host/src/agent/) \
+                "Event reason `{name}` is sent by the device plugin (crates/agent/src/) \
                  but missing from the Events table of \
                  {file} (### Events): add its row"
             )
@@ -349,7 +349,7 @@ fn api_conditions(on: &str) -> BTreeSet<String> {
 fn missing_condition(kind: &str, list: &str, place: &str) -> impl Fn(&str) -> String {
     move |name| {
         format!(
-            "condition type `{name}` of {kind} ({list} in host/src/api/conditions.rs) is \
+            "condition type `{name}` of {kind} ({list} in crates/api/src/conditions.rs) is \
              missing from {place}: add it"
         )
     }
@@ -359,7 +359,7 @@ fn unknown_condition(kind: &str, list: &str, place: &str) -> impl Fn(&str) -> St
     move |name| {
         format!(
             "{place} names condition type `{name}` of {kind}, which is not in {list} of \
-             host/src/api/conditions.rs: remove it, or add it there"
+             crates/api/src/conditions.rs: remove it, or add it there"
         )
     }
 }
@@ -466,14 +466,14 @@ fn the_metrics_table_lists_every_registered_metric() {
         &documented,
         |name| {
             format!(
-                "metric `{name}` is registered (host/src/controller/metrics.rs) but missing \
+                "metric `{name}` is registered (crates/controller/src/metrics.rs) but missing \
                  from the table of {file} (## Metrics): add its row, with its type and labels"
             )
         },
         |name| {
             format!(
                 "{file} (## Metrics) lists metric `{name}`, which the controller does not \
-                 register: remove the row, or register it in host/src/controller/metrics.rs"
+                 register: remove the row, or register it in crates/controller/src/metrics.rs"
             )
         },
     ));

@@ -12,11 +12,11 @@ use super::output::AgentOnceOutput;
 use super::output_format::Output;
 use super::stdout;
 use super::table::Table;
-use crate::agent::deviceplugin::{self, DeviceOptions, NodePods, ResponseOptions, Strategy};
-use crate::agent::file::FileSource;
-use crate::agent::nvml::NvmlSource;
-use crate::agent::{Agent, GpuSource, HealthRules, Publisher};
-use crate::api::{GPUNodeStatus, GpuInfo};
+use wasmgpu_agent::deviceplugin::{self, DeviceOptions, NodePods, ResponseOptions, Strategy};
+use wasmgpu_agent::file::FileSource;
+use wasmgpu_agent::nvml::NvmlSource;
+use wasmgpu_agent::{Agent, GpuSource, HealthRules, Publisher};
+use wasmgpu_api::{GPUNodeStatus, GpuInfo};
 
 /// Publish this node's GPUs (read through NVML) as the status of the
 /// cluster-scoped GPUNode named after the node.
@@ -274,7 +274,7 @@ fn table(status: &GPUNodeStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::APPLICATION_XIDS;
+    use wasmgpu_agent::APPLICATION_XIDS;
 
     #[test]
     fn durations_need_a_unit() {
@@ -294,12 +294,12 @@ mod tests {
         ))
         .unwrap();
         let reading =
-            crate::agent::file::parse(&text, k8s_openapi::jiff::Timestamp::UNIX_EPOCH).unwrap();
+            wasmgpu_agent::file::parse(&text, k8s_openapi::jiff::Timestamp::UNIX_EPOCH).unwrap();
         let rules = HealthRules::default();
-        let faults = crate::agent::health::Faults::default();
-        let mut status = crate::agent::convert::to_status(
+        let faults = wasmgpu_agent::health::Faults::default();
+        let mut status = wasmgpu_agent::convert::to_status(
             &reading,
-            crate::agent::convert::Context {
+            wasmgpu_agent::convert::Context {
                 source: "test",
                 read_error: None,
                 rules: &rules,

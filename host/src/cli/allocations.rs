@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use super::table::Table;
-use crate::api::{
+use wasmgpu_api::{
     GPUNode, GPURESOURCE_ANNOTATION, GPUResource, PodAllocation, SCHEDULER_NAME, Sharing,
     conditions,
 };

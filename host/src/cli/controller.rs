@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::policy::LimitArgs;
-use crate::controller::{self, OnPolicyFailure, PolicySource};
+use wasmgpu_controller::{self as controller, OnPolicyFailure, PolicySource};
 
 /// Run the allocating controller against the cluster in KUBECONFIG (or the
 /// in-cluster service account).
@@ -193,7 +193,7 @@ impl ControllerCommand {
         for path in &self.registry_cas {
             let pem = std::fs::read(path)
                 .with_context(|| format!("--registry-ca {}: cannot read it", path.display()))?;
-            crate::oci::check_pem(&pem, &format!("--registry-ca {}", path.display()))?;
+            wasmgpu_oci::check_pem(&pem, &format!("--registry-ca {}", path.display()))?;
             ca_pem.push(pem);
         }
         let cache_dir = match &self.component_cache {

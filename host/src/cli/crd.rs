@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::api;
+use wasmgpu_api as api;
 
 /// Print the CRDs (GPUResource, GPUNode) as one multi-document YAML stream.
 #[derive(Debug, Args)]

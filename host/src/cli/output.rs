@@ -14,11 +14,11 @@ use clap::ValueEnum;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::agent::Reading;
-use crate::api::GPUNodeStatus;
-use crate::engine::{LoadedPolicy, RoundStats};
+use wasmgpu_agent::Reading;
+use wasmgpu_api::GPUNodeStatus;
 use wasmgpu_contract::types::{Decision, Sharing, Snapshot};
 use wasmgpu_contract::validate::Verdict;
+use wasmgpu_engine::{LoadedPolicy, RoundStats};
 
 /// The commands with JSON output, for `wasmgpu policy output-schema`.
 #[derive(Clone, Copy, Debug, ValueEnum)]

@@ -14,8 +14,8 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 
 use super::table::Table;
-use crate::agent::deviceplugin::kubelet::{Kubelet, PluginConnection};
-use crate::agent::deviceplugin::pods::waiting_pod;
+use wasmgpu_agent::deviceplugin::kubelet::{Kubelet, PluginConnection};
+use wasmgpu_agent::deviceplugin::pods::waiting_pod;
 
 /// Play a node's kubelet once: admit the pods bound to it that have not
 /// been handed their GPUs, through the node's wasmgpu device plugin, and

@@ -12,8 +12,8 @@ use super::output_format::Output;
 use super::policy_run;
 use super::snapshot_file;
 use super::stdout;
-use crate::engine::{Engine, Limits, LoadedPolicy};
 use wasmgpu_contract::types::Snapshot;
+use wasmgpu_engine::{Engine, Limits, LoadedPolicy};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PolicyCommand {
@@ -603,7 +603,7 @@ fn check(file: &Path, output: Output) -> anyhow::Result<ExitCode> {
             let mut text = format!(
                 "ok: {} is a {} component\n",
                 file.display(),
-                crate::engine::CONTRACT
+                wasmgpu_engine::CONTRACT
             );
             text += &format!("name         {}\n", info.name);
             text += &format!("version      {}\n", info.version);

@@ -17,13 +17,13 @@ use super::kube_client::{block_on, client};
 use super::output_format::Output;
 use super::table::Table;
 use super::table::short;
-use crate::api::policy::{
+use wasmgpu_api::policy::{
     COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY, POLICY_LABEL,
     POLICY_SELECTOR, PULL_SECRET_ANNOTATION, PolicyStatus, SHADOW_OF_ANNOTATION, STATUS_ANNOTATION,
 };
-use crate::controller::{ComponentSource, Payload};
-use crate::engine::Digest;
-use crate::oci::ComponentRef;
+use wasmgpu_controller::{ComponentSource, Payload};
+use wasmgpu_engine::Digest;
+use wasmgpu_oci::ComponentRef;
 
 /// Field manager of `wasmgpu policy publish`.
 pub(crate) const PUBLISH_MANAGER: &str = "wasmgpu-publish";

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use crate::engine::{Engine, Limits};
-use crate::oci::{self, Access, ComponentRef};
+use wasmgpu_engine::{Engine, Limits};
+use wasmgpu_oci::{self as oci, Access, ComponentRef};
 
 /// How to reach a registry.
 #[derive(Debug, Args)]

@@ -14,9 +14,9 @@ use super::output::{
 use super::output_format::Output;
 use super::stdout;
 use super::table::Table;
-use crate::engine::LoadedPolicy;
 use wasmgpu_contract::types::{Request, Sharing, Snapshot};
 use wasmgpu_contract::validate::{Verdict, validate};
+use wasmgpu_engine::LoadedPolicy;
 
 // === run ===
 

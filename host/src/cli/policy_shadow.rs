@@ -12,10 +12,10 @@ use super::kube_client::{block_on, client};
 use super::output_format::Output;
 use super::table::Table;
 use super::table::short;
-use crate::api::policy::{
+use wasmgpu_api::policy::{
     PlacedOn, SHADOW_OF_ANNOTATION, SHADOW_STATUS_ANNOTATION, ShadowCounts, ShadowStatus,
 };
-use crate::shadow::Outcome;
+use wasmgpu_api::shadow::Outcome;
 
 /// What `policy shadow --output json` prints.
 #[derive(serde::Serialize)]
@@ -199,7 +199,7 @@ fn counts_line(counts: &ShadowCounts) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::policy::{ShadowDifference, ShadowRound};
+    use wasmgpu_api::policy::{ShadowDifference, ShadowRound};
 
     #[test]
     fn shadow_summary_shows_counts_rounds_and_differing_pods() {

@@ -21,10 +21,10 @@ use serde::de::DeserializeOwned;
 
 use super::kube_client::{block_on, client};
 use super::stdout;
-use crate::api::policy::CONFIG_KEY;
-use crate::api::{GPUNode, GPUResource, SCHEDULER_NAME};
-use crate::index::Index;
+use wasmgpu_api::policy::CONFIG_KEY;
+use wasmgpu_api::{GPUNode, GPUResource, SCHEDULER_NAME};
 use wasmgpu_contract::types::Snapshot;
+use wasmgpu_index::Index;
 
 /// `wasmgpu policy snapshot --recorded URL`: a round the controller at
 /// `url` recorded for `policy` (the latest, or `round`), or the list.
@@ -59,7 +59,7 @@ pub(crate) fn recorded(
                 "the controller records no rounds of policy {policy} (recorded: {}); annotate its \
                  ConfigMap with {}: \"N\"",
                 all.keys().cloned().collect::<Vec<_>>().join(", "),
-                crate::api::policy::RECORD_ROUNDS_ANNOTATION
+                wasmgpu_api::policy::RECORD_ROUNDS_ANNOTATION
             );
         };
         let mut table =

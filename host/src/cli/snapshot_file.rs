@@ -47,9 +47,9 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<Snapshot> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::arbitrary_json;
     use proptest::prelude::*;
     use wasmgpu_contract::types::Sharing;
+    use wasmgpu_support::testing::arbitrary_json;
 
     const KEYS: &[&str] = &[
         "round",

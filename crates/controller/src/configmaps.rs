@@ -1,0 +1,366 @@
+//! Policy ConfigMaps: watched in one namespace, checked, loaded, tried on a
+//! canary round, and only then swapped in.
+//!
+//! ```text
+//!  ConfigMap (wasmgpu.io/policy=true) ──▶ payload.rs: size, gunzip, digest pin, config.json
+//!      (data component.ref: registry.rs pulls it first, verified and cached by digest)
+//!      ──▶ compile + describe (blocking pool; the engine caches by digest)
+//!      ──▶ canary allocate() on a small built-in snapshot, decisions validated
+//!      ──▶ Policies::activate (atomic per name)  ──▶ Event PolicyLoaded, status annotation
+//!          (annotated wasmgpu.io/shadow-of: Policies::activate_shadow: compared, never applied)
+//!  any failure: the previous version stays ──▶ Event PolicyRejected, status annotation
+//!  ConfigMap deleted ──▶ Policies::unload
+//! ```
+//!
+//! Loads run one at a time, in the order the watch delivers them, so an
+//! older version never overrides a newer one.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::connection::{Link, error_chain};
+use super::events::{EventSink, Reason};
+use super::metrics::Metrics;
+use super::payload::{ComponentSource, Payload, RejectError, shadow_of};
+use super::policies::Policies;
+use super::recorder::{Recorder, parse_keep};
+use super::registry::Puller;
+use super::watch::{Sink, WatchedIndex, follow};
+use wasmgpu_api::policy::{
+    COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_SELECTOR, PULL_SECRET_ANNOTATION,
+    PolicyStatus, RECORD_ROUNDS_ANNOTATION, SHADOW_OF_ANNOTATION, SHADOW_STATUS_ANNOTATION,
+    STATUS_ANNOTATION,
+};
+use wasmgpu_engine::{Cause, Digest, Engine, PolicyError};
+
+/// The ConfigMap an Event is about.
+fn configmap_ref(configmap: &ConfigMap) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        namespace: configmap.namespace(),
+        name: Some(configmap.name_any()),
+        uid: configmap.uid(),
+        ..Default::default()
+    }
+}
+
+/// What a ConfigMap asks for, hashed: the loader skips a ConfigMap whose
+/// inputs it already tried (e.g. after its own status write), and records
+/// it in the status as `observed`.
+pub fn fingerprint(configmap: &ConfigMap) -> Digest {
+    let mut inputs = json!({
+        "binaryData": configmap.binary_data,
+        "config": configmap.data.as_ref().and_then(|d| d.get(CONFIG_KEY)),
+        "pin": configmap.annotations().get(DIGEST_ANNOTATION),
+    });
+    // Only when present: the fingerprints of ConfigMaps that carry their
+    // component stay what they were.
+    if let Some(reference) = configmap
+        .data
+        .as_ref()
+        .and_then(|d| d.get(COMPONENT_REF_KEY))
+    {
+        inputs["ref"] = reference.as_str().into();
+    }
+    if let Some(secret) = configmap.annotations().get(PULL_SECRET_ANNOTATION) {
+        inputs["pullSecret"] = secret.as_str().into();
+    }
+    if let Some(primary) = configmap.annotations().get(SHADOW_OF_ANNOTATION) {
+        inputs["shadowOf"] = primary.as_str().into();
+    }
+    Digest::of(inputs.to_string().as_bytes())
+}
+
+/// The digest of a policy's `config.json` (none when it has none).
+pub(super) fn config_digest(config: &str) -> Option<String> {
+    (!config.is_empty()).then(|| Digest::of(config.as_bytes()).to_string())
+}
+
+/// Watches policy ConfigMaps and swaps the versions they carry in.
+pub(super) struct Loader {
+    pub(super) api: Api<ConfigMap>,
+    pub(super) engine: Arc<Engine>,
+    pub(super) policies: Arc<Policies>,
+    pub(super) shared: Arc<WatchedIndex>,
+    pub(super) events: EventSink,
+    /// The inputs last tried per name.
+    pub(super) name_to_tried: HashMap<String, Digest>,
+    /// The status last written per name.
+    pub(super) name_to_status: HashMap<String, PolicyStatus>,
+    pub(super) metrics: Metrics,
+    /// Every replica loads (a new leader decides at once); only the leader
+    /// writes Events and the status annotation.
+    pub(super) leader: watch::Receiver<bool>,
+    /// Pulls the components ConfigMaps name by OCI reference.
+    pub(super) puller: Puller,
+    /// Keeps recent rounds of the policies whose ConfigMap asks for it.
+    pub(super) recorder: Arc<Recorder>,
+}
+
+// === impl Loader ===
+
+impl Loader {
+    /// Feeds the ConfigMaps of the watch into the policies until the watch
+    /// ends; returns the kind. Marks its kind listed once the first list is
+    /// loaded.
+    pub(super) async fn run(self, link: Link) -> &'static str {
+        let config = watcher::Config::default().labels(POLICY_SELECTOR);
+        let (api, shared) = (self.api.clone(), Arc::clone(&self.shared));
+        follow(api, config, shared, link, self).await
+    }
+
+    /// Loads the version `configmap` carries, unless already tried.
+    async fn load(&mut self, configmap: &ConfigMap) {
+        let name = configmap.name_any();
+        self.record_rounds(&name, configmap);
+        let fingerprint = fingerprint(configmap);
+        if self.name_to_tried.get(&name) == Some(&fingerprint) {
+            return;
+        }
+        self.name_to_tried.insert(name.clone(), fingerprint.clone());
+        let started = Instant::now();
+        let (shadow_of, source) = match shadow_of(configmap) {
+            Ok(primary) => (primary, ComponentSource::of(configmap)),
+            Err(error) => (None, Err(error)),
+        };
+        let payload = match source {
+            Ok(ComponentSource::Inline(wasm)) => Payload::with_component(configmap, wasm),
+            Ok(ComponentSource::Registry {
+                reference,
+                pull_secret,
+            }) => self
+                .puller
+                .fetch(&name, &reference, pull_secret.as_deref())
+                .await
+                .and_then(|wasm| Payload::with_component(configmap, wasm)),
+            Err(error) => Err(error),
+        };
+        let last_digest = payload.as_ref().ok().map(|p| p.digest.to_string());
+        let result = match payload {
+            Ok(payload) => {
+                let engine = Arc::clone(&self.engine);
+                match tokio::task::spawn_blocking(move || payload.load(&engine)).await {
+                    Ok(result) => result,
+                    Err(error) => Err(RejectError::Load(PolicyError::Engine(Cause::msg(format!(
+                        "the load panicked: {error}"
+                    ))))),
+                }
+            }
+            Err(error) => Err(error),
+        };
+        let elapsed = started.elapsed();
+        let leading = *self.leader.borrow();
+        let now = Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)
+            .unwrap_or_else(|_| Timestamp::now())
+            .to_string();
+        let mut status = self.name_to_status.get(&name).cloned().unwrap_or_default();
+        match result {
+            Ok(policy) => {
+                let digest = policy.loaded.digest().to_string();
+                let info = policy.loaded.info();
+                let version = format!("{} {}", info.name, info.version);
+                let config_digest = config_digest(&policy.config);
+                let from = match &shadow_of {
+                    Some(primary) => {
+                        self.policies.activate_shadow(policy, primary);
+                        format!(
+                            "it runs beside {primary} from its next round, compared, never applied"
+                        )
+                    }
+                    None => {
+                        self.policies.activate(policy);
+                        "it decides from the next round".to_string()
+                    }
+                };
+                // A round decides what waited for this version.
+                self.shared.changed.notify_one();
+                tracing::info!(policy = %name, %digest, %version, shadow_of = ?shadow_of, ?elapsed, "Loaded policy from its ConfigMap");
+                self.metrics.policy_load(&name, "loaded");
+                self.event(
+                    leading,
+                    configmap,
+                    false,
+                    Reason::PolicyLoaded,
+                    format!("loaded {digest} ({version}) in {elapsed:.1?}; {from}"),
+                );
+                status = PolicyStatus {
+                    observed: None,
+                    active_digest: Some(digest.clone()),
+                    active_version: Some(version),
+                    loaded_at: Some(now),
+                    last_digest: Some(digest),
+                    last_error: None,
+                    last_error_at: None,
+                    active_config_digest: config_digest,
+                    shadow_of,
+                };
+            }
+            Err(error) => {
+                let active = self.policies.get(&name);
+                let shadow = self.policies.shadow(&name);
+                let still = match (&active, &shadow) {
+                    (_, Some((primary, shadow))) => format!(
+                        "{} stays active as the shadow of {primary}",
+                        shadow.loaded.digest()
+                    ),
+                    (Some(active), None) => format!("{} stays active", active.loaded.digest()),
+                    (None, None) => "no version of it is active; its pods wait".to_string(),
+                };
+                tracing::warn!(policy = %name, kind = error.kind(), %error, ?elapsed, "Rejected a policy version");
+                self.policies.reject(&name, error.to_string());
+                self.metrics.policy_load(&name, "rejected");
+                self.event(
+                    leading,
+                    configmap,
+                    true,
+                    Reason::PolicyRejected,
+                    format!("rejected ({}): {error}; {still}", error.kind()),
+                );
+                if status.active_digest.is_none()
+                    && let Some(active) = &active
+                {
+                    // A `--policy` file of the same name decides.
+                    status.active_digest = Some(active.loaded.digest().to_string());
+                    status.active_version = Some(format!(
+                        "{} {}",
+                        active.loaded.info().name,
+                        active.loaded.info().version
+                    ));
+                }
+                status.last_digest = last_digest;
+                status.last_error = Some(error.to_string());
+                status.last_error_at = Some(now);
+            }
+        }
+        status.observed = Some(fingerprint.to_string());
+        if leading {
+            // A policy that stopped shadowing keeps no comparison of it.
+            let stale = status.shadow_of.is_none()
+                && configmap
+                    .annotations()
+                    .contains_key(SHADOW_STATUS_ANNOTATION);
+            self.write_status(&name, &status, stale).await;
+        }
+        self.name_to_status.insert(name, status);
+    }
+
+    /// Queues a load Event, when this replica leads.
+    fn event(
+        &self,
+        leading: bool,
+        configmap: &ConfigMap,
+        warning: bool,
+        reason: Reason,
+        note: String,
+    ) {
+        if leading {
+            self.events
+                .distinct(configmap_ref(configmap), warning, reason, "Load", note);
+        }
+    }
+
+    /// Starts, changes or stops recording the policy's rounds as its
+    /// `wasmgpu.io/record-rounds` annotation says (read on every change:
+    /// it takes effect without a reload).
+    fn record_rounds(&self, name: &str, configmap: &ConfigMap) {
+        let asked = configmap
+            .annotations()
+            .get(RECORD_ROUNDS_ANNOTATION)
+            .map(String::as_str);
+        let was = self.recorder.wants(name);
+        match parse_keep(asked) {
+            Ok(keep) => {
+                self.recorder.keep(name, keep);
+                if keep > 0 && !was {
+                    tracing::info!(policy = %name, rounds = keep, "Recording the policy's rounds");
+                } else if keep == 0 && was {
+                    tracing::info!(policy = %name, "Stopped recording the policy's rounds");
+                }
+            }
+            Err(message) => {
+                self.recorder.keep(name, 0);
+                tracing::warn!(policy = %name, %message, "Not recording the policy's rounds");
+                self.event(
+                    *self.leader.borrow(),
+                    configmap,
+                    true,
+                    Reason::InvalidAnnotation,
+                    message,
+                );
+            }
+        }
+    }
+
+    /// Unloads the version of a deleted ConfigMap.
+    fn remove(&mut self, name: &str) {
+        self.recorder.keep(name, 0);
+        self.name_to_tried.remove(name);
+        self.name_to_status.remove(name);
+        if self.policies.unload(name) {
+            let fallback = self
+                .policies
+                .get(name)
+                .map(|p| p.loaded.digest().to_string());
+            tracing::info!(policy = %name, ?fallback, "Unloaded policy: its ConfigMap is gone");
+            self.shared.changed.notify_one();
+        }
+    }
+
+    /// Writes `status` to the ConfigMap's status annotation; removes its
+    /// shadow status when `drop_shadow_status`.
+    async fn write_status(&self, name: &str, status: &PolicyStatus, drop_shadow_status: bool) {
+        let value = serde_json::to_string(status).expect("a status serializes");
+        let mut patch = json!({ "metadata": { "annotations": { STATUS_ANNOTATION: value } } });
+        if drop_shadow_status {
+            patch["metadata"]["annotations"][SHADOW_STATUS_ANNOTATION] = serde_json::Value::Null;
+        }
+        if let Err(error) = self
+            .api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::warn!(kind = "ConfigMap", policy = %name, error = %error_chain(&error), "Cannot write the policy status annotation");
+        }
+    }
+}
+
+/// A list loads every ConfigMap in it and unloads the versions of those
+/// gone while the watch was away.
+impl Sink<ConfigMap> for Loader {
+    async fn reset(&mut self, configmaps: Vec<ConfigMap>) {
+        let names: BTreeSet<String> = configmaps.iter().map(|c| c.name_any()).collect();
+        for configmap in configmaps {
+            self.load(&configmap).await;
+        }
+        for name in self.policies.configmap_names() {
+            if !names.contains(&name) {
+                self.remove(&name);
+            }
+        }
+        for name in self.recorder.list().into_keys() {
+            if !names.contains(&name) {
+                self.recorder.keep(&name, 0);
+            }
+        }
+        tracing::debug!(configmaps = names.len(), "Listed policy ConfigMaps");
+    }
+
+    async fn apply(&mut self, configmap: ConfigMap) {
+        self.load(&configmap).await;
+    }
+
+    async fn delete(&mut self, configmap: ConfigMap) {
+        self.remove(&configmap.name_any());
+    }
+}

@@ -1,0 +1,563 @@
+//! Prometheus metrics of the controller, served at `/metrics`.
+//!
+//! docs/CONTROLLER.md#metrics lists every metric with its labels;
+//! `host/tests/docs.rs` compares that list with [`Metrics::names`] (every
+//! metric registered) and fails when the two differ.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Metric, Registry};
+
+use wasmgpu_index::GpuState;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    policy: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    policy: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LoadLabels {
+    policy: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    kind: &'static str,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnsentEventLabels {
+    reason: &'static str,
+    why: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowLabels {
+    shadow: String,
+    primary: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowOutcomeLabels {
+    shadow: String,
+    primary: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowResultLabels {
+    shadow: String,
+    primary: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabels {
+    node: String,
+    model: String,
+    state: &'static str,
+}
+
+/// The prefix of every metric's name.
+const PREFIX: &str = "wasmgpu";
+
+/// Registers metrics and remembers the name each is scraped under.
+struct Registrar {
+    registry: Registry,
+    names: Vec<String>,
+}
+
+impl Registrar {
+    fn new(registry: Registry) -> Self {
+        Self {
+            registry,
+            names: Vec::new(),
+        }
+    }
+
+    fn register(&mut self, name: &str, help: &str, metric: impl Metric) {
+        let suffix = match metric.metric_type() {
+            MetricType::Counter => "_total",
+            _ => "",
+        };
+        self.names.push(format!("{PREFIX}_{name}{suffix}"));
+        self.registry.register(name, help, metric);
+    }
+}
+
+/// The controller's metrics. Cheap to clone; all clones count together.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    /// Every metric registered, as scraped: `wasmgpu_rounds_total`.
+    names: Arc<[String]>,
+    rounds: Counter,
+    decisions: Family<OutcomeLabels, Counter>,
+    pods_bound: Counter,
+    policy_call: Family<PolicyLabels, Histogram>,
+    policy_failures: Family<FailureLabels, Counter>,
+    policy_loads: Family<LoadLabels, Counter>,
+    component_pulls: Family<LoadLabels, Counter>,
+    gpus: Family<GpuLabels, Gauge>,
+    leader: Gauge,
+    writes: Family<WriteLabels, Counter>,
+    phases: Family<PhaseLabels, Histogram>,
+    binding: Histogram,
+    watch_connected: Family<KindLabels, Gauge>,
+    watch_failures: Family<KindLabels, Counter>,
+    events_unsent: Family<UnsentEventLabels, Counter>,
+    shadow_placements: Family<ShadowOutcomeLabels, Counter>,
+    shadow_rounds: Family<ShadowResultLabels, Counter>,
+    shadow_call: Family<ShadowLabels, Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// === impl Metrics ===
+
+impl Metrics {
+    /// Every metric, registered and at zero.
+    pub fn new() -> Self {
+        let mut registry = Registrar::new(Registry::with_prefix(PREFIX));
+        let rounds = Counter::default();
+        registry.register("rounds", "Scheduling rounds run", rounds.clone());
+        let decisions = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "decisions",
+            "Policy decisions by outcome after the host's check",
+            decisions.clone(),
+        );
+        let pods_bound = Counter::default();
+        registry.register("pods_bound", "Pods bound to a node", pods_bound.clone());
+        let policy_call = Family::<PolicyLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+        });
+        registry.register(
+            "policy_call_seconds",
+            "Time of one allocate call (instantiate, marshal, run)",
+            policy_call.clone(),
+        );
+        let policy_failures = Family::<FailureLabels, Counter>::default();
+        registry.register(
+            "policy_failures",
+            "Policy calls that failed, by kind",
+            policy_failures.clone(),
+        );
+        let policy_loads = Family::<LoadLabels, Counter>::default();
+        registry.register(
+            "policy_loads",
+            "Policy versions loaded or rejected",
+            policy_loads.clone(),
+        );
+        let component_pulls = Family::<LoadLabels, Counter>::default();
+        registry.register(
+            "component_pulls",
+            "Policy components named by OCI reference: where each came from, or why it could not be pulled",
+            component_pulls.clone(),
+        );
+        let gpus = Family::<GpuLabels, Gauge>::default();
+        registry.register("gpus", "GPUs by node, model and state", gpus.clone());
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica leads and applies decisions",
+            leader.clone(),
+        );
+        let writes = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "api_writes",
+            "API writes by kind and result (ok, HTTP status, timeout, error)",
+            writes.clone(),
+        );
+        let phases = Family::<PhaseLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
+        });
+        registry.register(
+            "round_phase_seconds",
+            "Time of each phase of a round: snapshot build, policy call, validation, writes started",
+            phases.clone(),
+        );
+        let binding = Histogram::new(exponential_buckets(0.000_5, 2.0, 16));
+        registry.register(
+            "binding_seconds",
+            "Time from a decision's validation to its binding's answer",
+            binding.clone(),
+        );
+        let watch_connected = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "watch_connected",
+            "1 while the watch of the kind is connected (its last list or watch succeeded)",
+            watch_connected.clone(),
+        );
+        let watch_failures = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "watch_failures",
+            "Failed lists and watches, by kind",
+            watch_failures.clone(),
+        );
+        let events_unsent = Family::<UnsentEventLabels, Counter>::default();
+        registry.register(
+            "events_unsent",
+            "Events not sent, by reason and why (rate-limited: over --allocated-events-per-second; queue-full)",
+            events_unsent.clone(),
+        );
+        let shadow_placements = Family::<ShadowOutcomeLabels, Counter>::default();
+        registry.register(
+            "shadow_placements",
+            "Pods a shadow policy decided, by how its decision compared with its primary's",
+            shadow_placements.clone(),
+        );
+        let shadow_rounds = Family::<ShadowResultLabels, Counter>::default();
+        registry.register(
+            "shadow_rounds",
+            "Rounds of a shadow policy: compared, failed, or skipped (its previous call still ran)",
+            shadow_rounds.clone(),
+        );
+        let shadow_call = Family::<ShadowLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+        });
+        registry.register(
+            "shadow_call_seconds",
+            "Time of one allocate call of a shadow policy (off the round's path)",
+            shadow_call.clone(),
+        );
+        Self {
+            names: registry.names.into(),
+            registry: Arc::new(registry.registry),
+            shadow_placements,
+            shadow_rounds,
+            shadow_call,
+            writes,
+            phases,
+            binding,
+            rounds,
+            decisions,
+            pods_bound,
+            policy_call,
+            policy_failures,
+            policy_loads,
+            component_pulls,
+            gpus,
+            leader,
+            watch_connected,
+            watch_failures,
+            events_unsent,
+        }
+    }
+
+    /// The name of every metric, as scraped (counters with `_total`),
+    /// whether or not it has a sample yet (a family without one is not
+    /// encoded).
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The metrics in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+
+    /// A round ran.
+    pub fn round(&self) {
+        self.rounds.inc();
+    }
+
+    /// A policy call took `elapsed`.
+    pub fn policy_call(&self, policy: &str, elapsed: Duration) {
+        self.policy_call
+            .get_or_create(&PolicyLabels {
+                policy: policy.into(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// A policy call failed with an error of `kind`.
+    pub fn policy_failure(&self, policy: &str, kind: &'static str) {
+        self.policy_failures
+            .get_or_create(&FailureLabels {
+                policy: policy.into(),
+                kind,
+            })
+            .inc();
+    }
+
+    /// `count` decisions of `policy` ended as `outcome`.
+    pub fn decisions(&self, policy: &str, outcome: &'static str, count: usize) {
+        self.decisions
+            .get_or_create(&OutcomeLabels {
+                policy: policy.into(),
+                outcome,
+            })
+            .inc_by(count as u64);
+    }
+
+    /// `count` pods were bound.
+    pub fn pods_bound(&self, count: usize) {
+        self.pods_bound.inc_by(count as u64);
+    }
+
+    /// A version of `policy` was loaded (`loaded`) or refused (`rejected`).
+    pub fn policy_load(&self, policy: &str, result: &'static str) {
+        self.policy_loads
+            .get_or_create(&LoadLabels {
+                policy: policy.into(),
+                result,
+            })
+            .inc();
+    }
+
+    /// The component of `policy` came from `result` (`registry`, `disk`,
+    /// `memory`), or could not be pulled for that reason.
+    pub fn component_pull(&self, policy: &str, result: &'static str) {
+        self.component_pulls
+            .get_or_create(&LoadLabels {
+                policy: policy.into(),
+                result,
+            })
+            .inc();
+    }
+
+    /// Replaces the GPU gauges with `states`.
+    pub fn gpus(&self, states: &[GpuState]) {
+        self.gpus.clear();
+        for state in states {
+            self.gpus
+                .get_or_create(&GpuLabels {
+                    node: state.node.clone(),
+                    model: state.model.clone(),
+                    state: state.state,
+                })
+                .set(i64::from(state.count));
+        }
+    }
+
+    /// An API write of `kind` ended with `result` (`ok`, an HTTP status
+    /// code, `timeout`, `error`).
+    pub fn write(&self, kind: &'static str, result: impl Into<String>) {
+        self.writes
+            .get_or_create(&WriteLabels {
+                kind,
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// An Event of `reason` was not sent: `rate-limited` or `queue-full`.
+    pub fn event_unsent(&self, reason: &'static str, why: &'static str) {
+        self.events_unsent
+            .get_or_create(&UnsentEventLabels { reason, why })
+            .inc();
+    }
+
+    /// A phase of a round took `elapsed`.
+    pub fn phase(&self, phase: &'static str, elapsed: Duration) {
+        self.phases
+            .get_or_create(&PhaseLabels { phase })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// A binding was answered `elapsed` after its decision was validated.
+    pub fn binding(&self, elapsed: Duration) {
+        self.binding.observe(elapsed.as_secs_f64());
+    }
+
+    /// Whether this replica leads.
+    pub fn leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    /// Whether the watch of `kind` is connected.
+    pub fn watch_connected(&self, kind: &'static str, connected: bool) {
+        self.watch_connected
+            .get_or_create(&KindLabels { kind })
+            .set(i64::from(connected));
+    }
+
+    /// `count` pods of a round of shadow `shadow` of `primary` ended as
+    /// `outcome`.
+    pub fn shadow_placements(
+        &self,
+        shadow: &str,
+        primary: &str,
+        outcome: &'static str,
+        count: u64,
+    ) {
+        self.shadow_placements
+            .get_or_create(&ShadowOutcomeLabels {
+                shadow: shadow.into(),
+                primary: primary.into(),
+                outcome,
+            })
+            .inc_by(count);
+    }
+
+    /// A round of shadow `shadow` of `primary` was `compared`, `failed` or
+    /// `skipped`.
+    pub fn shadow_round(&self, shadow: &str, primary: &str, result: &'static str) {
+        self.shadow_rounds
+            .get_or_create(&ShadowResultLabels {
+                shadow: shadow.into(),
+                primary: primary.into(),
+                result,
+            })
+            .inc();
+    }
+
+    /// A call of shadow `shadow` of `primary` took `elapsed`.
+    pub fn shadow_call(&self, shadow: &str, primary: &str, elapsed: Duration) {
+        self.shadow_call
+            .get_or_create(&ShadowLabels {
+                shadow: shadow.into(),
+                primary: primary.into(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// A list or watch of `kind` failed.
+    pub fn watch_failure(&self, kind: &'static str) {
+        self.watch_failures
+            .get_or_create(&KindLabels { kind })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_what_was_counted() {
+        let metrics = Metrics::new();
+        metrics.round();
+        metrics.decisions("binpack", "accepted", 3);
+        metrics.policy_failure("spread", "out-of-fuel");
+        metrics.policy_call("binpack", Duration::from_millis(2));
+        metrics.gpus(&[GpuState {
+            node: "n1".into(),
+            model: "H100".into(),
+            state: "free",
+            count: 2,
+        }]);
+        metrics.leader(true);
+        metrics.write("binding", "ok");
+        metrics.write("binding", "409");
+        metrics.phase("validation", Duration::from_micros(300));
+        metrics.watch_connected("Pod", false);
+        metrics.watch_failure("Pod");
+        metrics.event_unsent("Allocated", "rate-limited");
+        metrics.shadow_placements("spread", "binpack", "other-node", 2);
+        metrics.shadow_round("spread", "binpack", "skipped");
+        metrics.shadow_call("spread", "binpack", Duration::from_millis(1));
+        let text = metrics.encode();
+        for line in [
+            "wasmgpu_rounds_total 1",
+            "wasmgpu_decisions_total{policy=\"binpack\",outcome=\"accepted\"} 3",
+            "wasmgpu_policy_failures_total{policy=\"spread\",kind=\"out-of-fuel\"} 1",
+            "wasmgpu_policy_call_seconds_count{policy=\"binpack\"} 1",
+            "wasmgpu_gpus{node=\"n1\",model=\"H100\",state=\"free\"} 2",
+            "wasmgpu_leader 1",
+            "wasmgpu_api_writes_total{kind=\"binding\",result=\"409\"} 1",
+            "wasmgpu_round_phase_seconds_count{phase=\"validation\"} 1",
+            "wasmgpu_watch_connected{kind=\"Pod\"} 0",
+            "wasmgpu_watch_failures_total{kind=\"Pod\"} 1",
+            "wasmgpu_events_unsent_total{reason=\"Allocated\",why=\"rate-limited\"} 1",
+            "wasmgpu_shadow_placements_total{shadow=\"spread\",primary=\"binpack\",outcome=\"other-node\"} 2",
+            "wasmgpu_shadow_rounds_total{shadow=\"spread\",primary=\"binpack\",result=\"skipped\"} 1",
+            "wasmgpu_shadow_call_seconds_count{shadow=\"spread\",primary=\"binpack\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        // A GPU that changed state is not counted twice.
+        metrics.gpus(&[GpuState {
+            node: "n1".into(),
+            model: "H100".into(),
+            state: "allocated",
+            count: 1,
+        }]);
+        let text = metrics.encode();
+        assert!(!text.contains("state=\"free\""), "{text}");
+    }
+
+    /// The names of [`Metrics::names`] are those the registry encodes,
+    /// once every metric has a sample.
+    #[test]
+    fn names_are_those_the_registry_encodes() {
+        let metrics = Metrics::new();
+        metrics.round();
+        metrics.decisions("binpack", "accepted", 1);
+        metrics.pods_bound(1);
+        metrics.policy_call("binpack", Duration::from_millis(1));
+        metrics.policy_failure("binpack", "trap");
+        metrics.policy_load("binpack", "loaded");
+        metrics.component_pull("binpack", "registry");
+        metrics.gpus(&[GpuState {
+            node: "n1".into(),
+            model: "H100".into(),
+            state: "free",
+            count: 1,
+        }]);
+        metrics.leader(true);
+        metrics.write("binding", "ok");
+        metrics.phase("snapshot", Duration::from_micros(10));
+        metrics.binding(Duration::from_millis(3));
+        metrics.watch_connected("Pod", true);
+        metrics.watch_failure("Pod");
+        metrics.event_unsent("Allocated", "rate-limited");
+        metrics.shadow_placements("spread", "binpack", "same", 1);
+        metrics.shadow_round("spread", "binpack", "compared");
+        metrics.shadow_call("spread", "binpack", Duration::from_millis(1));
+        let text = metrics.encode();
+        let encoded: std::collections::BTreeSet<String> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|rest| rest.split_once(' '))
+            .map(|(name, kind)| match kind {
+                "counter" => format!("{name}_total"),
+                _ => name.to_string(),
+            })
+            .collect();
+        let names: std::collections::BTreeSet<String> = metrics.names().iter().cloned().collect();
+        assert_eq!(
+            names, encoded,
+            "a metric without a sample here is not encoded: give each new metric one in this test"
+        );
+    }
+}

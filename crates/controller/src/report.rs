@@ -1,0 +1,348 @@
+//! What users see of each round: the GPUResource status (phase, pods,
+//! conditions; written by the [`StatusWriter`]) and Events for problems
+//! they can fix.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::events::{EventSink, Reason, gpuresource_ref, pod_ref};
+use super::metrics::Metrics;
+use super::status::StatusWriter;
+use super::wanted_status::WantedStatus;
+use super::watch::WatchedIndex;
+use std::collections::BTreeMap;
+use wasmgpu_api::{Phase, conditions};
+use wasmgpu_index::{
+    ObjectKey, OutdatedHoldings, PodCounts, Problem, ResourceView, RoundReport, Subject,
+    UnhealthyHolding,
+};
+
+/// Pods of one GPUResource told about a new policy error.
+const POD_EVENTS_PER_ERROR: usize = 20;
+
+/// What a round learnt about policies, per GPUResource.
+#[derive(Debug, Default)]
+pub struct RoundOutcome {
+    /// GPUResources whose policy decided this round without error.
+    pub decided: HashSet<ObjectKey>,
+    /// GPUResources whose policy is missing, failed, or made a decision the
+    /// host refused: `(reason, message)`.
+    pub policy_errors: HashMap<ObjectKey, (Reason, String)>,
+}
+
+/// Decides the status of each GPUResource and the Events of problems.
+pub struct Reporter {
+    shared: Arc<WatchedIndex>,
+    events: EventSink,
+    /// Writes the status each GPUResource should show, off the round's
+    /// path.
+    status: StatusWriter,
+    /// The GPU gauges are set from the same reading as the status.
+    metrics: Metrics,
+    key_to_policy_error: HashMap<ObjectKey, (Reason, String)>,
+    /// Problems reported last round: a problem gets an Event when it
+    /// appears, not every round.
+    reported: HashSet<String>,
+    /// `(pod UID, GPU)` of pods told last round that a GPU they hold is
+    /// unhealthy.
+    unhealthy_reported: HashSet<(String, String)>,
+}
+
+// === impl Reporter ===
+
+impl Reporter {
+    /// A reporter of what `shared` holds; status is written by `status`.
+    pub fn new(
+        shared: Arc<WatchedIndex>,
+        events: EventSink,
+        status: StatusWriter,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            shared,
+            events,
+            status,
+            metrics,
+            key_to_policy_error: HashMap::new(),
+            reported: HashSet::new(),
+            unhealthy_reported: HashSet::new(),
+        }
+    }
+
+    /// Reports one round: Events for new problems and policy errors, the
+    /// status every GPUResource should show, and the GPU gauges.
+    pub fn report(&mut self, outcome: RoundOutcome) {
+        for key in &outcome.decided {
+            self.key_to_policy_error.remove(key);
+        }
+        let RoundReport {
+            resources: views,
+            counts: key_to_counts,
+            problems,
+            unhealthy,
+            outdated,
+            gpus,
+        } = self.shared.index().round_report(now_ms());
+        self.metrics.gpus(&gpus);
+        let counts: Vec<PodCounts> = views
+            .iter()
+            .map(|v| key_to_counts.get(&v.key).copied().unwrap_or_default())
+            .collect();
+        self.report_unhealthy(&unhealthy);
+        for (key, error) in outcome.policy_errors {
+            if self.key_to_policy_error.get(&key) != Some(&error) {
+                let uid = views
+                    .iter()
+                    .find(|v| v.key == key)
+                    .and_then(|v| v.uid.clone());
+                self.events.warning(
+                    gpuresource_ref(&key, uid.as_deref()),
+                    error.0,
+                    "Allocate",
+                    error.1.clone(),
+                );
+                // The pods that wait because of it hear it too (a few:
+                // the GPUResource's condition tells the rest).
+                let waiting = self.shared.index().unplaced_pods_of(&key);
+                for (pod, uid) in waiting.into_iter().take(POD_EVENTS_PER_ERROR) {
+                    self.events.warning(
+                        pod_ref(&pod, Some(&uid)),
+                        error.0,
+                        "Allocate",
+                        error.1.clone(),
+                    );
+                }
+            }
+            self.key_to_policy_error.insert(key, error);
+        }
+        self.report_problems(&views, &problems);
+        let keys: HashSet<&ObjectKey> = views.iter().map(|v| &v.key).collect();
+        self.status.retain(&keys);
+        self.key_to_policy_error.retain(|key, _| keys.contains(key));
+        for (view, counts) in views.iter().zip(counts) {
+            if view.deleting {
+                continue;
+            }
+            let unhealthy: Vec<&UnhealthyHolding> = unhealthy
+                .iter()
+                .filter(|u| u.resource == view.key)
+                .collect();
+            let summary =
+                self.summarize(view, counts, &problems, &unhealthy, outdated.get(&view.key));
+            self.status.want(&view.key, summary);
+        }
+    }
+
+    fn report_problems(&mut self, views: &[ResourceView], problems: &[Problem]) {
+        let mut reported = HashSet::new();
+        for problem in problems {
+            let message = problem.to_string();
+            if !self.reported.contains(&message) {
+                let reference = match problem.subject() {
+                    Subject::Pod(pod) => {
+                        let uid = self.shared.index().pod_uid(pod).map(str::to_string);
+                        pod_ref(pod, uid.as_deref())
+                    }
+                    Subject::GPUResource(key) => {
+                        let uid = views
+                            .iter()
+                            .find(|v| &v.key == key)
+                            .and_then(|v| v.uid.clone());
+                        gpuresource_ref(key, uid.as_deref())
+                    }
+                };
+                tracing::info!(%message, "Problem");
+                self.events
+                    .warning(reference, Reason::of(problem), "Allocate", message.clone());
+            }
+            reported.insert(message);
+        }
+        self.reported = reported;
+    }
+
+    /// A Warning on each pod whose GPU turned unhealthy, once.
+    fn report_unhealthy(&mut self, unhealthy: &[UnhealthyHolding]) {
+        let mut reported = HashSet::new();
+        for held in unhealthy {
+            let key = (held.uid.clone(), held.gpu.clone());
+            if !self.unhealthy_reported.contains(&key) {
+                let message = format!(
+                    "GPU {} (index {}) on node {}, which this pod holds, is unhealthy: {}; \
+                     the pod keeps it until it finishes (delete the pod to be placed again)",
+                    held.gpu, held.index, held.node, held.reason
+                );
+                tracing::warn!(pod = %held.pod, gpu = %held.gpu, node = %held.node, reason = %held.reason, "A held GPU is unhealthy");
+                self.events.warning(
+                    pod_ref(&held.pod, Some(&held.uid)),
+                    Reason::GpuUnhealthy,
+                    "Allocate",
+                    message,
+                );
+            }
+            reported.insert(key);
+        }
+        self.unhealthy_reported = reported;
+    }
+
+    fn summarize(
+        &self,
+        view: &ResourceView,
+        counts: PodCounts,
+        problems: &[Problem],
+        unhealthy: &[&UnhealthyHolding],
+        outdated: Option<&OutdatedHoldings>,
+    ) -> WantedStatus {
+        let unsatisfiable = problems.iter().find_map(|p| match p {
+            Problem::Unsatisfiable {
+                resource, reason, ..
+            } if resource == &view.key => Some(reason.clone()),
+            _ => None,
+        });
+        let mismatch = problems.iter().find_map(|p| match p {
+            Problem::LimitMismatch { resource, .. } if resource == &view.key => Some(p.to_string()),
+            _ => None,
+        });
+        let gang_timeout = problems.iter().find_map(|p| match p {
+            Problem::GangTimedOut { resource, .. } if resource == &view.key => Some(p.to_string()),
+            _ => None,
+        });
+        let mut conditions = Vec::new();
+        let phase = if let Some(error) = &view.spec_error {
+            conditions.push((
+                conditions::READY,
+                false,
+                "Invalid".into(),
+                error.to_string(),
+            ));
+            conditions.push((
+                conditions::INVALID,
+                true,
+                format!("Invalid{}", capitalize(error.field)),
+                error.to_string(),
+            ));
+            Phase::Failed
+        } else if let Some(reason) = unsatisfiable {
+            conditions.push((
+                conditions::READY,
+                false,
+                "Unsatisfiable".into(),
+                reason.clone(),
+            ));
+            conditions.push((conditions::UNSATISFIABLE, true, "NoNodeFits".into(), reason));
+            Phase::Failed
+        } else if let Some(message) = mismatch {
+            conditions.push((conditions::READY, false, "GPULimitMismatch".into(), message));
+            Phase::Pending
+        } else if let Some(message) = gang_timeout {
+            conditions.push((conditions::READY, false, "GangTimedOut".into(), message));
+            Phase::Pending
+        } else if counts.referencing == 0 {
+            conditions.push((
+                conditions::READY,
+                false,
+                "NoPods".into(),
+                "no pod uses this GPUResource yet".into(),
+            ));
+            Phase::Pending
+        } else if counts.holding >= counts.referencing {
+            conditions.push((
+                conditions::READY,
+                true,
+                "Allocated".into(),
+                format!("all {} pod(s) hold their GPUs", counts.holding),
+            ));
+            Phase::Allocated
+        } else {
+            conditions.push((
+                conditions::READY,
+                false,
+                "Waiting".into(),
+                format!(
+                    "{} of {} pod(s) hold GPUs; the others wait for GPUs to free up",
+                    counts.holding, counts.referencing
+                ),
+            ));
+            Phase::Pending
+        };
+        if !unhealthy.is_empty() {
+            let pods: BTreeMap<&str, String> = unhealthy
+                .iter()
+                .map(|u| {
+                    (
+                        u.pod.name.as_str(),
+                        format!("GPU {} on {}: {}", u.index, u.node, u.reason),
+                    )
+                })
+                .collect();
+            conditions.push((
+                conditions::DEGRADED,
+                true,
+                "GPUUnhealthy".into(),
+                format!(
+                    "{} pod(s) hold an unhealthy GPU and keep it until they finish: {}",
+                    pods.len(),
+                    first_few(pods.iter().map(|(pod, gpu)| format!("{pod} ({gpu})")))
+                ),
+            ));
+        }
+        if let Some(outdated) = outdated {
+            conditions.push((
+                conditions::SPEC_CHANGED,
+                true,
+                "AllocatedForAnEarlierSpec".into(),
+                format!(
+                    "{} pod(s) hold GPUs allocated for an earlier spec and keep them until they \
+                     finish; new pods get {}: {}",
+                    outdated.pod_to_shape.len(),
+                    outdated.now,
+                    first_few(
+                        outdated
+                            .pod_to_shape
+                            .iter()
+                            .map(|(pod, shape)| format!("{pod} ({shape})"))
+                    )
+                ),
+            ));
+        }
+        if let Some((reason, message)) = self.key_to_policy_error.get(&view.key) {
+            conditions.push((
+                conditions::POLICY_ERROR,
+                true,
+                reason.as_str().to_string(),
+                message.clone(),
+            ));
+        }
+        WantedStatus {
+            phase,
+            counts,
+            observed_generation: view.generation,
+            conditions,
+        }
+    }
+}
+
+/// The first five items, comma-separated, and how many more.
+fn first_few(items: impl Iterator<Item = String>) -> String {
+    let items: Vec<String> = items.collect();
+    let mut text = items.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    if items.len() > 5 {
+        text.push_str(&format!(" and {} more", items.len() - 5));
+    }
+    text
+}
+
+/// `memoryMiB` → `MemoryMiB`.
+fn capitalize(field: &str) -> String {
+    let mut chars = field.chars();
+    chars
+        .next()
+        .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
+        .unwrap_or_default()
+}
+
+/// Milliseconds since the Unix epoch, by this machine's clock.
+fn now_ms() -> u64 {
+    u64::try_from(Timestamp::now().as_millisecond()).unwrap_or(0)
+}

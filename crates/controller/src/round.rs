@@ -1,0 +1,406 @@
+//! Scheduling rounds: gather, decide (one policy call per policy), check,
+//! start the bindings, report.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::apply::Applier;
+use super::events::{EventSink, Reason, pod_ref};
+use super::metrics::Metrics;
+use super::policies::{ActivePolicy, Policies};
+use super::report::{Reporter, RoundOutcome};
+use super::shadows::Shadows;
+use super::watch::WatchedIndex;
+use tokio::sync::watch;
+use wasmgpu_contract::types::Snapshot;
+use wasmgpu_contract::validate::validate;
+use wasmgpu_index::{ObjectKey, RoundStart};
+
+/// What a round does when the active version of a policy fails at run time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnPolicyFailure {
+    /// Discard the round's decisions; the pods stay pending (fail closed).
+    #[default]
+    Wait,
+    /// Retry the round with the version active before the latest swap,
+    /// when there is one; else wait.
+    LastGood,
+}
+
+/// Runs rounds until the task is dropped.
+pub struct Rounds {
+    /// How many watches feed the index (policy ConfigMaps and, when
+    /// served, PodGroups included): rounds start once each has listed, so
+    /// that no round sees GPUs free that bound pods hold, or misses a
+    /// policy.
+    pub(super) watched_kinds: usize,
+    pub(super) shared: Arc<WatchedIndex>,
+    pub(super) applier: Applier,
+    pub(super) reporter: Reporter,
+    pub(super) events: EventSink,
+    /// Looked up at the start of each policy call: a swap takes effect at
+    /// the next call, a call in flight keeps its version.
+    pub(super) policies: Arc<Policies>,
+    /// Called after the policy they shadow, in the background.
+    pub(super) shadows: Shadows,
+    pub(super) on_failure: OnPolicyFailure,
+    /// Named in the log when it is not loaded once rounds start.
+    pub(super) default_policy: String,
+    /// How long pending pods are gathered after a change before deciding.
+    pub(super) gather_window: Duration,
+    /// A round runs at least this often, changes or not.
+    pub(super) resync: Duration,
+    pub(super) metrics: Metrics,
+    /// Whether this replica leads: rounds run only while it does.
+    pub(super) leader: watch::Receiver<bool>,
+    /// Keeps the snapshots of recent rounds of policies that ask for it.
+    pub(super) recorder: Arc<super::recorder::Recorder>,
+    /// Gang members told why they wait (pod, reason): told once per reason.
+    pub(super) gang_waits_told: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+}
+
+// === impl Rounds ===
+
+impl Rounds {
+    /// Waits for the first full list of every kind, then, while this
+    /// replica leads, runs a round after each change (gathered for the
+    /// window) and at least every `resync`. A round in flight when the
+    /// lead is lost stops at once: like a crash, the write order leaves
+    /// nothing the next leader cannot finish.
+    pub async fn run(mut self) {
+        self.shared.wait_listed(self.watched_kinds).await;
+        tracing::info!(
+            policies = ?self.policies.names(),
+            "Index ready"
+        );
+        if self.policies.get(&self.default_policy).is_none() {
+            tracing::warn!(
+                default_policy = %self.default_policy,
+                "The default policy is not loaded: pods of GPUResources that name no policy wait"
+            );
+        }
+        let mut round = 0u64;
+        loop {
+            if !*self.leader.borrow_and_update() {
+                self.metrics.leader(false);
+                tracing::info!("Not the leader: waiting, with the index kept warm");
+                if self.leader.wait_for(|leading| *leading).await.is_err() {
+                    tracing::error!("Leader election stopped");
+                    return;
+                }
+                tracing::info!("Leading: starting rounds");
+            }
+            self.metrics.leader(true);
+            round += 1;
+            let mut leader = self.leader.clone();
+            tokio::select! {
+                () = self.round(round) => {}
+                _ = leader.wait_for(|leading| !*leading) => {
+                    tracing::warn!(round, "Lost the lead during a round; stopped it");
+                    self.applier.stop();
+                    continue;
+                }
+            }
+            tokio::select! {
+                () = self.shared.changed.notified() => {}
+                () = tokio::time::sleep(self.resync) => {}
+                _ = leader.wait_for(|leading| !*leading) => {
+                    self.applier.stop();
+                    continue;
+                }
+            }
+            tokio::time::sleep(self.gather_window).await;
+        }
+    }
+
+    /// One round.
+    pub async fn round(&mut self, round: u64) {
+        let started = Instant::now();
+        let RoundStart {
+            releases,
+            moves,
+            unfinished,
+            policies,
+            resources: views,
+            reservations_done,
+        } = self.shared.index().round_start();
+        self.applier.clear_reservations(reservations_done).await;
+        self.applier.finalize(&views).await;
+        self.applier.move_allocations(moves).await;
+        self.applier.release(releases).await;
+        self.applier.finish(unfinished);
+        let mut outcome = RoundOutcome::default();
+        let mut bound = 0;
+        // One policy at a time, each on a snapshot taken after the previous
+        // one's allocations were recorded: two policies never get the same
+        // free GPU.
+        for name in policies {
+            let built = Instant::now();
+            let mut snapshot = self.shared.index().snapshot(&name, round);
+            self.metrics.phase("snapshot", built.elapsed());
+            if snapshot.pending.is_empty() {
+                continue;
+            }
+            let Some(policy) = self.policies.get(&name) else {
+                let loaded = self.policies.names();
+                let rejected = self
+                    .policies
+                    .rejection(&name)
+                    .map(|reason| format!("; its latest version was rejected: {reason}"))
+                    .unwrap_or_default();
+                let shadow = self
+                    .policies
+                    .shadow(&name)
+                    .map(|(primary, _)| {
+                        format!(
+                            "; {name} is loaded as a shadow of {primary} (annotation wasmgpu.io/shadow-of): shadows decide for no pod"
+                        )
+                    })
+                    .unwrap_or_default();
+                let message = format!(
+                    "no policy named {name:?} is loaded (loaded: {}){rejected}{shadow}; its pods wait",
+                    loaded.join(", ")
+                );
+                for resource in resources_of(&snapshot) {
+                    outcome
+                        .policy_errors
+                        .insert(resource, (Reason::PolicyNotFound, message.clone()));
+                }
+                continue;
+            };
+            snapshot.config = policy.config.clone();
+            bound += self.decide(&policy, snapshot, &mut outcome).await;
+        }
+        self.reporter.report(outcome);
+        self.metrics.round();
+        if bound > 0 {
+            tracing::info!(round, binding = bound, elapsed = ?started.elapsed(), "Round");
+        } else {
+            tracing::debug!(round, elapsed = ?started.elapsed(), "Round");
+        }
+    }
+
+    /// Calls `policy` on `snapshot`, checks its decisions, starts the
+    /// bindings of the valid ones; returns how many started.
+    async fn decide(
+        &self,
+        policy: &Arc<ActivePolicy>,
+        snapshot: Snapshot,
+        outcome: &mut RoundOutcome,
+    ) -> usize {
+        let resources = resources_of(&snapshot);
+        if self.recorder.wants(&policy.name) {
+            // A copy, serialized and compressed on the blocking pool.
+            let (recorder, name, copy) = (
+                Arc::clone(&self.recorder),
+                policy.name.clone(),
+                snapshot.clone(),
+            );
+            tokio::task::spawn_blocking(move || recorder.record(&name, copy));
+        }
+        let Some((mut snapshot, result)) = call(policy, snapshot).await else {
+            return 0;
+        };
+        let (policy, round) = match result {
+            Ok(round) => (Arc::clone(policy), round),
+            Err(error) => {
+                self.metrics.policy_failure(&policy.name, error.kind());
+                tracing::warn!(policy = %policy.name, digest = %policy.loaded.digest(), kind = error.kind(), %error, "Policy failed");
+                let mut message = format!(
+                    "policy {} ({}) failed: {error}",
+                    policy.name,
+                    policy.loaded.digest()
+                );
+                let last_good = match self.on_failure {
+                    OnPolicyFailure::Wait => None,
+                    OnPolicyFailure::LastGood => self
+                        .policies
+                        .previous(&policy.name)
+                        .filter(|p| p.loaded.digest() != policy.loaded.digest()),
+                };
+                let retried = match last_good {
+                    None => None,
+                    Some(last_good) => {
+                        snapshot.config = last_good.config.clone();
+                        let Some((retried_snapshot, result)) = call(&last_good, snapshot).await
+                        else {
+                            return 0;
+                        };
+                        snapshot = retried_snapshot;
+                        match result {
+                            Ok(round) => {
+                                tracing::warn!(policy = %policy.name, digest = %last_good.loaded.digest(), "Round retried with the last good version");
+                                Some((last_good, round))
+                            }
+                            Err(again) => {
+                                message.push_str(&format!(
+                                    "; the last good version ({}) failed too: {again}",
+                                    last_good.loaded.digest()
+                                ));
+                                None
+                            }
+                        }
+                    }
+                };
+                match retried {
+                    Some(retried) => retried,
+                    None => {
+                        message.push_str("; its pods wait");
+                        for resource in resources {
+                            outcome
+                                .policy_errors
+                                .insert(resource, (Reason::PolicyFailed, message.clone()));
+                        }
+                        return 0;
+                    }
+                }
+            }
+        };
+        let policy = &policy;
+        self.metrics.policy_call(&policy.name, round.stats.call);
+        self.metrics.phase("policy-call", round.stats.call);
+        let validated = Instant::now();
+        let verdict = validate(&snapshot, &round.decisions);
+        self.metrics.phase("validation", validated.elapsed());
+        for (outcome, count) in [
+            ("accepted", verdict.accepted.len()),
+            ("waiting", verdict.waiting.len()),
+            ("rejected", verdict.rejected.len()),
+            ("refused", verdict.refused.len()),
+        ] {
+            self.metrics.decisions(&policy.name, outcome, count);
+        }
+        tracing::debug!(
+            policy = %policy.name,
+            pending = snapshot.pending.len(),
+            accepted = verdict.accepted.len(),
+            waiting = verdict.waiting.len(),
+            rejected = verdict.rejected.len(),
+            refused = verdict.refused.len(),
+            call = ?round.stats.call,
+            "Decided"
+        );
+        outcome.decided.extend(resources);
+        for refused in &verdict.refused {
+            let Some(pod) = refused.pod.as_deref().and_then(ObjectKey::parse) else {
+                tracing::warn!(policy = %policy.name, decision = %refused.decision, reason = %refused.reason, "Decision refused");
+                continue;
+            };
+            let message = format!(
+                "policy {} decided {}, refused: {}",
+                policy.name, refused.decision, refused.reason
+            );
+            tracing::warn!(%pod, %message, "Decision refused");
+            if let Some(resource) = resource_of(&snapshot, &pod) {
+                outcome.decided.remove(&resource);
+                outcome
+                    .policy_errors
+                    .insert(resource, (Reason::DecisionRefused, message.clone()));
+            }
+            let uid = self.shared.index().pod_uid(&pod).map(str::to_string);
+            self.events.warning(
+                pod_ref(&pod, uid.as_deref()),
+                Reason::DecisionRefused,
+                "Allocate",
+                message,
+            );
+        }
+        self.tell_gang_waits(&verdict);
+        for rejected in &verdict.rejected {
+            let Some(pod) = ObjectKey::parse(&rejected.pod) else {
+                continue;
+            };
+            let uid = self.shared.index().pod_uid(&pod).map(str::to_string);
+            self.events.warning(
+                pod_ref(&pod, uid.as_deref()),
+                Reason::PolicyRejected,
+                "Allocate",
+                format!(
+                    "policy {} says the pod cannot be placed as requested: {}",
+                    policy.name, rejected.reason
+                ),
+            );
+        }
+        let shadows = self.policies.shadows_of(&policy.name);
+        let for_shadows = (!shadows.is_empty()).then(|| verdict.accepted.clone());
+        let writes = Instant::now();
+        let started = self.applier.assign(policy, &snapshot, verdict.accepted);
+        self.metrics.phase("writes", writes.elapsed());
+        // Only now, and in the background: the bindings never wait for a
+        // shadow, and nothing it decides is applied.
+        if let Some(accepted) = for_shadows {
+            self.shadows.start(policy, shadows, snapshot, accepted);
+        }
+        started
+    }
+}
+
+impl Rounds {
+    /// An Event on each gang member that waits for its gang (all or
+    /// nothing), once per reason: why its pod stays pending.
+    fn tell_gang_waits(&self, verdict: &wasmgpu_contract::validate::Verdict) {
+        let mut told = wasmgpu_support::lock(&self.gang_waits_told);
+        if told.len() > 10_000 {
+            told.clear();
+        }
+        let gang_waits = verdict
+            .waiting
+            .iter()
+            .chain(&verdict.rejected)
+            .filter(|w| w.reason.starts_with("gang "));
+        for wait in gang_waits {
+            if !told.insert((wait.pod.clone(), wait.reason.clone())) {
+                continue;
+            }
+            let Some(pod) = ObjectKey::parse(&wait.pod) else {
+                continue;
+            };
+            let uid = self.shared.index().pod_uid(&pod).map(str::to_string);
+            self.events.normal(
+                pod_ref(&pod, uid.as_deref()),
+                Reason::GangWaiting,
+                "Allocate",
+                wait.reason.clone(),
+            );
+        }
+    }
+}
+
+/// Calls `policy` on `snapshot` on the blocking pool; hands the snapshot
+/// back. `None` when the call panicked (the snapshot is lost with it).
+async fn call(
+    policy: &Arc<ActivePolicy>,
+    snapshot: Snapshot,
+) -> Option<(Snapshot, wasmgpu_engine::Result<wasmgpu_engine::Round>)> {
+    let policy = Arc::clone(policy);
+    let call = tokio::task::spawn_blocking(move || {
+        let result = policy.loaded.allocate(&snapshot);
+        (snapshot, result)
+    });
+    match call.await {
+        Ok(done) => Some(done),
+        Err(error) => {
+            tracing::error!(%error, "Policy call panicked");
+            None
+        }
+    }
+}
+
+/// The GPUResources of a snapshot's pending requests.
+fn resources_of(snapshot: &Snapshot) -> std::collections::HashSet<ObjectKey> {
+    snapshot
+        .pending
+        .iter()
+        .filter_map(|r| ObjectKey::parse(&r.resource))
+        .collect()
+}
+
+/// The GPUResource of pending pod `pod`.
+fn resource_of(snapshot: &Snapshot, pod: &ObjectKey) -> Option<ObjectKey> {
+    let pod = pod.to_string();
+    snapshot
+        .pending
+        .iter()
+        .find(|r| r.pod == pod)
+        .and_then(|r| ObjectKey::parse(&r.resource))
+}

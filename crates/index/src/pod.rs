@@ -1,0 +1,108 @@
+//! What the index keeps of a `Pod` that asks wasmgpu for GPUs.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{NodeSelectorTerm, Pod, Toleration};
+
+use wasmgpu_api::{
+    self as api, GPURESOURCE_ANNOTATION, POD_GROUP_LABEL, PodAllocation, SCHEDULER_NAME,
+    UnreadableAllocation, UnreadableGpuLimit,
+};
+
+/// The facts about a pod that decide whether it waits, holds GPUs, and where
+/// it may run.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PodFacts {
+    pub uid: String,
+    /// The `wasmgpu.io/gpuresource` annotation (a GPUResource in the pod's
+    /// namespace), if any.
+    pub resource: Option<String>,
+    /// `spec.nodeName`: set once the pod is bound.
+    pub node_name: Option<String>,
+    /// The pod's phase is `Succeeded` or `Failed`: it will never run again.
+    pub terminal: bool,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// The allocation recorded on the pod (`wasmgpu.io/allocation`), read
+    /// or not; it holds GPUs while the pod is bound and not finished.
+    pub allocation: Option<Result<PodAllocation, UnreadableAllocation>>,
+    pub created_ms: u64,
+    pub priority: i32,
+    pub node_selector: BTreeMap<String, String>,
+    /// The terms of the required node affinity (ORed); `None`: no required
+    /// node affinity.
+    pub required_terms: Option<Vec<NodeSelectorTerm>>,
+    pub tolerations: Vec<Toleration>,
+    /// `nodeSelector`, required terms and tolerations in one string: pods
+    /// with the same key may run on the same nodes.
+    pub constraints_key: String,
+    /// The gang (a PodGroup in the pod's namespace) the pod joins through
+    /// the `scheduling.x-k8s.io/pod-group` label.
+    pub pod_group: Option<String>,
+    /// The GPUs the containers' `wasmgpu.io/gpu` limits ask for, by the
+    /// Kubernetes rule for extended resources ([`api::pod_gpus`]: init
+    /// containers give theirs back); `None` when no container names it.
+    pub gpu_limit: Result<Option<u64>, UnreadableGpuLimit>,
+}
+
+impl PodFacts {
+    /// The facts of a pod placed by wasmgpu; `None` for pods of other
+    /// schedulers.
+    pub fn from_pod(pod: &Pod) -> Option<Self> {
+        let spec = pod.spec.as_ref()?;
+        if spec.scheduler_name.as_deref() != Some(SCHEDULER_NAME) {
+            return None;
+        }
+        let meta = &pod.metadata;
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let created_ms = meta
+            .creation_timestamp
+            .as_ref()
+            .map(|t| u64::try_from(t.0.as_millisecond()).unwrap_or(0))
+            .unwrap_or(0);
+        let required_terms = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|na| {
+                na.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .map(|selector| selector.node_selector_terms.clone());
+        let node_selector = spec.node_selector.clone().unwrap_or_default();
+        let tolerations = spec.tolerations.clone().unwrap_or_default();
+        let constraints_key =
+            serde_json::to_string(&(&node_selector, &required_terms, &tolerations))
+                .unwrap_or_default();
+        Some(Self {
+            uid: meta.uid.clone().unwrap_or_default(),
+            resource: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(GPURESOURCE_ANNOTATION))
+                .map(|r| r.trim().to_string()),
+            node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
+            terminal: matches!(phase, Some("Succeeded" | "Failed")),
+            deleting: meta.deletion_timestamp.is_some(),
+            allocation: PodAllocation::from_annotations(meta.annotations.as_ref()),
+            created_ms,
+            priority: spec.priority.unwrap_or(0),
+            node_selector,
+            required_terms,
+            tolerations,
+            constraints_key,
+            gpu_limit: api::container_gpus(spec).map(|c| api::pod_gpus(&c)),
+            pod_group: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(POD_GROUP_LABEL))
+                .map(|g| g.trim().to_string())
+                .filter(|g| !g.is_empty()),
+        })
+    }
+
+    /// The pod still needs a node: not bound, not finished, not going away.
+    pub fn unplaced(&self) -> bool {
+        self.node_name.is_none() && !self.terminal && !self.deleting
+    }
+}

@@ -1,0 +1,570 @@
+//! Building the policy snapshots: candidate nodes with their GPUs, pending
+//! requests with their eligible nodes, usage per namespace.
+
+use std::collections::{BTreeMap, HashMap};
+
+use wasmgpu_contract::glob_match;
+
+use super::eligibility;
+use super::holdings::{GpuUse, Holdings};
+use super::inventory::NodeInventory;
+use super::node::NodeFacts;
+use super::pod::PodFacts;
+use super::{Index, ObjectKey, Problem};
+use wasmgpu_api::{GPUResourceSpec, Sharing as ApiSharing};
+use wasmgpu_contract::types::{Gang, Gpu, MigInstance, Node, Request, Sharing, Snapshot};
+
+/// A pod that waits for GPUs and could be placed, with its policy.
+struct Waiting<'a> {
+    policy: &'a str,
+    pod: &'a PodFacts,
+    request: Request,
+}
+
+/// What one pass over the pods finds.
+#[derive(Default)]
+struct Survey<'a> {
+    waiting: Vec<Waiting<'a>>,
+    problems: Vec<Problem>,
+}
+
+/// A node that may take pods now: Ready, not cordoned, with an inventory.
+struct Candidate<'a> {
+    name: &'a str,
+    facts: &'a NodeFacts,
+    inventory: &'a NodeInventory,
+}
+
+// === impl Index ===
+
+impl Index {
+    /// One snapshot per policy that has pending requests, keyed by policy
+    /// name. Each carries every candidate node (GPUs and what pods hold on
+    /// them), that policy's pending requests oldest first, and usage
+    /// per namespace. `config` is left empty: the caller sets the policy's.
+    pub fn snapshots(&self, round: u64) -> BTreeMap<String, Snapshot> {
+        let holdings = self.holdings();
+        let survey = self.survey(&holdings);
+        let mut policy_to_waiting: BTreeMap<&str, Vec<Waiting<'_>>> = BTreeMap::new();
+        for waiting in survey.waiting {
+            policy_to_waiting
+                .entry(waiting.policy)
+                .or_default()
+                .push(waiting);
+        }
+        policy_to_waiting
+            .into_iter()
+            .map(|(policy, waiting)| (policy.to_string(), self.build(round, &holdings, waiting)))
+            .collect()
+    }
+
+    /// The snapshot for one policy (with no requests when none wait for it).
+    pub fn snapshot(&self, policy: &str, round: u64) -> Snapshot {
+        let holdings = self.holdings();
+        let waiting = self
+            .survey(&holdings)
+            .waiting
+            .into_iter()
+            .filter(|w| w.policy == policy)
+            .collect();
+        self.build(round, &holdings, waiting)
+    }
+
+    /// The policies that have pods waiting for them.
+    pub fn policies_with_pending(&self) -> Vec<String> {
+        self.policies_with_pending_in(&self.holdings())
+    }
+
+    pub(super) fn policies_with_pending_in(&self, holdings: &Holdings) -> Vec<String> {
+        let mut policies: Vec<String> = self
+            .survey(holdings)
+            .waiting
+            .iter()
+            .map(|w| w.policy.to_string())
+            .collect();
+        policies.sort();
+        policies.dedup();
+        policies
+    }
+
+    /// Errors users can act on: pods naming no or a missing GPUResource,
+    /// invalid GPUResources, requests no node could ever hold.
+    pub fn problems(&self) -> Vec<Problem> {
+        self.survey(&self.holdings()).problems
+    }
+
+    /// The problems of [`Index::problems`], and gang members waiting past
+    /// their PodGroup's `scheduleTimeoutSeconds` at `now_ms`.
+    pub(super) fn problems_in(&self, holdings: &Holdings, now_ms: u64) -> Vec<Problem> {
+        let survey = self.survey(holdings);
+        let mut problems = survey.problems;
+        problems.extend(self.gang_timeouts(&survey.waiting, holdings, now_ms));
+        problems
+    }
+
+    /// A [`Problem::GangTimedOut`] for each waiting member of a gang that
+    /// is still short of `minMember` while its oldest waiting member was
+    /// created more than the PodGroup's `scheduleTimeoutSeconds` before
+    /// `now_ms`. They keep waiting: the gang may fit later, and it holds
+    /// nothing to give back.
+    fn gang_timeouts(
+        &self,
+        waiting: &[Waiting<'_>],
+        holdings: &Holdings,
+        now_ms: u64,
+    ) -> Vec<Problem> {
+        let mut key_to_members: BTreeMap<ObjectKey, Vec<&Waiting<'_>>> = BTreeMap::new();
+        for w in waiting {
+            if let Some(group) = &w.pod.pod_group {
+                let key = ObjectKey::new(&w.request.namespace, group);
+                key_to_members.entry(key).or_default().push(w);
+            }
+        }
+        let mut problems = Vec::new();
+        for (key, members) in key_to_members {
+            let Some(facts) = self.key_to_gang.get(&key) else {
+                continue;
+            };
+            let Some(timeout_s) = facts.schedule_timeout_seconds else {
+                continue;
+            };
+            let bound = self.gang_bound(&key, holdings);
+            if bound >= facts.min_member {
+                continue;
+            }
+            let oldest_ms = members
+                .iter()
+                .map(|w| w.request.created_ms)
+                .min()
+                .unwrap_or(now_ms);
+            if now_ms.saturating_sub(oldest_ms) <= u64::from(timeout_s) * 1000 {
+                continue;
+            }
+            for w in &members {
+                let Some(pod) = ObjectKey::parse(&w.request.pod) else {
+                    continue;
+                };
+                problems.push(Problem::GangTimedOut {
+                    pod,
+                    resource: ObjectKey::parse(&w.request.resource).unwrap_or_else(|| key.clone()),
+                    group: key.clone(),
+                    timeout_s,
+                    min_member: facts.min_member,
+                    bound,
+                    waiting: members.len() as u32,
+                });
+            }
+        }
+        problems
+    }
+
+    /// Members of gang `key` holding GPUs.
+    fn gang_bound(&self, key: &ObjectKey, holdings: &Holdings) -> u32 {
+        holdings
+            .holders
+            .iter()
+            .filter(|pod| {
+                pod.namespace == key.namespace
+                    && self
+                        .key_to_pod
+                        .get(*pod)
+                        .and_then(|p| p.pod_group.as_deref())
+                        == Some(key.name.as_str())
+            })
+            .count() as u32
+    }
+
+    /// Sorts the pods: who waits (and for which policy), who has a problem.
+    fn survey(&self, holdings: &Holdings) -> Survey<'_> {
+        let mut survey = Survey::default();
+        // Pods with the same constraints and GPUResource fit the same nodes.
+        let mut fit_to_reason: HashMap<(&str, ObjectKey), Option<String>> = HashMap::new();
+        for (resource, state) in &self.key_to_resource {
+            if let Some(error) = &state.spec_error {
+                survey.problems.push(Problem::InvalidResource {
+                    resource: resource.clone(),
+                    error: error.clone(),
+                });
+            }
+        }
+        for (key, pod) in &self.key_to_pod {
+            if !pod.unplaced() || holdings.holders.contains(key) {
+                continue;
+            }
+            let Some(resource_name) = pod.resource.as_deref().filter(|r| !r.is_empty()) else {
+                survey
+                    .problems
+                    .push(Problem::NoResourceAnnotation { pod: key.clone() });
+                continue;
+            };
+            let resource = ObjectKey::new(&key.namespace, resource_name);
+            let Some(state) = self.key_to_resource.get(&resource) else {
+                survey.problems.push(Problem::MissingResource {
+                    pod: key.clone(),
+                    resource,
+                });
+                continue;
+            };
+            // An invalid spec is reported on the GPUResource; one being
+            // deleted takes no new pods.
+            if state.spec_error.is_some() || state.deleting {
+                continue;
+            }
+            let limit = match &pod.gpu_limit {
+                Ok(limit) => *limit,
+                Err(error) => {
+                    survey.problems.push(Problem::UnreadableLimit {
+                        pod: key.clone(),
+                        error: error.clone(),
+                    });
+                    continue;
+                }
+            };
+            if let Some(limit) = limit
+                && limit != u64::from(state.spec.count)
+            {
+                survey.problems.push(Problem::LimitMismatch {
+                    pod: key.clone(),
+                    resource: resource.clone(),
+                    limit,
+                    count: state.spec.count,
+                });
+                continue;
+            }
+            if let Some(group) = &pod.pod_group {
+                let gang = ObjectKey::new(&key.namespace, group);
+                if !self.key_to_gang.contains_key(&gang) {
+                    survey.problems.push(Problem::MissingPodGroup {
+                        pod: key.clone(),
+                        resource: resource.clone(),
+                        group: gang,
+                    });
+                    continue;
+                }
+            }
+            let reason = fit_to_reason
+                .entry((pod.constraints_key.as_str(), resource.clone()))
+                .or_insert_with(|| self.unsatisfiable(key, pod, &state.spec))
+                .clone();
+            if let Some(reason) = reason {
+                survey.problems.push(Problem::Unsatisfiable {
+                    pod: key.clone(),
+                    resource,
+                    reason,
+                });
+                continue;
+            }
+            let spec = &state.spec;
+            survey.waiting.push(Waiting {
+                policy: self.policy_of(spec),
+                pod,
+                request: Request {
+                    pod: key.to_string(),
+                    namespace: key.namespace.clone(),
+                    resource: resource.to_string(),
+                    count: spec.count,
+                    model: spec.model.clone(),
+                    mig_profile: spec.mig_profile.clone(),
+                    memory_mib: spec.memory_mib,
+                    sharing: match spec.sharing {
+                        ApiSharing::Exclusive => Sharing::Exclusive,
+                        ApiSharing::Shared => Sharing::Shared,
+                    },
+                    priority: pod.priority,
+                    created_ms: pod.created_ms,
+                    eligible_set: 0,
+                    gang: None,
+                },
+            });
+        }
+        survey
+    }
+
+    /// Why no node could ever hold the request, whatever is allocated and
+    /// whichever nodes are ready: no node the pod may run on has `count`
+    /// GPUs of the model with the memory. `None` when some node could.
+    fn unsatisfiable(
+        &self,
+        key: &ObjectKey,
+        pod: &PodFacts,
+        spec: &GPUResourceSpec,
+    ) -> Option<String> {
+        if self.node_to_inventory.is_empty() && self.node_to_lost_inventory.is_empty() {
+            return Some("no node has published a GPU inventory (GPUNode)".into());
+        }
+        let mut allowed_nodes = 0;
+        let mut most_fitting = 0;
+        // A node whose GPUNode was deleted counts with what it last listed:
+        // its agent publishes it again, and the pod waits for that.
+        let inventories = self
+            .node_to_inventory
+            .iter()
+            .chain(&self.node_to_lost_inventory);
+        for (name, inventory) in inventories {
+            let Some(facts) = self.name_to_node.get(name) else {
+                continue;
+            };
+            if let Err(why) = eligibility::check(pod, name, facts) {
+                tracing::trace!(pod = %key, node = %name, %why, "Node not eligible");
+                continue;
+            }
+            allowed_nodes += 1;
+            let fitting = match &spec.mig_profile {
+                Some(profile) => inventory
+                    .gpus
+                    .iter()
+                    .filter(|gpu| could_hold(spec, &gpu.model, u64::MAX))
+                    .flat_map(|gpu| &gpu.mig_instances)
+                    .filter(|m| &m.profile == profile)
+                    .filter(|m| m.memory_total_mib >= spec.memory_mib)
+                    .count(),
+                None => inventory
+                    .gpus
+                    .iter()
+                    .filter(|gpu| could_hold(spec, &gpu.model, gpu.memory_total_mib))
+                    .count(),
+            };
+            if fitting >= spec.count as usize {
+                return None;
+            }
+            most_fitting = most_fitting.max(fitting);
+        }
+        if allowed_nodes == 0 {
+            return Some(
+                "no node with GPUs matches the pod's nodeSelector, node affinity and tolerations"
+                    .into(),
+            );
+        }
+        let model = spec
+            .model
+            .as_deref()
+            .map(|m| format!(" matching {m:?}"))
+            .unwrap_or_default();
+        if let Some(profile) = &spec.mig_profile {
+            return Some(format!(
+                "wants {} MIG instance(s) of profile {profile:?}{model} on one node; the {allowed_nodes} node(s) it may run on have at most {most_fitting}",
+                spec.count
+            ));
+        }
+        let memory = match (spec.sharing, spec.memory_mib) {
+            (_, 0) => String::new(),
+            (ApiSharing::Exclusive, mib) => format!(" with at least {mib} MiB"),
+            (ApiSharing::Shared, mib) => format!(" with room for {mib} MiB"),
+        };
+        Some(format!(
+            "wants {} GPUs{model}{memory} on one node; the {allowed_nodes} node(s) it may run on have at most {most_fitting}",
+            spec.count
+        ))
+    }
+
+    /// The snapshot of `waiting` (already of one policy).
+    fn build(&self, round: u64, holdings: &Holdings, mut waiting: Vec<Waiting<'_>>) -> Snapshot {
+        let candidates: Vec<Candidate<'_>> = self
+            .name_to_node
+            .iter()
+            .filter(|(_, facts)| facts.schedulable())
+            .filter_map(|(name, facts)| {
+                let inventory = self.node_to_inventory.get(name)?;
+                Some(Candidate {
+                    name,
+                    facts,
+                    inventory,
+                })
+            })
+            .collect();
+        waiting.sort_by(|a, b| {
+            (a.request.created_ms, &a.request.pod).cmp(&(b.request.created_ms, &b.request.pod))
+        });
+        // Sets are numbered in the order of first use; pods with the same
+        // constraints are checked once, and equal sets are shared.
+        let mut eligible_sets: Vec<Vec<u32>> = Vec::new();
+        let mut set_to_position: HashMap<Vec<u32>, u32> = HashMap::new();
+        let mut constraints_to_position: HashMap<&str, u32> = HashMap::new();
+        for w in &mut waiting {
+            if let Some(&position) = constraints_to_position.get(w.pod.constraints_key.as_str()) {
+                w.request.eligible_set = position;
+                continue;
+            }
+            let set: Vec<u32> = candidates
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| eligibility::check(w.pod, c.name, c.facts).is_ok())
+                .map(|(i, _)| i as u32)
+                .collect();
+            let position = *set_to_position.entry(set).or_insert_with_key(|set| {
+                eligible_sets.push(set.clone());
+                eligible_sets.len() as u32 - 1
+            });
+            constraints_to_position.insert(&w.pod.constraints_key, position);
+            w.request.eligible_set = position;
+        }
+        let gangs = self.gangs_of(&mut waiting, holdings);
+        let mut tables = Tables::default();
+        let nodes = candidates
+            .iter()
+            .map(|c| node_record(c, holdings, &mut tables))
+            .collect();
+        Snapshot {
+            round,
+            models: tables.models,
+            mig_profiles: tables.mig_profiles,
+            nodes,
+            pending: waiting.into_iter().map(|w| w.request).collect(),
+            eligible_sets,
+            gangs,
+            usage: holdings.namespace_to_usage.values().cloned().collect(),
+            config: String::new(),
+        }
+    }
+
+    /// The gangs of `waiting` (sorted by name), each with its members
+    /// already holding GPUs counted as bound; sets each member's `gang`.
+    fn gangs_of(&self, waiting: &mut [Waiting<'_>], holdings: &Holdings) -> Vec<Gang> {
+        let mut key_to_members: BTreeMap<ObjectKey, Vec<u32>> = BTreeMap::new();
+        for (position, w) in waiting.iter().enumerate() {
+            if let Some(group) = &w.pod.pod_group {
+                let key = ObjectKey::new(&w.request.namespace, group);
+                key_to_members.entry(key).or_default().push(position as u32);
+            }
+        }
+        let mut gangs = Vec::with_capacity(key_to_members.len());
+        for (key, members) in key_to_members {
+            let Some(facts) = self.key_to_gang.get(&key) else {
+                continue;
+            };
+            let bound = self.gang_bound(&key, holdings);
+            for &m in &members {
+                waiting[m as usize].request.gang = Some(gangs.len() as u32);
+            }
+            gangs.push(Gang {
+                name: key.to_string(),
+                min_member: facts.min_member,
+                bound,
+                pending: members,
+            });
+        }
+        gangs
+    }
+}
+
+/// Names sent once per snapshot: GPU models and MIG profiles.
+#[derive(Default)]
+struct Tables {
+    models: Vec<String>,
+    mig_profiles: Vec<String>,
+}
+
+impl Tables {
+    fn model(&mut self, name: &str) -> u32 {
+        intern(&mut self.models, name)
+    }
+
+    fn mig_profile(&mut self, name: &str) -> u32 {
+        intern(&mut self.mig_profiles, name)
+    }
+}
+
+/// The position of `name` in `names`, added when missing. Tables hold a
+/// handful of names: a scan beats hashing.
+fn intern(names: &mut Vec<String>, name: &str) -> u32 {
+    match names.iter().position(|n| n == name) {
+        Some(i) => i as u32,
+        None => {
+            names.push(name.to_owned());
+            (names.len() - 1) as u32
+        }
+    }
+}
+
+/// Whether a device of `model` with `memory_mib` could ever serve the
+/// request (when nothing else held it): a whole GPU, or a MIG instance
+/// (whose own memory `memoryMiB` is compared with), as the validator holds.
+fn could_hold(spec: &GPUResourceSpec, model: &str, memory_mib: u64) -> bool {
+    spec.model.as_deref().is_none_or(|m| glob_match(m, model)) && memory_mib >= spec.memory_mib
+}
+
+/// A candidate node as the policy sees it. NVLink peers become positions
+/// in the node's GPU list (the inventory is sorted by index); peers the
+/// inventory does not list are dropped. Each GPU is followed by its MIG
+/// instances, which inherit its model and health.
+fn node_record(candidate: &Candidate<'_>, holdings: &Holdings, tables: &mut Tables) -> Node {
+    let no_use = GpuUse::default();
+    let inventory = &candidate.inventory.gpus;
+    // Positions of whole GPUs, counting the instances listed before them.
+    let mut positions = Vec::with_capacity(inventory.len());
+    let mut next = 0u32;
+    for gpu in inventory {
+        positions.push(next);
+        next += 1 + gpu.mig_instances.len() as u32;
+    }
+    let uuid_to_position: HashMap<&str, u32> = inventory
+        .iter()
+        .zip(&positions)
+        .map(|(gpu, &position)| (gpu.uuid.as_str(), position))
+        .collect();
+    let use_of = |uuid: &str| {
+        let found = holdings.gpu_to_use.get(&(candidate.name, uuid));
+        let held = found.unwrap_or(&no_use);
+        (
+            held.exclusive_owner.is_some(),
+            held.shared_mib,
+            held.shared_owners,
+        )
+    };
+    let mut gpus = Vec::with_capacity(next as usize);
+    for (gpu, &position) in inventory.iter().zip(&positions) {
+        let (held, shared_mib, shared_owners) = use_of(&gpu.uuid);
+        let allocated_mib = if held {
+            gpu.memory_total_mib
+        } else {
+            shared_mib.min(gpu.memory_total_mib)
+        };
+        let model = tables.model(&gpu.model);
+        gpus.push(Gpu {
+            uuid: gpu.uuid.clone(),
+            index: gpu.index,
+            model,
+            memory_mib: gpu.memory_total_mib,
+            allocated_mib,
+            held,
+            shared_owners,
+            numa_node: gpu.numa_node,
+            nvlink_peers: gpu
+                .nvlink_peers
+                .iter()
+                .filter_map(|peer| uuid_to_position.get(peer.as_str()).copied())
+                .collect(),
+            healthy: gpu.healthy,
+            mig: None,
+        });
+        for instance in &gpu.mig_instances {
+            let (held, _, _) = use_of(&instance.uuid);
+            gpus.push(Gpu {
+                uuid: instance.uuid.clone(),
+                index: gpu.index,
+                model,
+                memory_mib: instance.memory_total_mib,
+                allocated_mib: if held { instance.memory_total_mib } else { 0 },
+                held,
+                shared_owners: 0,
+                numa_node: gpu.numa_node,
+                nvlink_peers: Vec::new(),
+                healthy: gpu.healthy,
+                mig: Some(MigInstance {
+                    parent: position,
+                    profile: tables.mig_profile(&instance.profile),
+                }),
+            });
+        }
+    }
+    Node {
+        name: candidate.name.to_string(),
+        labels: candidate
+            .facts
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        gpus,
+    }
+}

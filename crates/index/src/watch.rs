@@ -1,0 +1,102 @@
+//! One interface for every watched kind, so that a single generic watch
+//! loop can feed the index.
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use super::Index;
+use wasmgpu_api::{GPUNode, GPUResource, PodGroup};
+
+/// How watch events of kind `K` reach the index. A watcher's `Apply` and
+/// `InitApply` objects go to `apply` (or are gathered for `reset` at
+/// `InitDone`), `Delete` objects to `delete`. None of these fail.
+pub trait IndexResource<K> {
+    /// The object was added or changed.
+    fn apply(&mut self, object: &K);
+    /// The object was deleted.
+    fn delete(&mut self, object: &K);
+    /// These are all the objects of the kind (after a list or relist).
+    fn reset(&mut self, objects: &[K]);
+}
+
+impl IndexResource<Node> for Index {
+    fn apply(&mut self, node: &Node) {
+        self.apply_node(node);
+    }
+
+    fn delete(&mut self, node: &Node) {
+        if let Some(name) = &node.metadata.name {
+            self.delete_node(name);
+        }
+    }
+
+    fn reset(&mut self, nodes: &[Node]) {
+        self.reset_nodes(nodes);
+    }
+}
+
+impl IndexResource<GPUNode> for Index {
+    fn apply(&mut self, gpunode: &GPUNode) {
+        self.apply_gpunode(gpunode);
+    }
+
+    fn delete(&mut self, gpunode: &GPUNode) {
+        if let Some(name) = &gpunode.metadata.name {
+            self.delete_gpunode(name);
+        }
+    }
+
+    fn reset(&mut self, gpunodes: &[GPUNode]) {
+        self.reset_gpunodes(gpunodes);
+    }
+}
+
+impl IndexResource<GPUResource> for Index {
+    fn apply(&mut self, resource: &GPUResource) {
+        self.apply_gpuresource(resource);
+    }
+
+    fn delete(&mut self, resource: &GPUResource) {
+        let meta = &resource.metadata;
+        if let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) {
+            self.delete_gpuresource(ns, name);
+        }
+    }
+
+    fn reset(&mut self, resources: &[GPUResource]) {
+        self.reset_gpuresources(resources);
+    }
+}
+
+impl IndexResource<Pod> for Index {
+    fn apply(&mut self, pod: &Pod) {
+        self.apply_pod(pod);
+    }
+
+    fn delete(&mut self, pod: &Pod) {
+        let meta = &pod.metadata;
+        if let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) {
+            self.delete_pod(ns, name);
+        }
+    }
+
+    fn reset(&mut self, pods: &[Pod]) {
+        self.reset_pods(pods);
+    }
+}
+
+impl IndexResource<PodGroup> for Index {
+    fn apply(&mut self, group: &PodGroup) {
+        self.apply_podgroup(group);
+    }
+
+    fn delete(&mut self, group: &PodGroup) {
+        let meta = &group.metadata;
+        if let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) {
+            self.delete_podgroup(ns, name);
+        }
+    }
+
+    fn reset(&mut self, groups: &[PodGroup]) {
+        self.reset_podgroups(groups);
+    }
+}
