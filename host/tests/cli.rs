@@ -592,7 +592,7 @@ fn a_snapshot_that_no_controller_would_build_is_refused_naming_the_entry() {
         ),
         (
             Box::new(|s| s.eligible_sets[0].push(7)),
-            "eligible_sets[0][3]: node index 7 is out of range (3 nodes)",
+            "eligibleSets[0][3]: node index 7 is out of range (3 nodes)",
         ),
         (
             Box::new(|s| {
@@ -603,7 +603,7 @@ fn a_snapshot_that_no_controller_would_build_is_refused_naming_the_entry() {
         ),
         (
             Box::new(|s| s.nodes[1].gpus[0].nvlink_peers = vec![9]),
-            "nvlink_peers[0]: 9 is out of range",
+            "nvlinkPeers[0]: 9 is out of range",
         ),
     ];
     for (i, (change, want)) in cases.into_iter().enumerate() {
@@ -1007,4 +1007,90 @@ async fn publish_into_a_missing_namespace_says_what_to_do_and_list_says_not_yet_
         "{listed}"
     );
     Ok(())
+}
+
+/// The demo snapshot in the first form of snapshot files: snake_case keys
+/// (memory as `…_mib`), labels as `[key, value]` pairs, sharing capitalised.
+fn first_form(today: &str) -> String {
+    fn walk(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                for (key, mut inner) in std::mem::take(map) {
+                    let mut snake = String::new();
+                    for c in key.replace("MiB", "Mib").chars() {
+                        if c.is_uppercase() {
+                            snake.push('_');
+                        }
+                        snake.extend(c.to_lowercase());
+                    }
+                    match (snake.as_str(), &mut inner) {
+                        ("labels", Value::Object(labels)) => {
+                            let pairs = labels
+                                .iter()
+                                .map(|(k, v)| Value::Array(vec![k.clone().into(), v.clone()]))
+                                .collect();
+                            inner = Value::Array(pairs);
+                        }
+                        ("sharing", Value::String(s)) => {
+                            *s = format!("{}{}", s[..1].to_uppercase(), &s[1..]);
+                        }
+                        ("config", _) => {}
+                        _ => walk(&mut inner),
+                    }
+                    map.insert(snake, inner);
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut value: Value = serde_json::from_str(today).unwrap();
+    walk(&mut value);
+    value.to_string()
+}
+
+#[test]
+fn a_snapshot_file_of_the_first_form_is_read_with_a_warning_until_upgraded() {
+    let demo = std::fs::read_to_string(repo("policies/snapshots/demo.json")).unwrap();
+    let old = first_form(&demo);
+    assert!(old.contains("\"eligible_sets\"") && old.contains("\"memory_mib\""));
+    let path = temp_file("first-form.json", old.as_bytes());
+    let path = path.to_str().unwrap();
+    let run = |snapshot: &str| {
+        let out = wasmgpu(&[
+            "policy",
+            "run",
+            &policy("binpack"),
+            "--snapshot",
+            snapshot,
+            "--output",
+            "json",
+        ]);
+        assert!(out.status.success(), "{}", text(&out));
+        out
+    };
+    let today = run(&repo("policies/snapshots/demo.json"));
+    assert!(today.stderr.is_empty(), "{}", text(&today));
+    let first = run(path);
+    let warning = String::from_utf8_lossy(&first.stderr);
+    assert!(
+        warning.contains("is a snapshot file of the first form")
+            && warning.contains(&format!("wasmgpu policy upgrade-snapshot {path}")),
+        "{warning}"
+    );
+    // The same round as on today's file.
+    let decisions = |out: &Output| {
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        json["decisions"].clone()
+    };
+    assert_eq!(decisions(&first), decisions(&today));
+    assert!(decisions(&today).as_array().is_some_and(|d| d.len() == 10));
+
+    let out = wasmgpu(&["policy", "upgrade-snapshot", path]);
+    assert!(out.status.success(), "{}", text(&out));
+    let upgraded = std::fs::read_to_string(path).unwrap();
+    assert!(upgraded.contains("\"eligibleSets\"") && upgraded.contains("\"memoryMiB\""));
+    let again = run(path);
+    assert!(again.stderr.is_empty(), "{}", text(&again));
+    assert_eq!(decisions(&again), decisions(&today));
 }

@@ -23,6 +23,7 @@
 
 mod decision;
 mod glob;
+mod labels;
 pub mod snapshot_check;
 pub mod snapshot_file;
 pub mod testing;

@@ -33,7 +33,7 @@ pub const MAX_MEMBERS: u32 = i32::MAX as u32;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{at}: {reason}")]
 pub struct SnapshotError {
-    /// The entry and field, e.g. `nodes[0] ("a").gpus[1] ("GPU-x").allocated_mib`.
+    /// The entry and field, e.g. `nodes[0] ("a").gpus[1] ("GPU-x").allocatedMiB`.
     pub at: String,
     /// What is wrong with it.
     pub reason: String,
@@ -58,7 +58,7 @@ pub fn check(snapshot: &Snapshot) -> Result<(), SnapshotError> {
     let sets = snapshot.eligible_sets.len();
     for (s, set) in snapshot.eligible_sets.iter().enumerate() {
         for (i, &node) in set.iter().enumerate() {
-            let at = format!("eligible_sets[{s}][{i}]");
+            let at = format!("eligibleSets[{s}][{i}]");
             if node as usize >= snapshot.nodes.len() {
                 return fail(
                     at,
@@ -130,7 +130,7 @@ fn check_gang<'a>(
     }
     if gang.min_member == 0 || gang.min_member > MAX_MEMBERS {
         return fail(
-            format!("{at}.min_member"),
+            format!("{at}.minMember"),
             format!(
                 "must be 1 to {MAX_MEMBERS} (a PodGroup's minMember), got {}",
                 gang.min_member
@@ -228,7 +228,7 @@ fn check_gpus<'a>(
                     return fail(
                         format!("{at}.mig.profile"),
                         format!(
-                            "{} is out of range ({} mig_profiles)",
+                            "{} is out of range ({} migProfiles)",
                             mig.profile,
                             snapshot.mig_profiles.len()
                         ),
@@ -236,7 +236,7 @@ fn check_gpus<'a>(
                 }
                 if gpu.shared_owners > 0 {
                     return fail(
-                        format!("{at}.shared_owners"),
+                        format!("{at}.sharedOwners"),
                         "a MIG instance is never shared",
                     );
                 }
@@ -260,9 +260,9 @@ fn check_gpu(gpu: &Gpu, at: &str, gpus: usize, position: usize) -> Result<(), Sn
     memory_in_range(gpu.memory_mib, at)?;
     if gpu.allocated_mib > gpu.memory_mib {
         return fail(
-            format!("{at}.allocated_mib"),
+            format!("{at}.allocatedMiB"),
             format!(
-                "{} is more than memory_mib ({})",
+                "{} is more than memoryMiB ({})",
                 gpu.allocated_mib, gpu.memory_mib
             ),
         );
@@ -272,14 +272,14 @@ fn check_gpu(gpu: &Gpu, at: &str, gpus: usize, position: usize) -> Result<(), Sn
             return fail(
                 format!("{at}.held"),
                 format!(
-                    "a GPU held exclusively has no shared owners, got shared_owners {}",
+                    "a GPU held exclusively has no shared owners, got sharedOwners {}",
                     gpu.shared_owners
                 ),
             );
         }
         if gpu.allocated_mib != gpu.memory_mib {
             return fail(
-                format!("{at}.allocated_mib"),
+                format!("{at}.allocatedMiB"),
                 format!(
                     "a GPU held exclusively has all its memory allocated ({} MiB), got {}",
                     gpu.memory_mib, gpu.allocated_mib
@@ -288,7 +288,7 @@ fn check_gpu(gpu: &Gpu, at: &str, gpus: usize, position: usize) -> Result<(), Sn
         }
     }
     for (i, &peer) in gpu.nvlink_peers.iter().enumerate() {
-        let at = format!("{at}.nvlink_peers[{i}]");
+        let at = format!("{at}.nvlinkPeers[{i}]");
         if peer as usize >= gpus {
             return fail(
                 at,
@@ -339,7 +339,7 @@ fn check_request(
     memory_in_range(request.memory_mib, at)?;
     if request.sharing == Sharing::Shared && request.memory_mib == 0 {
         return fail(
-            format!("{at}.memory_mib"),
+            format!("{at}.memoryMiB"),
             "a shared request takes a share of each GPU: must be more than 0",
         );
     }
@@ -349,7 +349,7 @@ fn check_request(
         .is_some_and(|m| m.trim().is_empty())
     {
         return fail(
-            format!("{at}.mig_profile"),
+            format!("{at}.migProfile"),
             "must not be empty (null asks for whole GPUs)",
         );
     }
@@ -369,9 +369,9 @@ fn check_request(
     }
     if request.eligible_set as usize >= sets {
         return fail(
-            format!("{at}.eligible_set"),
+            format!("{at}.eligibleSet"),
             format!(
-                "{} is out of range ({sets} eligible_sets)",
+                "{} is out of range ({sets} eligibleSets)",
                 request.eligible_set
             ),
         );
@@ -379,11 +379,11 @@ fn check_request(
     Ok(())
 }
 
-/// Memory past [`MAX_MEMORY_MIB`] is an error at `{at}.memory_mib`.
+/// Memory past [`MAX_MEMORY_MIB`] is an error at `{at}.memoryMiB`.
 fn memory_in_range(mib: u64, at: &str) -> Result<(), SnapshotError> {
     if mib > MAX_MEMORY_MIB {
         return fail(
-            format!("{at}.memory_mib"),
+            format!("{at}.memoryMiB"),
             format!("{mib} is more than any GPU has (at most {MAX_MEMORY_MIB})"),
         );
     }
@@ -485,7 +485,7 @@ mod tests {
             ),
             (
                 Box::new(|s| s.nodes[0].gpus[2].allocated_mib = 90000),
-                "nodes[0] (\"a\").gpus[2] (\"GPU-a-2\").allocated_mib: 90000 is more than memory_mib (81920)",
+                "nodes[0] (\"a\").gpus[2] (\"GPU-a-2\").allocatedMiB: 90000 is more than memoryMiB (81920)",
             ),
             (
                 Box::new(|s| s.nodes[0].gpus[0].shared_owners = 1),
@@ -493,23 +493,23 @@ mod tests {
             ),
             (
                 Box::new(|s| s.nodes[0].gpus[0].allocated_mib = 0),
-                ".gpus[0] (\"GPU-a-0\").allocated_mib: a GPU held exclusively has all its memory",
+                ".gpus[0] (\"GPU-a-0\").allocatedMiB: a GPU held exclusively has all its memory",
             ),
             (
                 Box::new(|s| s.nodes[0].gpus[2].nvlink_peers = vec![3, 4]),
-                ".gpus[2] (\"GPU-a-2\").nvlink_peers[1]: 4 is out of range",
+                ".gpus[2] (\"GPU-a-2\").nvlinkPeers[1]: 4 is out of range",
             ),
             (
                 Box::new(|s| s.nodes[0].gpus[2].nvlink_peers = vec![2]),
-                "nvlink_peers[0]: 2 is the GPU itself",
+                "nvlinkPeers[0]: 2 is the GPU itself",
             ),
             (
                 Box::new(|s| s.eligible_sets[0] = vec![0, 2]),
-                "eligible_sets[0][1]: node index 2 is out of range (2 nodes)",
+                "eligibleSets[0][1]: node index 2 is out of range (2 nodes)",
             ),
             (
                 Box::new(|s| s.eligible_sets[0] = vec![1, 0]),
-                "eligible_sets[0][1]: node indices must be sorted",
+                "eligibleSets[0][1]: node indices must be sorted",
             ),
             (
                 Box::new(|s| s.nodes[1].name = "b".repeat(513)),
@@ -541,7 +541,7 @@ mod tests {
             ),
             (
                 Box::new(|s| s.pending[1].memory_mib = 0),
-                "pending[1] (\"ns/y\").memory_mib: a shared request",
+                "pending[1] (\"ns/y\").memoryMiB: a shared request",
             ),
             (
                 Box::new(|s| s.nodes[0].gpus[1].model = 9),
@@ -562,15 +562,15 @@ mod tests {
             ),
             (
                 Box::new(|s| s.pending[0].eligible_set = 1),
-                "pending[0] (\"ns/x\").eligible_set: 1 is out of range (1 eligible_sets)",
+                "pending[0] (\"ns/x\").eligibleSet: 1 is out of range (1 eligibleSets)",
             ),
             (
                 Box::new(|s| s.pending[1].memory_mib = u64::MAX - 1),
-                "pending[1] (\"ns/y\").memory_mib: 18446744073709551614 is more than any GPU has",
+                "pending[1] (\"ns/y\").memoryMiB: 18446744073709551614 is more than any GPU has",
             ),
             (
                 Box::new(|s| s.nodes[1].gpus[0].memory_mib = 1 << 40),
-                ".gpus[0] (\"GPU-b-0\").memory_mib: 1099511627776 is more than any GPU has",
+                ".gpus[0] (\"GPU-b-0\").memoryMiB: 1099511627776 is more than any GPU has",
             ),
             (
                 Box::new(|s| {
@@ -604,7 +604,7 @@ mod tests {
             ),
             (
                 Box::new(|s| gang_of(s, "ns/train", 2, &[0], |g| g.min_member = u32::MAX)),
-                "gangs[0] (\"ns/train\").min_member: must be 1 to 2147483647 (a PodGroup's minMember), got 4294967295",
+                "gangs[0] (\"ns/train\").minMember: must be 1 to 2147483647 (a PodGroup's minMember), got 4294967295",
             ),
             (
                 Box::new(|s| gang_of(s, "ns/train", 2, &[0], |g| g.bound = u32::MAX - 1)),

@@ -60,6 +60,111 @@ pub fn check(text: &str) -> Result<(), OtherContract> {
     }
 }
 
+/// A snapshot file's text, read: the snapshot, and whether the file was of
+/// the first form (see [`upgrade_first_form`]).
+#[derive(Debug)]
+pub struct Read {
+    /// The snapshot.
+    pub snapshot: Snapshot,
+    /// The file had snake_case keys and labels as pairs, and was read as
+    /// today's camelCase form: write it again to keep it current.
+    pub first_form: bool,
+}
+
+/// Reads the text of a snapshot file of this contract: today's form
+/// (camelCase keys, labels as a map, `exclusive`/`shared`), or the first
+/// form (snake_case keys, labels as `[key, value]` pairs, `Exclusive`/`Shared`),
+/// which is upgraded and reported in [`Read::first_form`]. An error is the
+/// error of today's form, with its line and column.
+pub fn read(text: &str) -> serde_json::Result<Read> {
+    let error = match serde_json::from_str::<Snapshot>(text) {
+        Ok(snapshot) => {
+            return Ok(Read {
+                snapshot,
+                first_form: false,
+            });
+        }
+        Err(error) => error,
+    };
+    let Ok(mut value) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Err(error);
+    };
+    if !upgrade_first_form(&mut value) {
+        return Err(error);
+    }
+    match serde_json::from_value(value) {
+        Ok(snapshot) => Ok(Read {
+            snapshot,
+            first_form: true,
+        }),
+        Err(_) => Err(error),
+    }
+}
+
+/// Rewrites a snapshot file of the first form into today's, in place: keys
+/// to camelCase, each node's labels from pairs to a map, sharing values to
+/// lower case. False (and nothing changed) when `value` is not of the first
+/// form. The policy's `config` is a string and stays as it is.
+pub fn upgrade_first_form(value: &mut serde_json::Value) -> bool {
+    use serde_json::Value;
+    let first_form = value.as_object().is_some_and(|top| {
+        ["mig_profiles", "eligible_sets"]
+            .iter()
+            .any(|key| top.contains_key(*key))
+    });
+    if !first_form {
+        return false;
+    }
+    fn camel(key: &str) -> String {
+        let mut out = String::with_capacity(key.len());
+        let mut upper = false;
+        for c in key.chars() {
+            if c == '_' {
+                upper = true;
+            } else if upper {
+                out.extend(c.to_uppercase());
+                upper = false;
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+    fn walk(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                let entries = std::mem::take(map);
+                for (key, mut inner) in entries {
+                    match (key.as_str(), &mut inner) {
+                        ("labels", Value::Array(pairs)) => {
+                            let labels = pairs
+                                .iter()
+                                .filter_map(|pair| match pair.as_array().map(Vec::as_slice) {
+                                    Some([Value::String(k), v]) => Some((k.clone(), v.clone())),
+                                    _ => None,
+                                })
+                                .collect::<serde_json::Map<_, _>>();
+                            inner = Value::Object(labels);
+                        }
+                        ("sharing", Value::String(sharing)) => *sharing = sharing.to_lowercase(),
+                        ("config", _) => {}
+                        _ => walk(&mut inner),
+                    }
+                    let mut key = camel(&key);
+                    if let Some(stem) = key.strip_suffix("Mib") {
+                        key = format!("{stem}MiB");
+                    }
+                    map.insert(key, inner);
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(value);
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +193,69 @@ mod tests {
         // left for the parser to explain.
         assert!(check(demo).is_ok());
         assert!(check("not json").is_ok());
+    }
+
+    #[test]
+    fn a_file_of_the_first_form_reads_as_todays_and_says_so() {
+        let demo = include_str!("../../../policies/snapshots/demo.json");
+        let today = read(demo).unwrap();
+        assert!(!today.first_form);
+        // The demo in the first form: snake_case keys, labels as pairs,
+        // sharing capitalised.
+        let mut value: serde_json::Value = serde_json::from_str(demo).unwrap();
+        fn snake(value: &mut serde_json::Value) {
+            use serde_json::Value;
+            match value {
+                Value::Object(map) => {
+                    for (key, mut inner) in std::mem::take(map) {
+                        let key = key.replace("MiB", "Mib");
+                        let key = key.chars().fold(String::new(), |mut out, c| {
+                            if c.is_uppercase() {
+                                out.push('_');
+                                out.extend(c.to_lowercase());
+                            } else {
+                                out.push(c);
+                            }
+                            out
+                        });
+                        match (key.as_str(), &mut inner) {
+                            ("labels", Value::Object(labels)) => {
+                                inner = Value::Array(
+                                    labels
+                                        .iter()
+                                        .map(|(k, v)| {
+                                            Value::Array(vec![k.clone().into(), v.clone()])
+                                        })
+                                        .collect(),
+                                );
+                            }
+                            ("sharing", Value::String(s)) => {
+                                *s = format!("{}{}", s[..1].to_uppercase(), &s[1..]);
+                            }
+                            _ => snake(&mut inner),
+                        }
+                        map.insert(key, inner);
+                    }
+                }
+                Value::Array(items) => items.iter_mut().for_each(snake),
+                _ => {}
+            }
+        }
+        snake(&mut value);
+        let old = value.to_string();
+        assert!(
+            old.contains("\"eligible_sets\"") && old.contains("\"Exclusive\""),
+            "{old}"
+        );
+        let upgraded = read(&old).unwrap();
+        assert!(upgraded.first_form);
+        assert_eq!(upgraded.snapshot, today.snapshot);
+        assert!(!today.snapshot.nodes[0].labels.is_empty());
+        // Today's form that is wrong keeps its own error, with its place.
+        let error = read(&demo.replacen("\"round\"", "\"rounds\"", 1)).unwrap_err();
+        assert!(
+            error.to_string().contains("missing field `round`"),
+            "{error}"
+        );
     }
 }

@@ -14,6 +14,7 @@ use wasmtime::component::{ComponentType, Lift, Lower};
 /// One allocatable GPU unit as the host sees it at the start of the round:
 /// a whole GPU, or one MIG instance of a GPU (then `mig` is set).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
 #[cfg_attr(feature = "wasmtime", component(record))]
@@ -29,10 +30,12 @@ pub struct Gpu {
     pub model: u32,
     /// Total memory in MiB (of the instance, for a MIG instance).
     #[cfg_attr(feature = "wasmtime", component(name = "memory-mib"))]
+    #[serde(rename = "memoryMiB")]
     pub memory_mib: u64,
     /// Memory already promised to shared allocations, in MiB. For a unit
     /// held exclusively this is the whole `memory-mib`.
     #[cfg_attr(feature = "wasmtime", component(name = "allocated-mib"))]
+    #[serde(rename = "allocatedMiB")]
     pub allocated_mib: u64,
     /// True when a pod holds this unit exclusively.
     pub held: bool,
@@ -57,6 +60,7 @@ pub struct Gpu {
 
 /// Where a MIG instance sits.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
 #[cfg_attr(feature = "wasmtime", component(record))]
@@ -70,13 +74,20 @@ pub struct MigInstance {
 /// A node with GPUs. Only Ready, schedulable nodes with a published GPU
 /// inventory appear in a snapshot.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
 #[cfg_attr(feature = "wasmtime", component(record))]
 pub struct Node {
     /// Kubernetes node name.
     pub name: String,
-    /// The node's labels, sorted by key.
+    /// The node's labels, sorted by key. Snapshot files write them as a
+    /// map, as Kubernetes does.
+    #[serde(with = "crate::labels")]
+    #[cfg_attr(
+        feature = "schemars",
+        schemars(with = "std::collections::BTreeMap<String, String>")
+    )]
     pub labels: Vec<(String, String)>,
     /// The node's whole GPUs sorted by `index`, each followed by its MIG
     /// instances (if any). Decisions name GPUs by position in this list.
@@ -85,6 +96,7 @@ pub struct Node {
 
 /// How a request uses the GPUs it gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
 #[cfg_attr(feature = "wasmtime", component(enum))]
@@ -102,6 +114,7 @@ pub enum Sharing {
 
 /// One pending pod and the shape of what it asks for (from its GPUResource).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
 #[cfg_attr(feature = "wasmtime", component(record))]
@@ -123,6 +136,7 @@ pub struct Request {
     pub mig_profile: Option<String>,
     /// Exclusive: minimum memory per GPU. Shared: the share taken per GPU. MiB.
     #[cfg_attr(feature = "wasmtime", component(name = "memory-mib"))]
+    #[serde(rename = "memoryMiB")]
     pub memory_mib: u64,
     /// Exclusive or shared use of each GPU.
     pub sharing: Sharing,
@@ -147,6 +161,7 @@ pub struct Request {
 /// already bound, they reach `min-member`; otherwise it applies none of
 /// them and the members wait.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
 #[cfg_attr(feature = "wasmtime", component(record))]
@@ -164,6 +179,7 @@ pub struct Gang {
 
 /// GPUs currently held by one namespace, for fair-share policies.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
 #[cfg_attr(feature = "wasmtime", component(record))]
@@ -175,6 +191,7 @@ pub struct Usage {
     pub exclusive_gpus: u32,
     /// Memory held through shared GPUs, in MiB.
     #[cfg_attr(feature = "wasmtime", component(name = "shared-mib"))]
+    #[serde(rename = "sharedMiB")]
     pub shared_mib: u64,
     /// MIG instances held by its pods.
     #[cfg_attr(feature = "wasmtime", component(name = "mig-instances"))]
@@ -183,6 +200,7 @@ pub struct Usage {
 
 /// Everything a policy may look at in one round.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
 #[cfg_attr(feature = "wasmtime", component(record))]
@@ -215,6 +233,7 @@ pub struct Snapshot {
 
 /// Give GPUs on a node to a pending pod.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
 #[cfg_attr(feature = "wasmtime", component(record))]
@@ -231,6 +250,7 @@ pub struct Assignment {
 
 /// A pod the policy does not place this round, and why (shown to users).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
 #[cfg_attr(feature = "wasmtime", component(record))]
@@ -244,6 +264,7 @@ pub struct Deferral {
 /// What the policy decided for one pending pod. Pods the policy does not
 /// mention wait for a later round.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
 #[cfg_attr(feature = "wasmtime", component(variant))]
@@ -262,6 +283,7 @@ pub enum Decision {
 
 /// Who the policy is.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
 #[cfg_attr(feature = "wasmtime", component(record))]

@@ -226,6 +226,16 @@ pub(crate) enum PolicyCommand {
     },
     /// Print the JSON Schema of snapshot files.
     SnapshotSchema,
+    /// Rewrite a snapshot file in today's form (camelCase keys, labels as a
+    /// map): a file of the first form (snake_case keys, labels as pairs) is
+    /// read with a warning until it is rewritten.
+    UpgradeSnapshot {
+        /// The snapshot file.
+        file: PathBuf,
+        /// Where to write it [default: FILE itself].
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
     /// Print the JSON Schema of a command's `--output json` (see
     /// docs/POLICIES.md, "JSON output").
     OutputSchema {
@@ -556,6 +566,14 @@ impl PolicyCommand {
                 stdout::json(&schemars::schema_for!(
                     wasmgpu_contract::snapshot_file::SnapshotFile
                 ))?;
+                Ok(ExitCode::SUCCESS)
+            }
+            PolicyCommand::UpgradeSnapshot { file, out } => {
+                let snapshot = snapshot_file::read(&file)?;
+                let json = wasmgpu_contract::snapshot_file::to_json(snapshot)?;
+                let out = out.unwrap_or(file);
+                std::fs::write(&out, json + "\n")
+                    .with_context(|| format!("writing {}", out.display()))?;
                 Ok(ExitCode::SUCCESS)
             }
             PolicyCommand::OutputSchema { command } => {

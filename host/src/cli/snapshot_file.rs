@@ -23,12 +23,13 @@ pub(crate) enum ParseError {
     Contract(#[from] wasmgpu_contract::snapshot_file::OtherContract),
 }
 
-/// Parses and checks a snapshot file's text.
-pub(crate) fn parse(text: &str) -> Result<Snapshot, ParseError> {
+/// Parses and checks a snapshot file's text (of today's form, or of the
+/// first form: see [`wasmgpu_contract::snapshot_file::read`]).
+pub(crate) fn parse(text: &str) -> Result<wasmgpu_contract::snapshot_file::Read, ParseError> {
     wasmgpu_contract::snapshot_file::check(text)?;
-    let snapshot: Snapshot = serde_json::from_str(text)?;
-    check(&snapshot)?;
-    Ok(snapshot)
+    let read = wasmgpu_contract::snapshot_file::read(text)?;
+    check(&read.snapshot)?;
+    Ok(read)
 }
 
 /// Reads, parses and checks a snapshot file; the error names the file and
@@ -36,12 +37,21 @@ pub(crate) fn parse(text: &str) -> Result<Snapshot, ParseError> {
 pub(crate) fn read(path: &Path) -> anyhow::Result<Snapshot> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading snapshot {}", path.display()))?;
-    parse(&text).with_context(|| {
+    let read = parse(&text).with_context(|| {
         format!(
             "{} is not a valid snapshot (see docs/SNAPSHOTS.md and `wasmgpu policy snapshot-schema`)",
             path.display()
         )
-    })
+    })?;
+    if read.first_form {
+        eprintln!(
+            "warning: {path} is a snapshot file of the first form (snake_case keys, labels as \
+             pairs), read as today's (camelCase, labels as a map); rewrite it with \
+             `wasmgpu policy upgrade-snapshot {path}`",
+            path = path.display()
+        );
+    }
+    Ok(read.snapshot)
 }
 
 #[cfg(test)]
@@ -55,7 +65,7 @@ mod tests {
         "round",
         "nodes",
         "pending",
-        "eligible_sets",
+        "eligibleSets",
         "usage",
         "config",
         "name",
@@ -64,22 +74,22 @@ mod tests {
         "uuid",
         "index",
         "model",
-        "memory_mib",
-        "allocated_mib",
+        "memoryMiB",
+        "allocatedMiB",
         "held",
         "models",
-        "mig_profiles",
+        "migProfiles",
         "gangs",
         "mig",
         "parent",
         "profile",
         "gang",
-        "mig_profile",
-        "min_member",
+        "migProfile",
+        "minMember",
         "bound",
-        "shared_owners",
-        "numa_node",
-        "nvlink_peers",
+        "sharedOwners",
+        "numaNode",
+        "nvlinkPeers",
         "healthy",
         "pod",
         "namespace",
@@ -87,8 +97,8 @@ mod tests {
         "count",
         "sharing",
         "priority",
-        "created_ms",
-        "eligible_set",
+        "createdMs",
+        "eligibleSet",
     ];
 
     /// The demo snapshot with `changes` made to it: of the right shape,
@@ -152,7 +162,8 @@ mod tests {
             changes in proptest::collection::vec(
                 (any::<u8>(), prop_oneof![0u64..100_000, any::<u64>()]), 0..4),
         ) {
-            if let Ok(snapshot) = parse(&demo_with(&changes)) {
+            if let Ok(read) = parse(&demo_with(&changes)) {
+                let snapshot = read.snapshot;
                 for decisions in [wasmgpu_binpack::allocate(&snapshot), wasmgpu_spread::allocate(&snapshot)] {
                     wasmgpu_contract::validate::validate(&snapshot, &decisions);
                 }
