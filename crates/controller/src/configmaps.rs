@@ -217,15 +217,16 @@ impl Loader {
                     (Some(active), None) => format!("{} stays active", active.loaded.digest()),
                     (None, None) => "no version of it is active; its pods wait".to_string(),
                 };
-                tracing::warn!(policy = %name, kind = error.kind(), %error, ?elapsed, "Rejected a policy version");
-                self.policies.reject(&name, error.to_string());
+                let message = error_chain(&error);
+                tracing::warn!(policy = %name, kind = error.kind(), error = %message, ?elapsed, "Rejected a policy version");
+                self.policies.reject(&name, message.clone());
                 self.metrics.policy_load(&name, "rejected");
                 self.event(
                     leading,
                     configmap,
                     true,
                     Reason::PolicyRejected,
-                    format!("rejected ({}): {error}; {still}", error.kind()),
+                    format!("rejected ({}): {message}; {still}", error.kind()),
                 );
                 if status.active_digest.is_none()
                     && let Some(active) = &active
@@ -239,7 +240,7 @@ impl Loader {
                     ));
                 }
                 status.last_digest = last_digest;
-                status.last_error = Some(error.to_string());
+                status.last_error = Some(message);
                 status.last_error_at = Some(now);
             }
         }

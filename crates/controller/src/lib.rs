@@ -47,6 +47,7 @@ mod recorder;
 mod registry;
 mod report;
 mod round;
+mod round_plan;
 mod shadows;
 mod status;
 mod wanted_status;

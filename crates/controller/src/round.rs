@@ -9,12 +9,13 @@ use super::events::{EventSink, Reason, pod_ref};
 use super::metrics::Metrics;
 use super::policies::{ActivePolicy, Policies};
 use super::report::{Reporter, RoundOutcome};
+use super::round_plan::{PodEvent, failure_message, plan_verdict, resources_of};
 use super::shadows::Shadows;
 use super::watch::WatchedIndex;
 use tokio::sync::watch;
 use wasmgpu_contract::types::Snapshot;
 use wasmgpu_contract::validate::validate;
-use wasmgpu_index::{ObjectKey, RoundStart};
+use wasmgpu_index::RoundStart;
 
 /// What a round does when the active version of a policy fails at run time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -198,63 +199,17 @@ impl Rounds {
             );
             tokio::task::spawn_blocking(move || recorder.record(&name, copy));
         }
-        let Some((mut snapshot, result)) = call(policy, snapshot).await else {
-            return 0;
-        };
-        let (policy, round) = match result {
-            Ok(round) => (Arc::clone(policy), round),
-            Err(error) => {
-                self.metrics.policy_failure(&policy.name, error.kind());
-                tracing::warn!(policy = %policy.name, digest = %policy.loaded.digest(), kind = error.kind(), %error, "Policy failed");
-                let mut message = format!(
-                    "policy {} ({}) failed: {error}",
-                    policy.name,
-                    policy.loaded.digest()
-                );
-                let last_good = match self.on_failure {
-                    OnPolicyFailure::Wait => None,
-                    OnPolicyFailure::LastGood => self
-                        .policies
-                        .previous(&policy.name)
-                        .filter(|p| p.loaded.digest() != policy.loaded.digest()),
-                };
-                let retried = match last_good {
-                    None => None,
-                    Some(last_good) => {
-                        snapshot.config = last_good.config.clone();
-                        let Some((retried_snapshot, result)) = call(&last_good, snapshot).await
-                        else {
-                            return 0;
-                        };
-                        snapshot = retried_snapshot;
-                        match result {
-                            Ok(round) => {
-                                tracing::warn!(policy = %policy.name, digest = %last_good.loaded.digest(), "Round retried with the last good version");
-                                Some((last_good, round))
-                            }
-                            Err(again) => {
-                                message.push_str(&format!(
-                                    "; the last good version ({}) failed too: {again}",
-                                    last_good.loaded.digest()
-                                ));
-                                None
-                            }
-                        }
-                    }
-                };
-                match retried {
-                    Some(retried) => retried,
-                    None => {
-                        message.push_str("; its pods wait");
-                        for resource in resources {
-                            outcome
-                                .policy_errors
-                                .insert(resource, (Reason::PolicyFailed, message.clone()));
-                        }
-                        return 0;
-                    }
+        let (policy, snapshot, round) = match self.call_or_fall_back(policy, snapshot).await {
+            Ok(called) => called,
+            Err(Some(message)) => {
+                for resource in resources {
+                    outcome
+                        .policy_errors
+                        .insert(resource, (Reason::PolicyFailed, message.clone()));
                 }
+                return 0;
             }
+            Err(None) => return 0,
         };
         let policy = &policy;
         self.metrics.policy_call(&policy.name, round.stats.call);
@@ -281,46 +236,17 @@ impl Rounds {
             "Decided"
         );
         outcome.decided.extend(resources);
-        for refused in &verdict.refused {
-            let Some(pod) = refused.pod.as_deref().and_then(ObjectKey::parse) else {
-                tracing::warn!(policy = %policy.name, decision = %refused.decision, reason = %refused.reason, "Decision refused");
-                continue;
-            };
-            let message = format!(
-                "policy {} decided {}, refused: {}",
-                policy.name, refused.decision, refused.reason
-            );
-            tracing::warn!(%pod, %message, "Decision refused");
-            if let Some(resource) = resource_of(&snapshot, &pod) {
-                outcome.decided.remove(&resource);
-                outcome
-                    .policy_errors
-                    .insert(resource, (Reason::DecisionRefused, message.clone()));
-            }
-            let uid = self.shared.index().pod_uid(&pod).map(str::to_string);
-            self.events.warning(
-                pod_ref(&pod, uid.as_deref()),
-                Reason::DecisionRefused,
-                "Allocate",
-                message,
-            );
+        let plan = plan_verdict(&policy.name, &snapshot, &verdict);
+        for (resource, message) in plan.refused_resources {
+            outcome.decided.remove(&resource);
+            outcome
+                .policy_errors
+                .insert(resource, (Reason::DecisionRefused, message));
         }
-        self.tell_gang_waits(&verdict);
-        for rejected in &verdict.rejected {
-            let Some(pod) = ObjectKey::parse(&rejected.pod) else {
-                continue;
-            };
-            let uid = self.shared.index().pod_uid(&pod).map(str::to_string);
-            self.events.warning(
-                pod_ref(&pod, uid.as_deref()),
-                Reason::PolicyRejected,
-                "Allocate",
-                format!(
-                    "policy {} says the pod cannot be placed as requested: {}",
-                    policy.name, rejected.reason
-                ),
-            );
+        for message in &plan.unnamed_refusals {
+            tracing::warn!(%message, "Decision refused");
         }
+        self.send(plan.events);
         let shadows = self.policies.shadows_of(&policy.name);
         let for_shadows = (!shadows.is_empty()).then(|| verdict.accepted.clone());
         let writes = Instant::now();
@@ -333,35 +259,73 @@ impl Rounds {
         }
         started
     }
-}
 
-impl Rounds {
-    /// An Event on each gang member that waits for its gang (all or
-    /// nothing), once per reason: why its pod stays pending.
-    fn tell_gang_waits(&self, verdict: &wasmgpu_contract::validate::Verdict) {
+    /// Calls `policy`; when it fails and `--on-policy-failure last-good`
+    /// names an earlier version, calls that one on the same snapshot. The
+    /// error is what the pods are told (none when a call panicked).
+    async fn call_or_fall_back(
+        &self,
+        policy: &Arc<ActivePolicy>,
+        snapshot: Snapshot,
+    ) -> Result<(Arc<ActivePolicy>, Snapshot, wasmgpu_engine::Round), Option<String>> {
+        let (mut snapshot, result) = call(policy, snapshot).await.ok_or(None)?;
+        let error = match result {
+            Ok(round) => return Ok((Arc::clone(policy), snapshot, round)),
+            Err(error) => error,
+        };
+        self.metrics.policy_failure(&policy.name, error.kind());
+        tracing::warn!(policy = %policy.name, digest = %policy.loaded.digest(), kind = error.kind(), %error, "Policy failed");
+        let digest = policy.loaded.digest().to_string();
+        let last_good = match self.on_failure {
+            OnPolicyFailure::Wait => None,
+            OnPolicyFailure::LastGood => self
+                .policies
+                .previous(&policy.name)
+                .filter(|p| p.loaded.digest() != policy.loaded.digest()),
+        };
+        let Some(last_good) = last_good else {
+            let message = failure_message(&policy.name, &digest, &error.to_string(), None);
+            return Err(Some(message));
+        };
+        snapshot.config = last_good.config.clone();
+        let (snapshot, result) = call(&last_good, snapshot).await.ok_or(None)?;
+        match result {
+            Ok(round) => {
+                tracing::warn!(policy = %policy.name, digest = %last_good.loaded.digest(), "Round retried with the last good version");
+                Ok((last_good, snapshot, round))
+            }
+            Err(again) => Err(Some(failure_message(
+                &policy.name,
+                &digest,
+                &error.to_string(),
+                Some((last_good.loaded.digest().as_str(), &again.to_string())),
+            ))),
+        }
+    }
+
+    /// Sends a round's Events; those sent once per pod and note (a gang
+    /// member told why it waits) are skipped when told before.
+    fn send(&self, events: Vec<PodEvent>) {
         let mut told = wasmgpu_support::lock(&self.gang_waits_told);
         if told.len() > 10_000 {
             told.clear();
         }
-        let gang_waits = verdict
-            .waiting
-            .iter()
-            .chain(&verdict.rejected)
-            .filter(|w| w.reason.starts_with("gang "));
-        for wait in gang_waits {
-            if !told.insert((wait.pod.clone(), wait.reason.clone())) {
+        for event in events {
+            if event.once && !told.insert((event.pod.to_string(), event.note.clone())) {
                 continue;
             }
-            let Some(pod) = ObjectKey::parse(&wait.pod) else {
-                continue;
-            };
-            let uid = self.shared.index().pod_uid(&pod).map(str::to_string);
-            self.events.normal(
-                pod_ref(&pod, uid.as_deref()),
-                Reason::GangWaiting,
-                "Allocate",
-                wait.reason.clone(),
-            );
+            if event.reason == Reason::DecisionRefused {
+                tracing::warn!(pod = %event.pod, message = %event.note, "Decision refused");
+            }
+            let uid = self.shared.index().pod_uid(&event.pod).map(str::to_string);
+            let reference = pod_ref(&event.pod, uid.as_deref());
+            if event.warning {
+                self.events
+                    .warning(reference, event.reason, "Allocate", event.note);
+            } else {
+                self.events
+                    .normal(reference, event.reason, "Allocate", event.note);
+            }
         }
     }
 }
@@ -384,23 +348,4 @@ async fn call(
             None
         }
     }
-}
-
-/// The GPUResources of a snapshot's pending requests.
-fn resources_of(snapshot: &Snapshot) -> std::collections::HashSet<ObjectKey> {
-    snapshot
-        .pending
-        .iter()
-        .filter_map(|r| ObjectKey::parse(&r.resource))
-        .collect()
-}
-
-/// The GPUResource of pending pod `pod`.
-fn resource_of(snapshot: &Snapshot, pod: &ObjectKey) -> Option<ObjectKey> {
-    let pod = pod.to_string();
-    snapshot
-        .pending
-        .iter()
-        .find(|r| r.pod == pod)
-        .and_then(|r| ObjectKey::parse(&r.resource))
 }

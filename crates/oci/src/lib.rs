@@ -56,6 +56,9 @@ pub struct ComponentRef {
     reference: Reference,
 }
 
+/// A cause kept as it came (`#[source]`), for errors of several types.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Why a registry operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
@@ -104,12 +107,13 @@ pub enum OciError {
         detail: String,
     },
     /// The registry could not be reached, or its certificate not trusted.
-    #[error("cannot reach the registry {registry}: {cause}")]
+    #[error("cannot reach the registry {registry}")]
     Unreachable {
         /// The registry.
         registry: String,
-        /// The cause, with its chain.
-        cause: String,
+        /// What the client ran into.
+        #[source]
+        source: OciDistributionError,
         /// A TLS failure (certificate not trusted, wrong name).
         tls: bool,
     },
@@ -141,21 +145,23 @@ pub enum OciError {
         /// What is wrong with it.
         reason: String,
     },
-    /// Any other answer of the registry.
-    #[error("registry error for {reference}: {cause}")]
+    /// Any other answer of the registry, or failure of the client.
+    #[error("registry error for {reference}")]
     Registry {
         /// The reference.
         reference: String,
-        /// What went wrong, with its chain.
-        cause: String,
+        /// What the registry said, or what the client ran into.
+        #[source]
+        source: BoxError,
     },
     /// A CA bundle that does not parse.
-    #[error("the CA bundle {origin} holds no usable PEM certificate: {cause}")]
+    #[error("the CA bundle {origin} holds no usable PEM certificate")]
     Ca {
         /// Where it came from.
         origin: String,
         /// Why it is refused.
-        cause: String,
+        #[source]
+        source: BoxError,
     },
 }
 
@@ -223,7 +229,7 @@ impl OciError {
                     }
                     _ => OciError::Registry {
                         reference: shown,
-                        cause: detail,
+                        source: detail.into(),
                     },
                 }
             }
@@ -264,17 +270,16 @@ impl OciError {
             OciDistributionError::RequestError(error)
                 if error.is_connect() || error.is_timeout() =>
             {
-                let cause = error_chain(&error);
-                let lower = cause.to_ascii_lowercase();
+                let lower = error_chain(&error).to_ascii_lowercase();
                 OciError::Unreachable {
                     registry,
                     tls: lower.contains("certificate") || lower.contains("tls"),
-                    cause,
+                    source: OciDistributionError::RequestError(error),
                 }
             }
             other => OciError::Registry {
                 reference: shown,
-                cause: error_chain(&other),
+                source: Box::new(other),
             },
         }
     }
@@ -452,7 +457,7 @@ impl Access {
         };
         oci_client::Client::try_from(config).map_err(|e| OciError::Registry {
             reference: reference.to_string(),
-            cause: error_chain(&e),
+            source: Box::new(e),
         })
     }
 }
@@ -463,21 +468,19 @@ pub fn check_pem(pem: &[u8], origin: &str) -> Result<(), OciError> {
     if !text.contains("-----BEGIN CERTIFICATE-----") {
         return Err(OciError::Ca {
             origin: origin.to_string(),
-            cause: "no -----BEGIN CERTIFICATE----- block".into(),
+            source: "no -----BEGIN CERTIFICATE----- block".into(),
         });
     }
-    reqwest_certificate_check(pem).map_err(|cause| OciError::Ca {
+    certificate_check(pem).map_err(|source| OciError::Ca {
         origin: origin.to_string(),
-        cause,
+        source,
     })
 }
 
-fn reqwest_certificate_check(pem: &[u8]) -> Result<(), String> {
+fn certificate_check(pem: &[u8]) -> Result<(), BoxError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
-    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem).collect::<Result<_, _>>()?;
     if certs.is_empty() {
         return Err("no certificate in it".into());
     }

@@ -184,6 +184,10 @@ pub struct Deferred {
     pub pod: String,
     /// Why, in words.
     pub reason: String,
+    /// The gang the pod is a member of (`namespace/name`), when it is one:
+    /// what it waits for is its gang, all or nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gang: Option<String>,
 }
 
 /// A decision the host refused, and why.
@@ -327,10 +331,12 @@ pub fn validate(snapshot: &Snapshot, decisions: &[Decision]) -> Verdict {
             Decision::Wait(d) => verdict.waiting.push(Deferred {
                 pod: request.pod.clone(),
                 reason: d.reason.clone(),
+                gang: gang_of(snapshot, request),
             }),
             Decision::Reject(d) => verdict.rejected.push(Deferred {
                 pod: request.pod.clone(),
                 reason: d.reason.clone(),
+                gang: gang_of(snapshot, request),
             }),
             Decision::Assign(a) => match check(snapshot, a, request, &node_start, &gpus) {
                 Err(reason) => verdict.refused.push(refuse(reason)),
@@ -374,6 +380,12 @@ pub fn validate(snapshot: &Snapshot, decisions: &[Decision]) -> Verdict {
     verdict
 }
 
+/// The name of `request`'s gang, when it is a member of one.
+fn gang_of(snapshot: &Snapshot, request: &Request) -> Option<String> {
+    let gang = snapshot.gangs.get(request.gang? as usize)?;
+    Some(gang.name.clone())
+}
+
 /// Moves the assignments of every gang that, with its members already
 /// bound, stays short of its `min-member` from `accepted` to `waiting`.
 fn hold_back_short_gangs(snapshot: &Snapshot, verdict: &mut Verdict) {
@@ -393,19 +405,24 @@ fn hold_back_short_gangs(snapshot: &Snapshot, verdict: &mut Verdict) {
             let info = snapshot.gangs.get(g as usize)?;
             let have = info.bound.saturating_add(placed[g as usize]);
             (have < info.min_member).then(|| {
-                format!(
+                let reason = format!(
                     "gang {}: {} member(s) placed this round and {} bound, {} needed (minMember); all or nothing, so none is bound yet",
                     info.name, placed[g as usize], info.bound, info.min_member
-                )
+                );
+                (reason, info.name.clone())
             })
         })
     };
     let mut kept = Vec::with_capacity(verdict.accepted.len());
     for p in std::mem::take(&mut verdict.accepted) {
         match short(snapshot.pending[p.request].gang) {
-            Some(reason) => {
+            Some((reason, gang)) => {
                 verdict.held_back.push(p.request);
-                verdict.waiting.push(Deferred { pod: p.pod, reason });
+                verdict.waiting.push(Deferred {
+                    pod: p.pod,
+                    reason,
+                    gang: Some(gang),
+                });
             }
             None => kept.push(p),
         }

@@ -4,6 +4,7 @@ use super::*;
 use crate::Sharing as S;
 use crate::testing::{gang, node, request, restrict, snapshot, with_mig};
 use crate::types::{Assignment, Decision, Deferral, Snapshot};
+use crate::wait;
 
 fn assign(pod: u32, node: u32, gpus: &[u32]) -> Decision {
     Decision::Assign(Assignment {
@@ -192,7 +193,8 @@ fn a_pod_is_decided_once_and_existing_owners_count() {
         verdict.waiting,
         [Deferred {
             pod: "ns/x1".into(),
-            reason: "later".into()
+            reason: "later".into(),
+            gang: None,
         }]
     );
     assert_eq!(verdict.rejected.len(), 1);
@@ -364,6 +366,19 @@ fn a_gang_short_of_min_member_is_held_back_whole() {
         "{:?}",
         verdict.waiting
     );
+    assert!(
+        verdict
+            .waiting
+            .iter()
+            .all(|w| w.gang.as_deref() == Some("ns/train")),
+        "{:?}",
+        verdict.waiting
+    );
+    // A member the policy itself leaves waiting names its gang too; a pod
+    // outside any gang names none.
+    let verdict = validate(&snap, &[wait(2, "no room"), wait(3, "no room")]);
+    assert_eq!(verdict.waiting[0].gang.as_deref(), Some("ns/train"));
+    assert_eq!(verdict.waiting[1].gang, None);
     // With one member already bound, two are enough.
     snap.gangs[0].bound = 1;
     let verdict = validate(&snap, &[assign(0, 0, &[0]), assign(1, 0, &[1])]);

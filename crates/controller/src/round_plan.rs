@@ -1,0 +1,274 @@
+//! What a policy's round implies, as plain data: the pure half of a round.
+//!
+//! ```text
+//!  snapshot + verdict ──▶ plan_verdict ──▶ VerdictPlan { events, refused resources, unnamed }
+//!  failure + retry    ──▶ failure_message                 │
+//!                                                         ▼
+//!                          Rounds (round.rs): sends the Events, marks the
+//!                          GPUResources, starts the bindings (the effects)
+//! ```
+//!
+//! No I/O, no clock, no lock: unit tests build a snapshot and a verdict and
+//! read the plan.
+
+use wasmgpu_contract::types::Snapshot;
+use wasmgpu_contract::validate::Verdict;
+use wasmgpu_index::ObjectKey;
+
+use super::events::Reason;
+
+/// An Event a round sends on a pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PodEvent {
+    /// The pod.
+    pub pod: ObjectKey,
+    /// Warning (a decision refused or rejected) or Normal.
+    pub warning: bool,
+    /// The Event's reason.
+    pub reason: Reason,
+    /// The note.
+    pub note: String,
+    /// Sent only once per pod and note (a gang member told why it waits,
+    /// round after round).
+    pub once: bool,
+}
+
+/// What a verdict implies besides the bindings.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct VerdictPlan {
+    /// Events on pods, in the order to send them.
+    pub events: Vec<PodEvent>,
+    /// GPUResources whose pod's decision was refused, and why: their status
+    /// says so instead of "decided".
+    pub refused_resources: Vec<(ObjectKey, String)>,
+    /// Refused decisions that name no pod (only logged).
+    pub unnamed_refusals: Vec<String>,
+}
+
+/// The Events and GPUResource marks of `policy`'s `verdict` on `snapshot`:
+/// a Warning on each pod a refused decision names, a Normal `GangWaiting`
+/// on each gang member left waiting or rejected (once per reason), and a
+/// Warning `PolicyRejected` on each pod the policy rejects.
+pub(crate) fn plan_verdict(policy: &str, snapshot: &Snapshot, verdict: &Verdict) -> VerdictPlan {
+    let mut plan = VerdictPlan::default();
+    for refused in &verdict.refused {
+        let Some(pod) = refused.pod.as_deref().and_then(ObjectKey::parse) else {
+            plan.unnamed_refusals.push(format!(
+                "policy {policy} decided {}, refused: {}",
+                refused.decision, refused.reason
+            ));
+            continue;
+        };
+        let note = format!(
+            "policy {policy} decided {}, refused: {}",
+            refused.decision, refused.reason
+        );
+        if let Some(resource) = resource_of(snapshot, &pod) {
+            plan.refused_resources.push((resource, note.clone()));
+        }
+        plan.events.push(PodEvent {
+            pod,
+            warning: true,
+            reason: Reason::DecisionRefused,
+            note,
+            once: false,
+        });
+    }
+    let gang_waits = verdict
+        .waiting
+        .iter()
+        .chain(&verdict.rejected)
+        .filter(|w| w.gang.is_some());
+    for wait in gang_waits {
+        if let Some(pod) = ObjectKey::parse(&wait.pod) {
+            plan.events.push(PodEvent {
+                pod,
+                warning: false,
+                reason: Reason::GangWaiting,
+                note: wait.reason.clone(),
+                once: true,
+            });
+        }
+    }
+    for rejected in &verdict.rejected {
+        if let Some(pod) = ObjectKey::parse(&rejected.pod) {
+            plan.events.push(PodEvent {
+                pod,
+                warning: true,
+                reason: Reason::PolicyRejected,
+                note: format!(
+                    "policy {policy} says the pod cannot be placed as requested: {}",
+                    rejected.reason
+                ),
+                once: false,
+            });
+        }
+    }
+    plan
+}
+
+/// What the pods of a policy whose round failed are told: the failure, the
+/// last good version's failure when it was retried too, and that they wait.
+pub(crate) fn failure_message(
+    policy: &str,
+    digest: &str,
+    error: &str,
+    last_good: Option<(&str, &str)>,
+) -> String {
+    let mut message = format!("policy {policy} ({digest}) failed: {error}");
+    if let Some((digest, again)) = last_good {
+        message.push_str(&format!(
+            "; the last good version ({digest}) failed too: {again}"
+        ));
+    }
+    message.push_str("; its pods wait");
+    message
+}
+
+/// The GPUResources the pending pods of `snapshot` reference.
+pub(crate) fn resources_of(snapshot: &Snapshot) -> std::collections::HashSet<ObjectKey> {
+    snapshot
+        .pending
+        .iter()
+        .filter_map(|r| ObjectKey::parse(&r.resource))
+        .collect()
+}
+
+/// The GPUResource `pod` references, when it is pending in `snapshot`.
+pub(crate) fn resource_of(snapshot: &Snapshot, pod: &ObjectKey) -> Option<ObjectKey> {
+    let name = pod.to_string();
+    snapshot
+        .pending
+        .iter()
+        .find(|r| r.pod == name)
+        .and_then(|r| ObjectKey::parse(&r.resource))
+}
+
+#[cfg(test)]
+mod tests {
+    use wasmgpu_contract::testing::{gang, node, request, snapshot};
+    use wasmgpu_contract::validate::validate;
+    use wasmgpu_contract::{Sharing, assign, reject, wait};
+
+    use super::*;
+
+    fn key(text: &str) -> ObjectKey {
+        ObjectKey::parse(text).unwrap()
+    }
+
+    /// One node of two GPUs; pods ns/a, ns/b, ns/c, ns/d; c and d a gang of 2.
+    fn cluster() -> Snapshot {
+        let mut snap = snapshot(
+            vec![node("n", 2, "NVIDIA L4", 23034)],
+            ["ns/a", "ns/b", "ns/c", "ns/d"]
+                .iter()
+                .map(|pod| request(pod, 1, Sharing::Exclusive, 0))
+                .collect(),
+        );
+        gang(&mut snap, "ns/pair", 2, &[2, 3]);
+        snap
+    }
+
+    #[test]
+    fn a_refused_decision_warns_its_pod_and_marks_its_resource() {
+        let snap = cluster();
+        // b takes a's GPU: refused.
+        let verdict = validate(&snap, &[assign(0, 0, vec![0]), assign(1, 0, vec![0])]);
+        let plan = plan_verdict("binpack", &snap, &verdict);
+        assert_eq!(plan.events.len(), 1);
+        let event = &plan.events[0];
+        assert_eq!(
+            (event.pod.clone(), event.warning, event.reason, event.once),
+            (key("ns/b"), true, Reason::DecisionRefused, false)
+        );
+        assert!(
+            event.note.starts_with("policy binpack decided "),
+            "{}",
+            event.note
+        );
+        assert!(event.note.contains("refused:"), "{}", event.note);
+        assert_eq!(
+            plan.refused_resources,
+            [(key("ns/gpus"), event.note.clone())]
+        );
+        assert!(plan.unnamed_refusals.is_empty());
+    }
+
+    #[test]
+    fn a_decision_naming_no_pod_is_only_logged() {
+        let snap = cluster();
+        let verdict = validate(&snap, &[assign(9, 0, vec![0])]);
+        let plan = plan_verdict("binpack", &snap, &verdict);
+        assert!(plan.events.is_empty() && plan.refused_resources.is_empty());
+        assert_eq!(plan.unnamed_refusals.len(), 1);
+        assert!(plan.unnamed_refusals[0].contains("refused"), "{:?}", plan);
+    }
+
+    #[test]
+    fn gang_members_left_waiting_are_told_once_and_rejections_warn() {
+        let snap = cluster();
+        // One member of the pair placed: both wait (all or nothing); a is
+        // rejected, b waits outside any gang.
+        let verdict = validate(
+            &snap,
+            &[
+                reject(0, "never fits"),
+                wait(1, "no room"),
+                assign(2, 0, vec![1]),
+                wait(3, "no room"),
+            ],
+        );
+        let plan = plan_verdict("binpack", &snap, &verdict);
+        let gang: Vec<_> = plan
+            .events
+            .iter()
+            .filter(|e| e.reason == Reason::GangWaiting)
+            .map(|e| (e.pod.to_string(), e.once, e.warning))
+            .collect();
+        assert_eq!(
+            gang,
+            [
+                ("ns/d".to_string(), true, false),
+                ("ns/c".to_string(), true, false)
+            ]
+        );
+        let rejected: Vec<_> = plan
+            .events
+            .iter()
+            .filter(|e| e.reason == Reason::PolicyRejected)
+            .collect();
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(rejected[0].pod, key("ns/a"));
+        assert_eq!(
+            rejected[0].note,
+            "policy binpack says the pod cannot be placed as requested: never fits"
+        );
+        // b waits outside any gang: no Event of the round's (its status says it).
+        assert!(plan.events.iter().all(|e| e.pod != key("ns/b")));
+    }
+
+    #[test]
+    fn a_failure_says_what_failed_and_that_the_pods_wait() {
+        assert_eq!(
+            failure_message("binpack", "sha256:1", "out of fuel", None),
+            "policy binpack (sha256:1) failed: out of fuel; its pods wait"
+        );
+        assert_eq!(
+            failure_message(
+                "binpack",
+                "sha256:2",
+                "trap",
+                Some(("sha256:1", "trap too"))
+            ),
+            "policy binpack (sha256:2) failed: trap; the last good version (sha256:1) failed too: trap too; its pods wait"
+        );
+    }
+
+    #[test]
+    fn resources_are_read_from_the_pending_requests() {
+        let snap = cluster();
+        assert_eq!(resources_of(&snap).len(), 1);
+        assert_eq!(resource_of(&snap, &key("ns/c")), Some(key("ns/gpus")));
+        assert_eq!(resource_of(&snap, &key("ns/zz")), None);
+    }
+}
