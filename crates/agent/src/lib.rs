@@ -49,5 +49,16 @@ pub enum Error {
     Signal(std::io::Error),
 }
 
+impl Error {
+    /// A short, stable label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Source(error) => error.kind(),
+            Error::Publish(error) => error.kind(),
+            Error::Signal(_) => "signal",
+        }
+    }
+}
+
 /// `Result` with the agent's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

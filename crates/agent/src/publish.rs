@@ -27,6 +27,15 @@ pub enum PublishError {
     },
 }
 
+impl PublishError {
+    /// A short, stable label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PublishError::Api { .. } => "api",
+        }
+    }
+}
+
 /// Writes one node's `GPUNode` status.
 pub struct Publisher {
     api: Api<GPUNode>,

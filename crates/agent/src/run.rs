@@ -53,7 +53,7 @@ impl Agent {
             }
             Err(error) => match self.last_good {
                 Some(_) => {
-                    tracing::warn!(source = %self.source.describe(), %error, "Read failed");
+                    tracing::warn!(source = %self.source.describe(), kind = error.kind(), %error, "Read failed");
                     Some(error.to_string())
                 }
                 None => return Err(Error::Source(error)),
@@ -119,7 +119,7 @@ impl Agent {
                         Ok(false) if first => tracing::info!("GPUNode status already current"),
                         Ok(_) => {}
                         Err(error) => {
-                            tracing::warn!(%error, "Publishing failed; retrying on the next interval");
+                            tracing::warn!(kind = error.kind(), %error, "Publishing failed; retrying on the next interval");
                         }
                     }
                     first = false;

@@ -170,3 +170,16 @@ pub enum SourceError {
         error: std::io::Error,
     },
 }
+
+impl SourceError {
+    /// A short, stable label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SourceError::LibraryNotFound(_) => "nvml-not-found",
+            SourceError::Nvml { .. } => "nvml",
+            SourceError::Io { .. } => "inventory-unreadable",
+            SourceError::Invalid { .. } => "inventory-invalid",
+            SourceError::Watch { .. } => "watch",
+        }
+    }
+}

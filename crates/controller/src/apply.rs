@@ -112,6 +112,16 @@ pub enum ApplyError {
     Timeout(Duration),
 }
 
+impl ApplyError {
+    /// A short, stable label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApplyError::Api(_) => "api",
+            ApplyError::Timeout(_) => "timeout",
+        }
+    }
+}
+
 /// What became of one binding, as far as this controller can tell.
 #[derive(Debug, PartialEq, Eq)]
 enum Outcome {
@@ -259,7 +269,7 @@ impl Applier {
                 )
                 .await;
             if let Err(error) = written {
-                tracing::warn!(kind = "PodGroup", gang = %group, %error, "Cannot record the gang's bindings; its members wait for a later round");
+                tracing::warn!(kind = "PodGroup", gang = %group, error_kind = error.kind(), %error, "Cannot record the gang's bindings; its members wait for a later round");
                 let mut index = writer.shared.index();
                 for member in &members {
                     index.end_binding(&member.pod, &member.uid);
@@ -298,7 +308,7 @@ impl Applier {
                 Ok(_) => tracing::debug!(gang = %group, "Cleared the gang reservation"),
                 Err(ApplyError::Api(kube::Error::Api(status))) if status.is_not_found() => {}
                 Err(error) => {
-                    tracing::warn!(kind = "PodGroup", gang = %group, %error, "Cannot clear the gang reservation; retrying next round")
+                    tracing::warn!(kind = "PodGroup", gang = %group, error_kind = error.kind(), %error, "Cannot clear the gang reservation; retrying next round")
                 }
             }
         }
@@ -377,7 +387,7 @@ impl Applier {
                     tracing::info!(pod = %moved.pod, node = %moved.allocation.node, "Moved the allocation onto the pod")
                 }
                 Err(error) => {
-                    tracing::warn!(pod = %moved.pod, %error, "Cannot record the allocation on the pod; retrying next round")
+                    tracing::warn!(pod = %moved.pod, error_kind = error.kind(), %error, "Cannot record the allocation on the pod; retrying next round")
                 }
             }
         }
@@ -415,7 +425,7 @@ impl Applier {
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(kind = "GPUResource", %resource, %error, "Cannot update the ledger; retrying next round")
+                    tracing::warn!(kind = "GPUResource", %resource, error_kind = error.kind(), %error, "Cannot update the ledger; retrying next round")
                 }
             }
         }
@@ -451,7 +461,7 @@ impl Applier {
                 )
                 .await;
             if let Err(error) = self.recorded(&view.key, result).await {
-                tracing::warn!(kind = "GPUResource", resource = %view.key, %error, "Cannot remove the finalizer; retrying next round");
+                tracing::warn!(kind = "GPUResource", resource = %view.key, error_kind = error.kind(), %error, "Cannot remove the finalizer; retrying next round");
             }
         }
     }

@@ -94,6 +94,18 @@ pub enum LoadError {
     },
 }
 
+impl LoadError {
+    /// A short, stable label for logs and metrics: `read`, `config`, or
+    /// the engine's kind of refusal.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LoadError::Read { .. } => "read",
+            LoadError::Config { .. } => "config",
+            LoadError::Engine { source, .. } => source.kind(),
+        }
+    }
+}
+
 // === impl PolicySet ===
 
 impl PolicySet {

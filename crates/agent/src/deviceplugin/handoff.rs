@@ -128,6 +128,16 @@ pub enum HandoffError {
     },
 }
 
+impl HandoffError {
+    /// A short, stable label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HandoffError::NoPodWaiting { .. } => "no-pod-waiting",
+            HandoffError::Mismatch { .. } => "mismatch",
+        }
+    }
+}
+
 fn waiting_note(waiting: &[String]) -> String {
     if waiting.is_empty() {
         String::new()

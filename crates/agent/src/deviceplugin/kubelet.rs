@@ -72,6 +72,20 @@ pub enum KubeletError {
     Protocol(String),
 }
 
+impl KubeletError {
+    /// A short, stable label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            KubeletError::Socket { .. } => "socket",
+            KubeletError::NoRegistration { .. } => "no-registration",
+            KubeletError::Connect(error) => error.kind(),
+            KubeletError::Call { .. } => "call",
+            KubeletError::Devices { .. } => "devices",
+            KubeletError::Protocol(_) => "protocol",
+        }
+    }
+}
+
 /// The kubelet's Registration service: forwards each request.
 struct Registrations(mpsc::UnboundedSender<RegisterRequest>);
 

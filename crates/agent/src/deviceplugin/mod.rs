@@ -87,6 +87,17 @@ pub enum DevicePluginError {
     },
 }
 
+impl DevicePluginError {
+    /// A short, stable label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DevicePluginError::Socket { .. } => "socket",
+            DevicePluginError::Connect { .. } => "connect",
+            DevicePluginError::Register { .. } => "register",
+        }
+    }
+}
+
 /// How the plugin runs (the agent's `--device-plugin-*` flags).
 #[derive(Clone, Debug)]
 pub struct Config {

@@ -92,7 +92,7 @@ pub async fn serve(plugin: Plugin, dir: PathBuf, check: Duration) {
         let server = match listen(&plugin, &socket, stopped) {
             Ok(server) => server,
             Err(error) => {
-                tracing::warn!(%error, "Cannot serve the device plugin");
+                tracing::warn!(kind = error.kind(), %error, "Cannot serve the device plugin");
                 tokio::time::sleep(check).await;
                 continue;
             }
@@ -114,7 +114,7 @@ pub async fn serve(plugin: Plugin, dir: PathBuf, check: Duration) {
                 }
             }
             Err(error) => {
-                tracing::warn!(%error, "Registration failed; retrying");
+                tracing::warn!(kind = error.kind(), %error, "Registration failed; retrying");
                 tokio::time::sleep(check).await;
             }
         }

@@ -75,7 +75,7 @@ impl Plugin {
 
     async fn refuse(&self, error: HandoffError) -> Status {
         let message = format!("wasmgpu device plugin: {error}");
-        tracing::warn!(%error, "Refused");
+        tracing::warn!(kind = error.kind(), %error, "Refused");
         if let HandoffError::Mismatch { pod, .. } = &error {
             self.pods.record_refusal(pod, &message).await;
         }
