@@ -3,7 +3,7 @@
 //! GPU pod arrives bound to a node; no pod picks GPUs past the device plugin;
 //! pods naming a GPUResource get their scheduler and limit filled in.
 
-mod common;
+use wasmgpu_test_support as common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! files, publishing GPUNodes to a real API server under exactly the RBAC
 //! of `deploy/rbac/agent.yaml`.
 
-mod common;
+use wasmgpu_test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -3,10 +3,8 @@
 //! run, publish to a real API server, and the controller loading it. Each
 //! command run here must appear verbatim in the docs.
 
-mod common;
-#[allow(dead_code, unused_imports)]
-#[path = "controller/support.rs"]
-mod support;
+use wasmgpu_test_support as common;
+use wasmgpu_test_support::controller as support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,6 +1,6 @@
 //! The `wasmgpu policy` command line, run as a user would run it.
 
-mod common;
+use wasmgpu_test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

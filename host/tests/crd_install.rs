@@ -1,7 +1,7 @@
 //! The CRDs in `deploy/crds/` install on a real API server, which then
 //! refuses objects that break the schema, with its own message.
 
-mod common;
+use wasmgpu_test_support as common;
 
 use anyhow::Result;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};

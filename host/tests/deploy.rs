@@ -2,8 +2,6 @@
 //! and again without changing anything; the policy components it ships
 //! decide as their sources do.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 

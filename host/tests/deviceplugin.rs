@@ -5,10 +5,8 @@
 //! GetPreferredAllocation and Allocate as the kubelet's device manager calls
 //! them.
 
-mod common;
-#[allow(dead_code, unused_imports)]
-#[path = "controller/support.rs"]
-mod support;
+use wasmgpu_test_support as common;
+use wasmgpu_test_support::controller as support;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};

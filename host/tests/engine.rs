@@ -1,7 +1,7 @@
 //! The policy engine against real compiled components: the shipped policies
 //! and a hostile one that misbehaves on request.
 
-mod common;
+use wasmgpu_test_support as common;
 
 use std::time::{Duration, Instant};
 

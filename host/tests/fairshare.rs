@@ -8,7 +8,7 @@
 //! `cargo test --release -p wasmgpu --test fairshare -- --nocapture` prints
 //! the holdings per round.
 
-mod common;
+use wasmgpu_test_support as common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -9,7 +9,7 @@
 //! `WASMGPU_SKIP_LANGUAGES=1` says the other languages are deliberately not
 //! built (then they pass, saying so).
 
-mod common;
+use wasmgpu_test_support as common;
 
 use std::process::Command;
 use std::sync::OnceLock;

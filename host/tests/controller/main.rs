@@ -3,8 +3,6 @@
 //! as GPUNode objects, the test playing the kubelet.
 
 mod chaos;
-#[path = "../common/mod.rs"]
-mod common;
 mod configmaps;
 mod fairshare;
 mod gangs;
@@ -17,7 +15,6 @@ mod outage;
 mod scale;
 mod shadow;
 mod snapshot;
-mod support;
 
 use anyhow::Result;
 use k8s_openapi::api::core::v1::Pod;
@@ -26,6 +23,8 @@ use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
 use wasmgpu::api::{GPUResource, Phase, Sharing};
 use wasmgpu_test_harness::{PodPhase, TestContext, set_pod_phase, wait_for};
+use wasmgpu_test_support as common;
+use wasmgpu_test_support::controller as support;
 
 use support::*;
 

@@ -14,9 +14,7 @@ use wasmgpu_test_harness::TestContext;
 
 /// The object of `kind` in `deploy/rbac/<file>`, if there is one.
 fn find<K: serde::de::DeserializeOwned>(file: &str, kind: &str) -> Result<Option<K>> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy/rbac")
-        .join(file);
+    let path = crate::repo().join("deploy/rbac").join(file);
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     for document in serde_norway::Deserializer::from_str(&text) {

@@ -1,16 +1,54 @@
-//! Shared helpers for the host's integration tests.
-#![allow(dead_code)]
+//! # What the host's integration tests share
+//!
+//! Test-only. The policy components, the checked-in CRDs, identities with
+//! exactly the permissions of `deploy/rbac/`, a JSON Schema checker and, in
+//! [`controller`], the controller process and the objects its tests make.
+//! Paths of the repository are found from this crate's own directory, and
+//! the `wasmgpu` binary and the tests' scratch directory from the running
+//! test binary, so every test target of `host/` uses it as a dependency.
 
+pub mod controller;
 pub mod json_schema;
 pub mod rbac;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The target directory's profile directory the running test binary is in
+/// (a test binary lives in `<target>/<profile>/deps/`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("a test binary in <target>/<profile>/deps")
+        .to_path_buf()
+}
+
+/// The `wasmgpu` binary cargo built with the running tests.
+pub fn wasmgpu_bin() -> PathBuf {
+    profile_dir().join(format!("wasmgpu{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// A scratch directory for the tests' files (cargo's `CARGO_TARGET_TMPDIR`,
+/// `<target>/tmp`).
+pub fn scratch_dir() -> PathBuf {
+    let dir = profile_dir()
+        .parent()
+        .expect("a profile directory in <target>")
+        .join("tmp");
+    std::fs::create_dir_all(&dir).expect("creating <target>/tmp");
+    dir
+}
 
 /// Where `make policies` puts the compiled policy components.
 pub fn policy_dir() -> PathBuf {
     match std::env::var_os("WASMGPU_POLICY_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm32-wasip2/policy"),
+        None => repo().join("target/wasm32-wasip2/policy"),
     }
 }
 
@@ -32,7 +70,8 @@ pub async fn install_crds(ctx: &wasmgpu_test_harness::TestContext) -> anyhow::Re
     static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     INSTALLED
         .get_or_try_init(|| async {
-            let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+            let root = repo();
+            let root = root.as_path();
             let cluster = ctx.cluster();
             cluster
                 .run_kubectl(root, &["apply", "--server-side", "-k", "deploy/crds"])

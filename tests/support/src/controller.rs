@@ -2,7 +2,7 @@
 //! process, objects.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ pub async fn exclusive() -> MutexGuard<'static, ()> {
     TURN.lock().await
 }
 
-pub use crate::common::install_crds;
+pub use crate::install_crds;
 
 /// Creates Node `name` (Ready, in the test's group) and its GPUNode with
 /// `gpus` H100s (UUIDs `GPU-<name>-<i>`, full NVLink), as an agent would.
@@ -187,14 +187,14 @@ impl Controller {
 
     /// [`Controller::start`] with more flags.
     pub async fn start_with(ctx: &TestContext, flags: &[String]) -> Result<Self> {
-        let kubeconfig = crate::common::rbac::identity(
+        let kubeconfig = crate::rbac::identity(
             ctx,
             "controller.yaml",
             "wasmgpu-controller",
-            Path::new(env!("CARGO_TARGET_TMPDIR")),
+            &crate::scratch_dir(),
         )
         .await?;
-        let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        let log = crate::scratch_dir().join(format!(
             "controller-{}-{}.log",
             ctx.namespace,
             std::time::SystemTime::now()
@@ -202,8 +202,8 @@ impl Controller {
                 .unwrap_or_default()
                 .as_millis()
         ));
-        let policies = crate::common::policy_dir();
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
+        let policies = crate::policy_dir();
+        let child = tokio::process::Command::new(crate::wasmgpu_bin())
             .arg("controller")
             .arg(format!(
                 "--policy=binpack={}",
