@@ -29,9 +29,10 @@ use tokio::sync::watch;
 
 use super::connection::{Link, error_chain};
 use super::events::{EventSink, Reason};
+use super::load_plan;
 use super::metrics::Metrics;
 use super::payload::{ComponentSource, Payload, RejectError, shadow_of};
-use super::policies::Policies;
+use super::policies::{ActivePolicy, Policies};
 use super::recorder::{Recorder, parse_keep};
 use super::registry::Puller;
 use super::watch::{Sink, WatchedIndex, follow};
@@ -119,7 +120,9 @@ impl Loader {
         follow(api, config, shared, link, self).await
     }
 
-    /// Loads the version `configmap` carries, unless already tried.
+    /// Loads the version `configmap` carries, unless already tried: fetch
+    /// and compile it, activate it or keep the active one, then send the
+    /// Event and write the status [`load_plan`] words.
     async fn load(&mut self, configmap: &ConfigMap) {
         let name = configmap.name_any();
         self.record_rounds(&name, configmap);
@@ -129,6 +132,95 @@ impl Loader {
         }
         self.name_to_tried.insert(name.clone(), fingerprint.clone());
         let started = Instant::now();
+        let (shadow_of, result, last_digest) = self.fetch_and_compile(&name, configmap).await;
+        let elapsed = started.elapsed();
+        let leading = *self.leader.borrow();
+        let now = Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)
+            .unwrap_or_else(|_| Timestamp::now())
+            .to_string();
+        let previous = self.name_to_status.get(&name).cloned().unwrap_or_default();
+        let (event, mut status) = match result {
+            Ok(policy) => {
+                let digest = policy.loaded.digest().to_string();
+                let info = policy.loaded.info();
+                let version = format!("{} {}", info.name, info.version);
+                let config_digest = config_digest(&policy.config);
+                match &shadow_of {
+                    Some(primary) => self.policies.activate_shadow(policy, primary),
+                    None => self.policies.activate(policy),
+                }
+                // A round decides what waited for this version.
+                self.shared.changed.notify_one();
+                tracing::info!(policy = %name, %digest, %version, shadow_of = ?shadow_of, ?elapsed, "Loaded policy from its ConfigMap");
+                self.metrics.policy_load(&name, "loaded");
+                load_plan::loaded(load_plan::Loaded {
+                    digest: &digest,
+                    version: &version,
+                    config_digest,
+                    shadow_of,
+                    elapsed,
+                    now: &now,
+                })
+            }
+            Err(error) => {
+                let message = error_chain(&error);
+                tracing::warn!(policy = %name, kind = error.kind(), error = %message, ?elapsed, "Rejected a policy version");
+                self.policies.reject(&name, message.clone());
+                self.metrics.policy_load(&name, "rejected");
+                let active = self.policies.get(&name);
+                let shadow = self.policies.shadow(&name);
+                let still = match (&active, &shadow) {
+                    (_, Some((primary, shadow))) => load_plan::StillActive::Shadowing {
+                        digest: shadow.loaded.digest().as_str(),
+                        primary,
+                    },
+                    (Some(active), None) => load_plan::StillActive::Deciding {
+                        digest: active.loaded.digest().as_str(),
+                        version: format!(
+                            "{} {}",
+                            active.loaded.info().name,
+                            active.loaded.info().version
+                        ),
+                    },
+                    (None, None) => load_plan::StillActive::Nothing,
+                };
+                let rejected = load_plan::Rejected {
+                    kind: error.kind(),
+                    message: &message,
+                    digest: last_digest,
+                    still,
+                    now: &now,
+                };
+                load_plan::rejected(rejected, previous)
+            }
+        };
+        self.event(leading, configmap, event.warning, event.reason, event.note);
+        status.observed = Some(fingerprint.to_string());
+        if leading {
+            // A policy that stopped shadowing keeps no comparison of it.
+            let stale = status.shadow_of.is_none()
+                && configmap
+                    .annotations()
+                    .contains_key(SHADOW_STATUS_ANNOTATION);
+            self.write_status(&name, &status, stale).await;
+        }
+        self.name_to_status.insert(name, status);
+    }
+
+    /// Reads the component `configmap` carries (inline, or pulled from its
+    /// registry) and compiles it with its config, on the blocking pool:
+    /// the policy it shadows, the policy or why not, and the digest of the
+    /// component when it was read.
+    async fn fetch_and_compile(
+        &self,
+        name: &str,
+        configmap: &ConfigMap,
+    ) -> (
+        Option<String>,
+        Result<ActivePolicy, RejectError>,
+        Option<String>,
+    ) {
         let (shadow_of, source) = match shadow_of(configmap) {
             Ok(primary) => (primary, ComponentSource::of(configmap)),
             Err(error) => (None, Err(error)),
@@ -140,7 +232,7 @@ impl Loader {
                 pull_secret,
             }) => self
                 .puller
-                .fetch(&name, &reference, pull_secret.as_deref())
+                .fetch(name, &reference, pull_secret.as_deref())
                 .await
                 .and_then(|wasm| Payload::with_component(configmap, wasm)),
             Err(error) => Err(error),
@@ -158,102 +250,7 @@ impl Loader {
             }
             Err(error) => Err(error),
         };
-        let elapsed = started.elapsed();
-        let leading = *self.leader.borrow();
-        let now = Timestamp::now()
-            .round(k8s_openapi::jiff::Unit::Second)
-            .unwrap_or_else(|_| Timestamp::now())
-            .to_string();
-        let mut status = self.name_to_status.get(&name).cloned().unwrap_or_default();
-        match result {
-            Ok(policy) => {
-                let digest = policy.loaded.digest().to_string();
-                let info = policy.loaded.info();
-                let version = format!("{} {}", info.name, info.version);
-                let config_digest = config_digest(&policy.config);
-                let from = match &shadow_of {
-                    Some(primary) => {
-                        self.policies.activate_shadow(policy, primary);
-                        format!(
-                            "it runs beside {primary} from its next round, compared, never applied"
-                        )
-                    }
-                    None => {
-                        self.policies.activate(policy);
-                        "it decides from the next round".to_string()
-                    }
-                };
-                // A round decides what waited for this version.
-                self.shared.changed.notify_one();
-                tracing::info!(policy = %name, %digest, %version, shadow_of = ?shadow_of, ?elapsed, "Loaded policy from its ConfigMap");
-                self.metrics.policy_load(&name, "loaded");
-                self.event(
-                    leading,
-                    configmap,
-                    false,
-                    Reason::PolicyLoaded,
-                    format!("loaded {digest} ({version}) in {elapsed:.1?}; {from}"),
-                );
-                status = PolicyStatus {
-                    observed: None,
-                    active_digest: Some(digest.clone()),
-                    active_version: Some(version),
-                    loaded_at: Some(now),
-                    last_digest: Some(digest),
-                    last_error: None,
-                    last_error_at: None,
-                    active_config_digest: config_digest,
-                    shadow_of,
-                };
-            }
-            Err(error) => {
-                let active = self.policies.get(&name);
-                let shadow = self.policies.shadow(&name);
-                let still = match (&active, &shadow) {
-                    (_, Some((primary, shadow))) => format!(
-                        "{} stays active as the shadow of {primary}",
-                        shadow.loaded.digest()
-                    ),
-                    (Some(active), None) => format!("{} stays active", active.loaded.digest()),
-                    (None, None) => "no version of it is active; its pods wait".to_string(),
-                };
-                let message = error_chain(&error);
-                tracing::warn!(policy = %name, kind = error.kind(), error = %message, ?elapsed, "Rejected a policy version");
-                self.policies.reject(&name, message.clone());
-                self.metrics.policy_load(&name, "rejected");
-                self.event(
-                    leading,
-                    configmap,
-                    true,
-                    Reason::PolicyRejected,
-                    format!("rejected ({}): {message}; {still}", error.kind()),
-                );
-                if status.active_digest.is_none()
-                    && let Some(active) = &active
-                {
-                    // A `--policy` file of the same name decides.
-                    status.active_digest = Some(active.loaded.digest().to_string());
-                    status.active_version = Some(format!(
-                        "{} {}",
-                        active.loaded.info().name,
-                        active.loaded.info().version
-                    ));
-                }
-                status.last_digest = last_digest;
-                status.last_error = Some(message);
-                status.last_error_at = Some(now);
-            }
-        }
-        status.observed = Some(fingerprint.to_string());
-        if leading {
-            // A policy that stopped shadowing keeps no comparison of it.
-            let stale = status.shadow_of.is_none()
-                && configmap
-                    .annotations()
-                    .contains_key(SHADOW_STATUS_ANNOTATION);
-            self.write_status(&name, &status, stale).await;
-        }
-        self.name_to_status.insert(name, status);
+        (shadow_of, result, last_digest)
     }
 
     /// Queues a load Event, when this replica leads.

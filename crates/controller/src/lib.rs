@@ -40,6 +40,7 @@ mod connection;
 mod events;
 mod http;
 mod leader;
+mod load_plan;
 mod metrics;
 mod payload;
 mod policies;
