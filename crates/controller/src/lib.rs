@@ -165,49 +165,10 @@ pub async fn run(
         metrics.clone(),
         config.allocated_events_per_second,
     );
-    let pods = watcher::Config::default().fields(&format!("spec.schedulerName={SCHEDULER_NAME}"));
     // Tracked, not detached: on shutdown they stop before the Lease is
     // released (the loader holds a leadership receiver).
     let mut watches = tokio::task::JoinSet::new();
-    watches.spawn(feed(
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default(),
-        shared.clone(),
-        links.link("Node"),
-    ));
-    watches.spawn(feed(
-        Api::<GPUNode>::all(client.clone()),
-        watcher::Config::default(),
-        shared.clone(),
-        links.link("GPUNode"),
-    ));
-    watches.spawn(feed(
-        Api::<GPUResource>::all(client.clone()),
-        watcher::Config::default(),
-        shared.clone(),
-        links.link("GPUResource"),
-    ));
-    watches.spawn(feed(
-        Api::<Pod>::all(client.clone()),
-        pods,
-        shared.clone(),
-        links.link("Pod"),
-    ));
-    if podgroups_served(&client).await {
-        tracing::info!(
-            "Watching PodGroups (scheduling.x-k8s.io/v1alpha1): gangs are placed all or nothing"
-        );
-        watches.spawn(feed(
-            Api::<PodGroup>::all(client.clone()),
-            watcher::Config::default(),
-            shared.clone(),
-            links.link("PodGroup"),
-        ));
-    } else {
-        tracing::info!(
-            "The API server does not serve PodGroups (scheduling.x-k8s.io/v1alpha1): pods labelled {POD_GROUP_LABEL} wait (PodGroupNotFound) until the CRD is installed and the controller restarted"
-        );
-    }
+    watch_cluster(&client, &shared, &links, &mut watches).await;
     let (shadows, shadow_writer) = Shadows::new(
         Api::<ConfigMap>::namespaced(client.clone(), &config.policy_namespace),
         metrics.clone(),
@@ -302,4 +263,54 @@ pub async fn run(
     events_task.abort();
     leadership.step_down().await;
     Ok(())
+}
+
+/// Starts the watches that feed the index: Nodes, GPUNodes, GPUResources,
+/// the pods of this scheduler, and PodGroups when the API server serves them.
+async fn watch_cluster(
+    client: &Client,
+    shared: &Arc<WatchedIndex>,
+    links: &Arc<Links>,
+    watches: &mut tokio::task::JoinSet<&'static str>,
+) {
+    let pods = watcher::Config::default().fields(&format!("spec.schedulerName={SCHEDULER_NAME}"));
+    watches.spawn(feed(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        shared.clone(),
+        links.link("Node"),
+    ));
+    watches.spawn(feed(
+        Api::<GPUNode>::all(client.clone()),
+        watcher::Config::default(),
+        shared.clone(),
+        links.link("GPUNode"),
+    ));
+    watches.spawn(feed(
+        Api::<GPUResource>::all(client.clone()),
+        watcher::Config::default(),
+        shared.clone(),
+        links.link("GPUResource"),
+    ));
+    watches.spawn(feed(
+        Api::<Pod>::all(client.clone()),
+        pods,
+        shared.clone(),
+        links.link("Pod"),
+    ));
+    if podgroups_served(client).await {
+        tracing::info!(
+            "Watching PodGroups (scheduling.x-k8s.io/v1alpha1): gangs are placed all or nothing"
+        );
+        watches.spawn(feed(
+            Api::<PodGroup>::all(client.clone()),
+            watcher::Config::default(),
+            shared.clone(),
+            links.link("PodGroup"),
+        ));
+    } else {
+        tracing::info!(
+            "The API server does not serve PodGroups (scheduling.x-k8s.io/v1alpha1): pods labelled {POD_GROUP_LABEL} wait (PodGroupNotFound) until the CRD is installed and the controller restarted"
+        );
+    }
 }
