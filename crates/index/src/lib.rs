@@ -38,6 +38,7 @@
 
 mod drift;
 mod eligibility;
+mod gangs;
 mod holdings;
 mod inventory;
 mod key;

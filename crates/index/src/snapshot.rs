@@ -12,13 +12,13 @@ use super::node::NodeFacts;
 use super::pod::PodFacts;
 use super::{Index, ObjectKey, Problem};
 use wasmgpu_api::{GPUResourceSpec, Sharing as ApiSharing};
-use wasmgpu_contract::types::{Gang, Gpu, MigInstance, Node, Request, Sharing, Snapshot};
+use wasmgpu_contract::types::{Gpu, MigInstance, Node, Request, Sharing, Snapshot};
 
 /// A pod that waits for GPUs and could be placed, with its policy.
-struct Waiting<'a> {
-    policy: &'a str,
-    pod: &'a PodFacts,
-    request: Request,
+pub(crate) struct Waiting<'a> {
+    pub(crate) policy: &'a str,
+    pub(crate) pod: &'a PodFacts,
+    pub(crate) request: Request,
 }
 
 /// What one pass over the pods finds.
@@ -100,78 +100,6 @@ impl Index {
         let mut problems = survey.problems;
         problems.extend(self.gang_timeouts(&survey.waiting, holdings, now_ms));
         problems
-    }
-
-    /// A [`Problem::GangTimedOut`] for each waiting member of a gang that
-    /// is still short of `minMember` while its oldest waiting member was
-    /// created more than the PodGroup's `scheduleTimeoutSeconds` before
-    /// `now_ms`. They keep waiting: the gang may fit later, and it holds
-    /// nothing to give back.
-    fn gang_timeouts(
-        &self,
-        waiting: &[Waiting<'_>],
-        holdings: &Holdings,
-        now_ms: u64,
-    ) -> Vec<Problem> {
-        let mut key_to_members: BTreeMap<ObjectKey, Vec<&Waiting<'_>>> = BTreeMap::new();
-        for w in waiting {
-            if let Some(group) = &w.pod.pod_group {
-                let key = ObjectKey::new(&w.request.namespace, group);
-                key_to_members.entry(key).or_default().push(w);
-            }
-        }
-        let mut problems = Vec::new();
-        for (key, members) in key_to_members {
-            let Some(facts) = self.key_to_gang.get(&key) else {
-                continue;
-            };
-            let Some(timeout_s) = facts.schedule_timeout_seconds else {
-                continue;
-            };
-            let bound = self.gang_bound(&key, holdings);
-            if bound >= facts.min_member {
-                continue;
-            }
-            let oldest_ms = members
-                .iter()
-                .map(|w| w.request.created_ms)
-                .min()
-                .unwrap_or(now_ms);
-            if now_ms.saturating_sub(oldest_ms) <= u64::from(timeout_s) * 1000 {
-                continue;
-            }
-            for w in &members {
-                let Some(pod) = ObjectKey::parse(&w.request.pod) else {
-                    continue;
-                };
-                problems.push(Problem::GangTimedOut {
-                    pod,
-                    resource: ObjectKey::parse(&w.request.resource).unwrap_or_else(|| key.clone()),
-                    group: key.clone(),
-                    timeout_s,
-                    min_member: facts.min_member,
-                    bound,
-                    waiting: members.len() as u32,
-                });
-            }
-        }
-        problems
-    }
-
-    /// Members of gang `key` holding GPUs.
-    fn gang_bound(&self, key: &ObjectKey, holdings: &Holdings) -> u32 {
-        holdings
-            .holders
-            .iter()
-            .filter(|pod| {
-                pod.namespace == key.namespace
-                    && self
-                        .key_to_pod
-                        .get(*pod)
-                        .and_then(|p| p.pod_group.as_deref())
-                        == Some(key.name.as_str())
-            })
-            .count() as u32
     }
 
     /// Sorts the pods: who waits (and for which policy), who has a problem.
@@ -415,35 +343,6 @@ impl Index {
             usage: holdings.namespace_to_usage.values().cloned().collect(),
             config: String::new(),
         }
-    }
-
-    /// The gangs of `waiting` (sorted by name), each with its members
-    /// already holding GPUs counted as bound; sets each member's `gang`.
-    fn gangs_of(&self, waiting: &mut [Waiting<'_>], holdings: &Holdings) -> Vec<Gang> {
-        let mut key_to_members: BTreeMap<ObjectKey, Vec<u32>> = BTreeMap::new();
-        for (position, w) in waiting.iter().enumerate() {
-            if let Some(group) = &w.pod.pod_group {
-                let key = ObjectKey::new(&w.request.namespace, group);
-                key_to_members.entry(key).or_default().push(position as u32);
-            }
-        }
-        let mut gangs = Vec::with_capacity(key_to_members.len());
-        for (key, members) in key_to_members {
-            let Some(facts) = self.key_to_gang.get(&key) else {
-                continue;
-            };
-            let bound = self.gang_bound(&key, holdings);
-            for &m in &members {
-                waiting[m as usize].request.gang = Some(gangs.len() as u32);
-            }
-            gangs.push(Gang {
-                name: key.to_string(),
-                min_member: facts.min_member,
-                bound,
-                pending: members,
-            });
-        }
-        gangs
     }
 }
 

@@ -75,8 +75,8 @@
 //! [`testing`] builds snapshots ([`testing::node`], [`testing::request`],
 //! [`testing::with_labels`], [`testing::with_nvlink`], [`testing::gang`],
 //! [`testing::large`], …) and holds decisions to the controller's own rules:
-//! [`testing::validate`] is the validator the controller runs, compiled from
-//! the same source.
+//! [`testing::validate`] is the validator the controller runs: both come
+//! from the `wasmgpu-contract` crate, whose types these are.
 //!
 //! ```
 //! use wasmgpu_policy_sdk::{Fit, place_each};

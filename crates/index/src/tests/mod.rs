@@ -2,6 +2,7 @@
 //! then `apply_*` and assertions on what comes out.
 
 mod eligibility;
+mod gangs;
 mod holdings;
 mod ledger;
 mod problems;

@@ -1,0 +1,130 @@
+//! # Gangs: pods placed all together or not at all
+//!
+//! A gang is a PodGroup (`scheduling.x-k8s.io/v1alpha1`) and the pods that
+//! name it (label `scheduling.x-k8s.io/pod-group`). The index keeps the
+//! group's facts (`minMember`, `scheduleTimeoutSeconds`, the reservation of
+//! a round being applied) and, from them and the holdings, says:
+//!
+//! ```text
+//!  waiting members ─┐
+//!  holdings ────────┼─▶ gangs_of      → the snapshot's gangs: min-member, bound, pending
+//!  PodGroups ───────┘   gang_timeouts → GangTimedOut problems (members keep waiting)
+//!                       gang_bound    → members holding GPUs, whatever their policy
+//! ```
+//!
+//! Whether a round's assignments reach `minMember` is the validator's rule
+//! (`wasmgpu_contract::validate`); writing a gang's bindings is the
+//! controller's. Pure: no I/O, no clock (the time comes in).
+
+use std::collections::BTreeMap;
+
+use wasmgpu_contract::types::Gang;
+
+use crate::holdings::Holdings;
+use crate::snapshot::Waiting;
+use crate::{Index, ObjectKey, Problem};
+
+// === impl Index ===
+
+impl Index {
+    /// A [`Problem::GangTimedOut`] for each waiting member of a gang that
+    /// is still short of `minMember` while its oldest waiting member was
+    /// created more than the PodGroup's `scheduleTimeoutSeconds` before
+    /// `now_ms`. They keep waiting: the gang may fit later, and it holds
+    /// nothing to give back.
+    pub(crate) fn gang_timeouts(
+        &self,
+        waiting: &[Waiting<'_>],
+        holdings: &Holdings,
+        now_ms: u64,
+    ) -> Vec<Problem> {
+        let mut key_to_members: BTreeMap<ObjectKey, Vec<&Waiting<'_>>> = BTreeMap::new();
+        for w in waiting {
+            if let Some(group) = &w.pod.pod_group {
+                let key = ObjectKey::new(&w.request.namespace, group);
+                key_to_members.entry(key).or_default().push(w);
+            }
+        }
+        let mut problems = Vec::new();
+        for (key, members) in key_to_members {
+            let Some(facts) = self.key_to_gang.get(&key) else {
+                continue;
+            };
+            let Some(timeout_s) = facts.schedule_timeout_seconds else {
+                continue;
+            };
+            let bound = self.gang_bound(&key, holdings);
+            if bound >= facts.min_member {
+                continue;
+            }
+            let oldest_ms = members
+                .iter()
+                .map(|w| w.request.created_ms)
+                .min()
+                .unwrap_or(now_ms);
+            if now_ms.saturating_sub(oldest_ms) <= u64::from(timeout_s) * 1000 {
+                continue;
+            }
+            for w in &members {
+                let Some(pod) = ObjectKey::parse(&w.request.pod) else {
+                    continue;
+                };
+                problems.push(Problem::GangTimedOut {
+                    pod,
+                    resource: ObjectKey::parse(&w.request.resource).unwrap_or_else(|| key.clone()),
+                    group: key.clone(),
+                    timeout_s,
+                    min_member: facts.min_member,
+                    bound,
+                    waiting: members.len() as u32,
+                });
+            }
+        }
+        problems
+    }
+
+    /// Members of gang `key` holding GPUs.
+    pub(crate) fn gang_bound(&self, key: &ObjectKey, holdings: &Holdings) -> u32 {
+        holdings
+            .holders
+            .iter()
+            .filter(|pod| {
+                pod.namespace == key.namespace
+                    && self
+                        .key_to_pod
+                        .get(*pod)
+                        .and_then(|p| p.pod_group.as_deref())
+                        == Some(key.name.as_str())
+            })
+            .count() as u32
+    }
+
+    /// The gangs of `waiting` (sorted by name), each with its members
+    /// already holding GPUs counted as bound; sets each member's `gang`.
+    pub(crate) fn gangs_of(&self, waiting: &mut [Waiting<'_>], holdings: &Holdings) -> Vec<Gang> {
+        let mut key_to_members: BTreeMap<ObjectKey, Vec<u32>> = BTreeMap::new();
+        for (position, w) in waiting.iter().enumerate() {
+            if let Some(group) = &w.pod.pod_group {
+                let key = ObjectKey::new(&w.request.namespace, group);
+                key_to_members.entry(key).or_default().push(position as u32);
+            }
+        }
+        let mut gangs = Vec::with_capacity(key_to_members.len());
+        for (key, members) in key_to_members {
+            let Some(facts) = self.key_to_gang.get(&key) else {
+                continue;
+            };
+            let bound = self.gang_bound(&key, holdings);
+            for &m in &members {
+                waiting[m as usize].request.gang = Some(gangs.len() as u32);
+            }
+            gangs.push(Gang {
+                name: key.to_string(),
+                min_member: facts.min_member,
+                bound,
+                pending: members,
+            });
+        }
+        gangs
+    }
+}
