@@ -41,7 +41,7 @@ impl AllocationsCommand {
     }
 }
 
-/// The table for `namespace` (or all).
+/// The table for `namespace` (or all), from the cluster's objects.
 pub async fn render(client: Client, namespace: Option<&str>) -> anyhow::Result<String> {
     // Unhealthy GPUs, to mark the pods that hold one (nothing to mark when
     // GPUNodes cannot be read).
@@ -77,6 +77,14 @@ pub async fn render(client: Client, namespace: Option<&str>) -> anyhow::Result<S
         .list(&ListParams::default().fields(&format!("spec.schedulerName={SCHEDULER_NAME}")))
         .await?
         .items;
+    Ok(table(&unhealthy, &resources, &pods))
+}
+
+/// Unhealthy GPUs by (node, UUID), with the reason.
+type Unhealthy = BTreeMap<(String, String), String>;
+
+/// The table of `pods`, with their GPUResources and the unhealthy GPUs.
+fn table(unhealthy: &Unhealthy, resources: &[GPUResource], pods: &[Pod]) -> String {
     let key = |ns: Option<String>, name: String| (ns.unwrap_or_default(), name);
     let resource_by_key: BTreeMap<_, _> = resources
         .iter()
@@ -91,108 +99,117 @@ pub async fn render(client: Client, namespace: Option<&str>) -> anyhow::Result<S
         "POLICY",
         "NOTE",
     ]);
-    for pod in &pods {
+    for pod in pods {
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
-        let uid = pod.uid().unwrap_or_default();
         let resource_name = pod
             .annotations()
             .get(GPURESOURCE_ANNOTATION)
             .cloned()
             .unwrap_or_default();
         let resource = resource_by_key.get(&(namespace.clone(), resource_name.clone()));
-        let phase = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.clone())
-            .unwrap_or_default();
-        let finished = matches!(phase.as_str(), "Succeeded" | "Failed");
-        let bound = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| !n.is_empty());
-        // Pods bound by an earlier version hold through its ledger until
-        // the controller moves the entry onto the pod.
-        let ledger_entry = || {
-            resource
-                .and_then(|r| r.status.as_ref())
-                .and_then(|s| {
-                    s.allocations
-                        .iter()
-                        .find(|a| a.pod == name && a.pod_uid == uid)
-                })
-                .map(|a| {
-                    Ok(PodAllocation {
-                        resource: resource_name.clone(),
-                        node: a.node.clone(),
-                        sharing: a.sharing,
-                        devices: a.devices.clone(),
-                        policy: a.policy.clone(),
-                    })
-                })
-        };
-        let allocation = PodAllocation::from_annotations(pod.metadata.annotations.as_ref())
-            .filter(|_| bound)
-            .or_else(ledger_entry);
-        let row = match allocation {
-            _ if finished => vec![
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                format!("{phase}: GPUs released"),
-            ],
-            Some(Ok(held)) => vec![
-                held.node.clone(),
-                held.devices
-                    .iter()
-                    .map(|d| d.index.to_string())
-                    .collect::<Vec<_>>()
-                    .join(","),
-                format!("{} {}", held.policy.name, short_digest(&held.policy.digest)),
-                {
-                    let mut note = match held.sharing {
-                        Sharing::Exclusive => "exclusive".to_string(),
-                        Sharing::Shared => format!(
-                            "shared, {} MiB each",
-                            held.devices.first().map(|d| d.memory_mib).unwrap_or(0)
-                        ),
-                    };
-                    for device in &held.devices {
-                        if let Some(reason) =
-                            unhealthy.get(&(held.node.clone(), device.uuid.clone()))
-                        {
-                            note.push_str(&format!("; GPU {} unhealthy: {reason}", device.index));
-                        }
-                    }
-                    note
-                },
-            ],
-            Some(Err(error)) => vec!["-".into(), "-".into(), "-".into(), error.to_string()],
-            None if bound => vec![
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "bound without an allocation".into(),
-            ],
-            None => {
-                let why = match resource {
-                    None => format!("waiting: GPUResource {resource_name:?} does not exist"),
-                    Some(r) => r
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::READY))
-                        .map(|c| format!("waiting: {}", c.message))
-                        .unwrap_or_else(|| "waiting for the controller".into()),
-                };
-                vec!["-".into(), "-".into(), "-".into(), why]
-            }
-        };
-        let mut cells = vec![namespace, name, resource_name];
-        cells.extend(row);
+        let mut cells = vec![namespace, name, resource_name.clone()];
+        cells.extend(row(pod, &resource_name, resource.copied(), unhealthy));
         table.row(cells);
     }
-    Ok(table.render())
+    table.render()
+}
+
+/// NODE, GPUS, POLICY and NOTE of `pod`, which names GPUResource
+/// `resource_name` (`resource` when it exists).
+fn row(
+    pod: &Pod,
+    resource_name: &str,
+    resource: Option<&GPUResource>,
+    unhealthy: &Unhealthy,
+) -> Vec<String> {
+    let name = pod.name_any();
+    let uid = pod.uid().unwrap_or_default();
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default();
+    let finished = matches!(phase.as_str(), "Succeeded" | "Failed");
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    // Pods bound by an earlier version hold through its ledger until
+    // the controller moves the entry onto the pod.
+    let ledger_entry = || {
+        resource
+            .and_then(|r| r.status.as_ref())
+            .and_then(|s| {
+                s.allocations
+                    .iter()
+                    .find(|a| a.pod == name && a.pod_uid == uid)
+            })
+            .map(|a| {
+                Ok(PodAllocation {
+                    resource: resource_name.to_string(),
+                    node: a.node.clone(),
+                    sharing: a.sharing,
+                    devices: a.devices.clone(),
+                    policy: a.policy.clone(),
+                })
+            })
+    };
+    let allocation = PodAllocation::from_annotations(pod.metadata.annotations.as_ref())
+        .filter(|_| bound)
+        .or_else(ledger_entry);
+    match allocation {
+        _ if finished => vec![
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            format!("{phase}: GPUs released"),
+        ],
+        Some(Ok(held)) => vec![
+            held.node.clone(),
+            held.devices
+                .iter()
+                .map(|d| d.index.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            format!("{} {}", held.policy.name, short_digest(&held.policy.digest)),
+            {
+                let mut note = match held.sharing {
+                    Sharing::Exclusive => "exclusive".to_string(),
+                    Sharing::Shared => format!(
+                        "shared, {} MiB each",
+                        held.devices.first().map(|d| d.memory_mib).unwrap_or(0)
+                    ),
+                };
+                for device in &held.devices {
+                    if let Some(reason) = unhealthy.get(&(held.node.clone(), device.uuid.clone())) {
+                        note.push_str(&format!("; GPU {} unhealthy: {reason}", device.index));
+                    }
+                }
+                note
+            },
+        ],
+        Some(Err(error)) => vec!["-".into(), "-".into(), "-".into(), error.to_string()],
+        None if bound => vec![
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "bound without an allocation".into(),
+        ],
+        None => {
+            let why = match resource {
+                None => format!("waiting: GPUResource {resource_name:?} does not exist"),
+                Some(r) => r
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::READY))
+                    .map(|c| format!("waiting: {}", c.message))
+                    .unwrap_or_else(|| "waiting for the controller".into()),
+            };
+            vec!["-".into(), "-".into(), "-".into(), why]
+        }
+    }
 }
 
 /// `sha256:` and the first 12 hex digits (whatever the digest holds).
@@ -205,7 +222,97 @@ fn short_digest(digest: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
-    use super::short_digest;
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, node: Option<&str>, phase: &str, allocation: Option<&PodAllocation>) -> Pod {
+        let mut annotations =
+            BTreeMap::from([(GPURESOURCE_ANNOTATION.to_string(), "r".to_string())]);
+        if let Some(allocation) = allocation {
+            annotations.extend(allocation.annotations());
+        }
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "ml", "name": name, "uid": format!("uid-{name}"), "annotations": annotations},
+            "spec": {"schedulerName": "wasmgpu", "nodeName": node, "containers": []},
+            "status": {"phase": phase},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn each_pod_shows_where_it_landed_or_why_it_waits() {
+        let held = PodAllocation {
+            resource: "r".into(),
+            node: "n1".into(),
+            sharing: Sharing::Exclusive,
+            devices: vec![
+                wasmgpu_api::Device {
+                    uuid: "GPU-a".into(),
+                    index: 0,
+                    memory_mib: 81559,
+                },
+                wasmgpu_api::Device {
+                    uuid: "GPU-b".into(),
+                    index: 3,
+                    memory_mib: 81559,
+                },
+            ],
+            policy: wasmgpu_api::PolicyRef {
+                name: "binpack".into(),
+                digest: "sha256:0123456789abcdef0123".into(),
+            },
+        };
+        let resource: GPUResource = serde_json::from_value(json!({
+            "apiVersion": "wasmgpu.io/v1alpha1", "kind": "GPUResource",
+            "metadata": {"namespace": "ml", "name": "r"},
+            "spec": {"count": 2},
+            "status": {"conditions": [{
+                "type": "Ready", "status": "False", "reason": "Waiting",
+                "message": "1 of 2 pod(s) hold GPUs", "lastTransitionTime": "2026-12-01T00:00:00Z",
+            }]},
+        }))
+        .unwrap();
+        let unhealthy = Unhealthy::from([(("n1".into(), "GPU-b".into()), "XID 79".into())]);
+        let mut other = pod("lost", None, "Pending", None);
+        other
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(GPURESOURCE_ANNOTATION.into(), "gone".into());
+        let pods = [
+            pod("train", Some("n1"), "Running", Some(&held)),
+            pod("done", Some("n1"), "Succeeded", Some(&held)),
+            pod("wait", None, "Pending", None),
+            other,
+        ];
+        let text = table(&unhealthy, &[resource], &pods);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 5, "{text}");
+        let line = |pod: &str| {
+            *lines
+                .iter()
+                .find(|l| l.split_whitespace().nth(1) == Some(pod))
+                .unwrap_or_else(|| panic!("{pod}: {text}"))
+        };
+        let train = line("train");
+        assert!(
+            train.contains("n1")
+                && train.contains("0,3")
+                && train.contains("binpack sha256:0123456789ab")
+                && train.contains("exclusive; GPU 3 unhealthy: XID 79"),
+            "{train}"
+        );
+        assert!(line("done").contains("Succeeded: GPUs released"), "{text}");
+        assert!(
+            line("wait").contains("waiting: 1 of 2 pod(s) hold GPUs"),
+            "{text}"
+        );
+        assert!(
+            line("lost").contains("waiting: GPUResource \"gone\" does not exist"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn short_digest_never_splits_a_character() {
