@@ -165,6 +165,42 @@ pub fn upgrade_first_form(value: &mut serde_json::Value) -> bool {
     true
 }
 
+/// Why a snapshot file's text is not a snapshot a policy may see: the
+/// contract crate's one error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Not JSON, or not of the snapshot's shape.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// Of the right shape, but no controller would build it.
+    #[error(transparent)]
+    Invalid(#[from] crate::snapshot_check::SnapshotError),
+    /// Of another contract version (`"contract"`).
+    #[error(transparent)]
+    Contract(#[from] OtherContract),
+}
+
+impl Error {
+    /// A short, stable label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Json(_) => "json",
+            Error::Invalid(_) => "invalid",
+            Error::Contract(_) => "other-contract",
+        }
+    }
+}
+
+/// Reads a snapshot file's text ([`read`]: today's form or the first) of
+/// this contract ([`check`]), and holds it to the rules the controller's
+/// snapshots obey ([`crate::snapshot_check::check`]).
+pub fn parse(text: &str) -> Result<Read, Error> {
+    check(text)?;
+    let read = read(text)?;
+    crate::snapshot_check::check(&read.snapshot)?;
+    Ok(read)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

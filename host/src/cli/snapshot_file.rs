@@ -6,31 +6,9 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use wasmgpu_contract::snapshot_check::{SnapshotError, check};
 use wasmgpu_contract::types::Snapshot;
 
-/// Why a snapshot file's text is not a snapshot.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ParseError {
-    /// Not JSON, or not of the snapshot's shape.
-    #[error(transparent)]
-    Json(#[from] serde_json::Error),
-    /// Of the right shape, but no controller would build it.
-    #[error(transparent)]
-    Invalid(#[from] SnapshotError),
-    /// Of another contract version (`"contract"`).
-    #[error(transparent)]
-    Contract(#[from] wasmgpu_contract::snapshot_file::OtherContract),
-}
-
-/// Parses and checks a snapshot file's text (of today's form, or of the
-/// first form: see [`wasmgpu_contract::snapshot_file::read`]).
-pub(crate) fn parse(text: &str) -> Result<wasmgpu_contract::snapshot_file::Read, ParseError> {
-    wasmgpu_contract::snapshot_file::check(text)?;
-    let read = wasmgpu_contract::snapshot_file::read(text)?;
-    check(&read.snapshot)?;
-    Ok(read)
-}
+pub(crate) use wasmgpu_contract::snapshot_file::parse;
 
 /// Reads, parses and checks a snapshot file; the error names the file and
 /// the offending entry.
@@ -177,7 +155,7 @@ mod tests {
         assert!(parse(demo).is_ok());
         assert!(matches!(
             parse(&demo.replace("\"count\": 2", "\"count\": 0")),
-            Err(ParseError::Invalid(e)) if e.to_string().contains(".count: must be 1 to 16, got 0")
+            Err(wasmgpu_contract::snapshot_file::Error::Invalid(e)) if e.to_string().contains(".count: must be 1 to 16, got 0")
         ));
     }
 }
