@@ -1009,50 +1009,10 @@ async fn publish_into_a_missing_namespace_says_what_to_do_and_list_says_not_yet_
     Ok(())
 }
 
-/// The demo snapshot in the first form of snapshot files: snake_case keys
-/// (memory as `…_mib`), labels as `[key, value]` pairs, sharing capitalised.
-fn first_form(today: &str) -> String {
-    fn walk(value: &mut Value) {
-        match value {
-            Value::Object(map) => {
-                for (key, mut inner) in std::mem::take(map) {
-                    let mut snake = String::new();
-                    for c in key.replace("MiB", "Mib").chars() {
-                        if c.is_uppercase() {
-                            snake.push('_');
-                        }
-                        snake.extend(c.to_lowercase());
-                    }
-                    match (snake.as_str(), &mut inner) {
-                        ("labels", Value::Object(labels)) => {
-                            let pairs = labels
-                                .iter()
-                                .map(|(k, v)| Value::Array(vec![k.clone().into(), v.clone()]))
-                                .collect();
-                            inner = Value::Array(pairs);
-                        }
-                        ("sharing", Value::String(s)) => {
-                            *s = format!("{}{}", s[..1].to_uppercase(), &s[1..]);
-                        }
-                        ("config", _) => {}
-                        _ => walk(&mut inner),
-                    }
-                    map.insert(snake, inner);
-                }
-            }
-            Value::Array(items) => items.iter_mut().for_each(walk),
-            _ => {}
-        }
-    }
-    let mut value: Value = serde_json::from_str(today).unwrap();
-    walk(&mut value);
-    value.to_string()
-}
-
 #[test]
 fn a_snapshot_file_of_the_first_form_is_read_with_a_warning_until_upgraded() {
     let demo = std::fs::read_to_string(repo("policies/snapshots/demo.json")).unwrap();
-    let old = first_form(&demo);
+    let old = wasmgpu_contract::testing::first_form(&demo);
     assert!(old.contains("\"eligible_sets\"") && old.contains("\"memory_mib\""));
     let path = temp_file("first-form.json", old.as_bytes());
     let path = path.to_str().unwrap();

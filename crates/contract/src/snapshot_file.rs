@@ -238,47 +238,7 @@ mod tests {
         assert!(!today.first_form);
         // The demo in the first form: snake_case keys, labels as pairs,
         // sharing capitalised.
-        let mut value: serde_json::Value = serde_json::from_str(demo).unwrap();
-        fn snake(value: &mut serde_json::Value) {
-            use serde_json::Value;
-            match value {
-                Value::Object(map) => {
-                    for (key, mut inner) in std::mem::take(map) {
-                        let key = key.replace("MiB", "Mib");
-                        let key = key.chars().fold(String::new(), |mut out, c| {
-                            if c.is_uppercase() {
-                                out.push('_');
-                                out.extend(c.to_lowercase());
-                            } else {
-                                out.push(c);
-                            }
-                            out
-                        });
-                        match (key.as_str(), &mut inner) {
-                            ("labels", Value::Object(labels)) => {
-                                inner = Value::Array(
-                                    labels
-                                        .iter()
-                                        .map(|(k, v)| {
-                                            Value::Array(vec![k.clone().into(), v.clone()])
-                                        })
-                                        .collect(),
-                                );
-                            }
-                            ("sharing", Value::String(s)) => {
-                                *s = format!("{}{}", s[..1].to_uppercase(), &s[1..]);
-                            }
-                            _ => snake(&mut inner),
-                        }
-                        map.insert(key, inner);
-                    }
-                }
-                Value::Array(items) => items.iter_mut().for_each(snake),
-                _ => {}
-            }
-        }
-        snake(&mut value);
-        let old = value.to_string();
+        let old = crate::testing::first_form(demo);
         assert!(
             old.contains("\"eligible_sets\"") && old.contains("\"Exclusive\""),
             "{old}"

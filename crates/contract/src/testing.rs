@@ -399,3 +399,45 @@ pub fn assert_host_accepts_a_large_round(allocate: impl Fn(&Snapshot) -> Vec<cra
         assert_eq!(verdict.accepted.len(), assigned, "{config}: none held back");
     }
 }
+
+/// `today`, the text of a snapshot file, in the first form of snapshot
+/// files (snake_case keys, memory as `…_mib`, labels as `[key, value]`
+/// pairs, sharing capitalised): what tests of the upgrade read.
+pub fn first_form(today: &str) -> String {
+    use serde_json::Value;
+    fn walk(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                for (key, mut inner) in std::mem::take(map) {
+                    let mut snake = String::new();
+                    for c in key.replace("MiB", "Mib").chars() {
+                        if c.is_uppercase() {
+                            snake.push('_');
+                        }
+                        snake.extend(c.to_lowercase());
+                    }
+                    match (snake.as_str(), &mut inner) {
+                        ("labels", Value::Object(labels)) => {
+                            let pairs = labels
+                                .iter()
+                                .map(|(k, v)| Value::Array(vec![k.clone().into(), v.clone()]))
+                                .collect();
+                            inner = Value::Array(pairs);
+                        }
+                        ("sharing", Value::String(s)) => {
+                            *s = format!("{}{}", s[..1].to_uppercase(), &s[1..]);
+                        }
+                        ("config", _) => {}
+                        _ => walk(&mut inner),
+                    }
+                    map.insert(snake, inner);
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut value: Value = serde_json::from_str(today).expect("a snapshot file's JSON");
+    walk(&mut value);
+    value.to_string()
+}
