@@ -1,5 +1,5 @@
 //! The kubelet device plugin API (`v1beta1`), generated at build time from
-//! the pinned `host/proto/deviceplugin/v1beta1/api.proto`.
+//! the pinned `crates/agent/proto/deviceplugin/v1beta1/api.proto`.
 
 #![allow(missing_docs, clippy::all, clippy::pedantic)]
 
