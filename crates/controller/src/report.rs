@@ -12,11 +12,8 @@ use super::metrics::Metrics;
 use super::status::StatusWriter;
 use super::wanted_status::WantedStatus;
 use super::watch::WatchedIndex;
-use std::collections::BTreeMap;
-use wasmgpu_api::{Phase, conditions};
 use wasmgpu_index::{
-    ObjectKey, OutdatedHoldings, PodCounts, Problem, ResourceView, RoundReport, Subject,
-    UnhealthyHolding,
+    ObjectKey, PodCounts, Problem, ResourceView, RoundReport, Subject, UnhealthyHolding,
 };
 
 /// Pods of one GPUResource told about a new policy error.
@@ -129,8 +126,16 @@ impl Reporter {
                 .iter()
                 .filter(|u| u.resource == view.key)
                 .collect();
-            let summary =
-                self.summarize(view, counts, &problems, &unhealthy, outdated.get(&view.key));
+            let summary = WantedStatus::of(
+                view,
+                counts,
+                &problems,
+                &unhealthy,
+                outdated.get(&view.key),
+                self.key_to_policy_error
+                    .get(&view.key)
+                    .map(|(reason, message)| (reason.as_str(), message.as_str())),
+            );
             self.status.want(&view.key, summary);
         }
     }
@@ -185,161 +190,6 @@ impl Reporter {
         }
         self.unhealthy_reported = reported;
     }
-
-    fn summarize(
-        &self,
-        view: &ResourceView,
-        counts: PodCounts,
-        problems: &[Problem],
-        unhealthy: &[&UnhealthyHolding],
-        outdated: Option<&OutdatedHoldings>,
-    ) -> WantedStatus {
-        let unsatisfiable = problems.iter().find_map(|p| match p {
-            Problem::Unsatisfiable {
-                resource, reason, ..
-            } if resource == &view.key => Some(reason.clone()),
-            _ => None,
-        });
-        let mismatch = problems.iter().find_map(|p| match p {
-            Problem::LimitMismatch { resource, .. } if resource == &view.key => Some(p.to_string()),
-            _ => None,
-        });
-        let gang_timeout = problems.iter().find_map(|p| match p {
-            Problem::GangTimedOut { resource, .. } if resource == &view.key => Some(p.to_string()),
-            _ => None,
-        });
-        let mut conditions = Vec::new();
-        let phase = if let Some(error) = &view.spec_error {
-            conditions.push((
-                conditions::READY,
-                false,
-                "Invalid".into(),
-                error.to_string(),
-            ));
-            conditions.push((
-                conditions::INVALID,
-                true,
-                format!("Invalid{}", capitalize(error.field)),
-                error.to_string(),
-            ));
-            Phase::Failed
-        } else if let Some(reason) = unsatisfiable {
-            conditions.push((
-                conditions::READY,
-                false,
-                "Unsatisfiable".into(),
-                reason.clone(),
-            ));
-            conditions.push((conditions::UNSATISFIABLE, true, "NoNodeFits".into(), reason));
-            Phase::Failed
-        } else if let Some(message) = mismatch {
-            conditions.push((conditions::READY, false, "GPULimitMismatch".into(), message));
-            Phase::Pending
-        } else if let Some(message) = gang_timeout {
-            conditions.push((conditions::READY, false, "GangTimedOut".into(), message));
-            Phase::Pending
-        } else if counts.referencing == 0 {
-            conditions.push((
-                conditions::READY,
-                false,
-                "NoPods".into(),
-                "no pod uses this GPUResource yet".into(),
-            ));
-            Phase::Pending
-        } else if counts.holding >= counts.referencing {
-            conditions.push((
-                conditions::READY,
-                true,
-                "Allocated".into(),
-                format!("all {} pod(s) hold their GPUs", counts.holding),
-            ));
-            Phase::Allocated
-        } else {
-            conditions.push((
-                conditions::READY,
-                false,
-                "Waiting".into(),
-                format!(
-                    "{} of {} pod(s) hold GPUs; the others wait for GPUs to free up",
-                    counts.holding, counts.referencing
-                ),
-            ));
-            Phase::Pending
-        };
-        if !unhealthy.is_empty() {
-            let pods: BTreeMap<&str, String> = unhealthy
-                .iter()
-                .map(|u| {
-                    (
-                        u.pod.name.as_str(),
-                        format!("GPU {} on {}: {}", u.index, u.node, u.reason),
-                    )
-                })
-                .collect();
-            conditions.push((
-                conditions::DEGRADED,
-                true,
-                "GPUUnhealthy".into(),
-                format!(
-                    "{} pod(s) hold an unhealthy GPU and keep it until they finish: {}",
-                    pods.len(),
-                    first_few(pods.iter().map(|(pod, gpu)| format!("{pod} ({gpu})")))
-                ),
-            ));
-        }
-        if let Some(outdated) = outdated {
-            conditions.push((
-                conditions::SPEC_CHANGED,
-                true,
-                "AllocatedForAnEarlierSpec".into(),
-                format!(
-                    "{} pod(s) hold GPUs allocated for an earlier spec and keep them until they \
-                     finish; new pods get {}: {}",
-                    outdated.pod_to_shape.len(),
-                    outdated.now,
-                    first_few(
-                        outdated
-                            .pod_to_shape
-                            .iter()
-                            .map(|(pod, shape)| format!("{pod} ({shape})"))
-                    )
-                ),
-            ));
-        }
-        if let Some((reason, message)) = self.key_to_policy_error.get(&view.key) {
-            conditions.push((
-                conditions::POLICY_ERROR,
-                true,
-                reason.as_str().to_string(),
-                message.clone(),
-            ));
-        }
-        WantedStatus {
-            phase,
-            counts,
-            observed_generation: view.generation,
-            conditions,
-        }
-    }
-}
-
-/// The first five items, comma-separated, and how many more.
-fn first_few(items: impl Iterator<Item = String>) -> String {
-    let items: Vec<String> = items.collect();
-    let mut text = items.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
-    if items.len() > 5 {
-        text.push_str(&format!(" and {} more", items.len() - 5));
-    }
-    text
-}
-
-/// `memoryMiB` → `MemoryMiB`.
-fn capitalize(field: &str) -> String {
-    let mut chars = field.chars();
-    chars
-        .next()
-        .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
-        .unwrap_or_default()
 }
 
 /// Milliseconds since the Unix epoch, by this machine's clock.
