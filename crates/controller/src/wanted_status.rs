@@ -14,8 +14,11 @@ pub struct WantedStatus {
     pub counts: PodCounts,
     pub observed_generation: Option<i64>,
     /// `(type, status, reason, message)`.
-    pub conditions: Vec<(&'static str, bool, String, String)>,
+    pub conditions: Vec<Condition>,
 }
+
+/// A condition to show: `(type, status, reason, message)`.
+pub type Condition = (&'static str, bool, String, String);
 
 // === impl WantedStatus ===
 
@@ -32,78 +35,7 @@ impl WantedStatus {
         outdated: Option<&OutdatedHoldings>,
         policy_error: Option<(&str, &str)>,
     ) -> WantedStatus {
-        let unsatisfiable = problems.iter().find_map(|p| match p {
-            Problem::Unsatisfiable {
-                resource, reason, ..
-            } if resource == &view.key => Some(reason.clone()),
-            _ => None,
-        });
-        let mismatch = problems.iter().find_map(|p| match p {
-            Problem::LimitMismatch { resource, .. } if resource == &view.key => Some(p.to_string()),
-            _ => None,
-        });
-        let gang_timeout = problems.iter().find_map(|p| match p {
-            Problem::GangTimedOut { resource, .. } if resource == &view.key => Some(p.to_string()),
-            _ => None,
-        });
-        let mut conditions = Vec::new();
-        let phase = if let Some(error) = &view.spec_error {
-            conditions.push((
-                conditions::READY,
-                false,
-                "Invalid".into(),
-                error.to_string(),
-            ));
-            conditions.push((
-                conditions::INVALID,
-                true,
-                format!("Invalid{}", capitalize(error.field)),
-                error.to_string(),
-            ));
-            Phase::Failed
-        } else if let Some(reason) = unsatisfiable {
-            conditions.push((
-                conditions::READY,
-                false,
-                "Unsatisfiable".into(),
-                reason.clone(),
-            ));
-            conditions.push((conditions::UNSATISFIABLE, true, "NoNodeFits".into(), reason));
-            Phase::Failed
-        } else if let Some(message) = mismatch {
-            conditions.push((conditions::READY, false, "GPULimitMismatch".into(), message));
-            Phase::Pending
-        } else if let Some(message) = gang_timeout {
-            conditions.push((conditions::READY, false, "GangTimedOut".into(), message));
-            Phase::Pending
-        } else if counts.referencing == 0 {
-            conditions.push((
-                conditions::READY,
-                false,
-                "NoPods".into(),
-                "no pod uses this GPUResource yet".into(),
-            ));
-            Phase::Pending
-        } else if counts.holding >= counts.referencing {
-            conditions.push((
-                conditions::READY,
-                true,
-                "Allocated".into(),
-                format!("all {} pod(s) hold their GPUs", counts.holding),
-            ));
-            Phase::Allocated
-        } else {
-            conditions.push((
-                conditions::READY,
-                false,
-                "Waiting".into(),
-                format!(
-                    "{} of {} pod(s) hold GPUs; the others wait for GPUs to free up",
-                    counts.holding, counts.referencing
-                ),
-            ));
-            Phase::Pending
-        };
+        let (phase, mut conditions) = ready(view, counts, problems);
         if !unhealthy.is_empty() {
             let pods: BTreeMap<&str, String> = unhealthy
                 .iter()
@@ -159,6 +91,84 @@ impl WantedStatus {
             conditions,
         }
     }
+}
+
+/// The phase and the `Ready` condition (and `Invalid` or `Unsatisfiable`
+/// with it): the first rule that applies, in order.
+fn ready(view: &ResourceView, counts: PodCounts, problems: &[Problem]) -> (Phase, Vec<Condition>) {
+    let unsatisfiable = problems.iter().find_map(|p| match p {
+        Problem::Unsatisfiable {
+            resource, reason, ..
+        } if resource == &view.key => Some(reason.clone()),
+        _ => None,
+    });
+    let mismatch = problems.iter().find_map(|p| match p {
+        Problem::LimitMismatch { resource, .. } if resource == &view.key => Some(p.to_string()),
+        _ => None,
+    });
+    let gang_timeout = problems.iter().find_map(|p| match p {
+        Problem::GangTimedOut { resource, .. } if resource == &view.key => Some(p.to_string()),
+        _ => None,
+    });
+    let mut conditions = Vec::new();
+    let phase = if let Some(error) = &view.spec_error {
+        conditions.push((
+            conditions::READY,
+            false,
+            "Invalid".into(),
+            error.to_string(),
+        ));
+        conditions.push((
+            conditions::INVALID,
+            true,
+            format!("Invalid{}", capitalize(error.field)),
+            error.to_string(),
+        ));
+        Phase::Failed
+    } else if let Some(reason) = unsatisfiable {
+        conditions.push((
+            conditions::READY,
+            false,
+            "Unsatisfiable".into(),
+            reason.clone(),
+        ));
+        conditions.push((conditions::UNSATISFIABLE, true, "NoNodeFits".into(), reason));
+        Phase::Failed
+    } else if let Some(message) = mismatch {
+        conditions.push((conditions::READY, false, "GPULimitMismatch".into(), message));
+        Phase::Pending
+    } else if let Some(message) = gang_timeout {
+        conditions.push((conditions::READY, false, "GangTimedOut".into(), message));
+        Phase::Pending
+    } else if counts.referencing == 0 {
+        conditions.push((
+            conditions::READY,
+            false,
+            "NoPods".into(),
+            "no pod uses this GPUResource yet".into(),
+        ));
+        Phase::Pending
+    } else if counts.holding >= counts.referencing {
+        conditions.push((
+            conditions::READY,
+            true,
+            "Allocated".into(),
+            format!("all {} pod(s) hold their GPUs", counts.holding),
+        ));
+        Phase::Allocated
+    } else {
+        conditions.push((
+            conditions::READY,
+            false,
+            "Waiting".into(),
+            format!(
+                "{} of {} pod(s) hold GPUs; the others wait for GPUs to free up",
+                counts.holding, counts.referencing
+            ),
+        ));
+        Phase::Pending
+    };
+    (phase, conditions)
 }
 
 /// The first five items, comma-separated, and how many more.
@@ -249,7 +259,7 @@ mod tests {
         let status = WantedStatus::of(
             &invalid,
             counts(0, 1),
-            &[unsatisfiable.clone()],
+            std::slice::from_ref(&unsatisfiable),
             &[],
             None,
             None,
