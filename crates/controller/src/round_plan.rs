@@ -52,17 +52,14 @@ pub(crate) struct VerdictPlan {
 pub(crate) fn plan_verdict(policy: &str, snapshot: &Snapshot, verdict: &Verdict) -> VerdictPlan {
     let mut plan = VerdictPlan::default();
     for refused in &verdict.refused {
-        let Some(pod) = refused.pod.as_deref().and_then(ObjectKey::parse) else {
-            plan.unnamed_refusals.push(format!(
-                "policy {policy} decided {}, refused: {}",
-                refused.decision, refused.reason
-            ));
-            continue;
-        };
         let note = format!(
             "policy {policy} decided {}, refused: {}",
             refused.decision, refused.reason
         );
+        let Some(pod) = refused.pod.as_deref().and_then(ObjectKey::parse) else {
+            plan.unnamed_refusals.push(note);
+            continue;
+        };
         if let Some(resource) = resource_of(snapshot, &pod) {
             plan.refused_resources.push((resource, note.clone()));
         }
