@@ -143,8 +143,7 @@ impl Loader {
         let (event, mut status) = match result {
             Ok(policy) => {
                 let digest = policy.loaded.digest().to_string();
-                let info = policy.loaded.info();
-                let version = format!("{} {}", info.name, info.version);
+                let version = described(&policy.loaded);
                 let config_digest = config_digest(&policy.config);
                 match &shadow_of {
                     Some(primary) => self.policies.activate_shadow(policy, primary),
@@ -177,11 +176,7 @@ impl Loader {
                     },
                     (Some(active), None) => load_plan::StillActive::Deciding {
                         digest: active.loaded.digest().as_str(),
-                        version: format!(
-                            "{} {}",
-                            active.loaded.info().name,
-                            active.loaded.info().version
-                        ),
+                        version: described(&active.loaded),
                     },
                     (None, None) => load_plan::StillActive::Nothing,
                 };
@@ -361,4 +356,10 @@ impl Sink<ConfigMap> for Loader {
     async fn delete(&mut self, configmap: ConfigMap) {
         self.remove(&configmap.name_any());
     }
+}
+
+/// What a loaded policy says it is: `describe()`'s name and version.
+fn described(policy: &wasmgpu_engine::LoadedPolicy) -> String {
+    let info = policy.info();
+    format!("{} {}", info.name, info.version)
 }
