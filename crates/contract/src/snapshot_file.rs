@@ -1,32 +1,265 @@
-//! The contract version in snapshot files: wasmgpu writes
-//! `"contract": "wasmgpu:policy@…"` as the first field of every snapshot
-//! file, and refuses a file of another version, naming both. A file
-//! without the field (written by hand) is read as the current contract.
+//! Snapshot files: what `wasmgpu policy snapshot` exports, authors edit and
+//! share, and `policy run|compare|bench` read. A file holds a
+//! [`HostSnapshot`]: what a policy sees plus every node label and GPU UUID,
+//! so one file serves any policy, whatever labels it asks for.
+//!
+//! wasmgpu writes `"contract": "wasmgpu:policy@…"` as the first field. A file
+//! without it (written by hand) is read as the current contract. Files of
+//! the previous contract (0.2) and of the first form (snake_case keys) are
+//! read with [`Read::upgraded_from`] set, so the reader can say how to
+//! rewrite them (`wasmgpu policy upgrade-snapshot`); any other version is
+//! refused, naming both.
+//!
+//! In files, sets are lists: `eligibleSets` as sorted node positions and a
+//! GPU's `nvlink` as the GPU indices it links to (numbers JSON readers keep
+//! exactly), a node's labels as a map.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 pub use crate::CONTRACT;
-use crate::types::Snapshot;
+use crate::bits;
+use crate::host_snapshot::{HostNode, HostSnapshot};
+use crate::types::{
+    Gang, Gpu, GpuRef, MigInstance, Node, Publisher, Request, Running, Snapshot, Tenant,
+};
 
-/// A snapshot file: the contract's `snapshot` record, with the version first.
+/// The contract before this one, whose files are read and upgraded.
+pub const PREVIOUS_CONTRACT: &str = "wasmgpu:policy@0.2.0";
+
+/// A snapshot file, as JSON.
 #[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SnapshotFile {
-    /// The contract the snapshot follows, e.g. `wasmgpu:policy@0.2.0`.
+    /// The contract the snapshot follows, e.g. `wasmgpu:policy@0.3.0`.
     /// Written by wasmgpu; optional in hand-written files (read as this
     /// wasmgpu's contract).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contract: Option<String>,
-    #[serde(flatten)]
-    pub snapshot: Snapshot,
+    /// The round it was taken in.
+    pub round: u64,
+    /// GPU product names; a GPU's `model` indexes this list.
+    pub models: Vec<String>,
+    /// MIG profile names; a MIG instance's `profile` indexes it.
+    #[serde(default)]
+    pub mig_profiles: Vec<String>,
+    /// Namespaces of pending and running pods, sorted; a pod's `namespace`
+    /// indexes this list.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// Nodes, with every label and each GPU's UUID.
+    pub nodes: Vec<FileNode>,
+    /// Pending pods, oldest first.
+    pub pending: Vec<Request>,
+    /// Pods holding GPUs.
+    #[serde(default)]
+    pub running: Vec<Running>,
+    /// Node sets, each as sorted node positions.
+    pub eligible_sets: Vec<Vec<u32>>,
+    /// Candidate GPUs of DRA alternatives.
+    #[serde(default)]
+    pub candidate_sets: Vec<Vec<GpuRef>>,
+    /// Gangs.
+    #[serde(default)]
+    pub gangs: Vec<Gang>,
+    /// Tenants.
+    #[serde(default)]
+    pub tenants: Vec<Tenant>,
+    /// The policy's `config.json`, verbatim.
+    #[serde(default)]
+    pub config: String,
+}
+
+/// A node in a snapshot file.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct FileNode {
+    /// Kubernetes node name.
+    pub name: String,
+    /// Every label of the node.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Its GPUs and MIG instances, in the contract's order.
+    pub gpus: Vec<FileGpu>,
+}
+
+/// A GPU in a snapshot file: the contract's `gpu` with its UUID.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct FileGpu {
+    /// NVML UUID; `GPU-{node}-{position}` when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// The contract's `index`.
+    pub index: u32,
+    /// The contract's `model`.
+    pub model: u32,
+    /// The contract's `memory-mib`.
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: u64,
+    /// The contract's `allocated-mib`.
+    #[serde(rename = "allocatedMiB", default)]
+    pub allocated_mib: u64,
+    /// The contract's `held`.
+    #[serde(default)]
+    pub held: bool,
+    /// The contract's `shared-owners`.
+    #[serde(default)]
+    pub shared_owners: u32,
+    /// The contract's `numa-node`.
+    #[serde(default)]
+    pub numa_node: Option<u32>,
+    /// The indices of the GPUs it has an NVLink to (below 64).
+    #[serde(default)]
+    pub nvlink: Vec<u32>,
+    /// The contract's `healthy`.
+    pub healthy: bool,
+    /// The contract's `mig`.
+    #[serde(default)]
+    pub mig: Option<MigInstance>,
+    /// The contract's `published-by`.
+    #[serde(default)]
+    pub published_by: Publisher,
+}
+
+// === impl SnapshotFile ===
+
+impl SnapshotFile {
+    /// The file form of a host snapshot.
+    pub fn of(host: &HostSnapshot) -> SnapshotFile {
+        let s = &host.snapshot;
+        let nodes = s
+            .nodes
+            .iter()
+            .zip(&host.nodes)
+            .map(|(node, names)| FileNode {
+                name: node.name.clone(),
+                labels: names.labels.clone(),
+                gpus: node
+                    .gpus
+                    .iter()
+                    .zip(&names.uuids)
+                    .map(|(g, uuid)| FileGpu {
+                        uuid: Some(uuid.clone()),
+                        index: g.index,
+                        model: g.model,
+                        memory_mib: g.memory_mib,
+                        allocated_mib: g.allocated_mib,
+                        held: g.held,
+                        shared_owners: g.shared_owners,
+                        numa_node: g.numa_node,
+                        nvlink: bits::nvlink_indices(g.nvlink).collect(),
+                        healthy: g.healthy,
+                        mig: g.mig,
+                        published_by: g.published_by,
+                    })
+                    .collect(),
+            })
+            .collect();
+        SnapshotFile {
+            contract: Some(CONTRACT.to_owned()),
+            round: s.round,
+            models: s.models.clone(),
+            mig_profiles: s.mig_profiles.clone(),
+            namespaces: s.namespaces.clone(),
+            nodes,
+            pending: s.pending.clone(),
+            running: s.running.clone(),
+            eligible_sets: s
+                .eligible_sets
+                .iter()
+                .map(|set| bits::indices(set).collect())
+                .collect(),
+            candidate_sets: s.candidate_sets.clone(),
+            gangs: s.gangs.clone(),
+            tenants: s.tenants.clone(),
+            config: s.config.clone(),
+        }
+    }
+
+    /// The host snapshot the file holds (no labels given to a policy yet;
+    /// see [`HostSnapshot::for_policy`]).
+    pub fn into_host(self) -> HostSnapshot {
+        let node_count = self.nodes.len();
+        let (nodes, names) = self
+            .nodes
+            .into_iter()
+            .map(|node| {
+                let uuids = node
+                    .gpus
+                    .iter()
+                    .enumerate()
+                    .map(|(g, gpu)| {
+                        gpu.uuid
+                            .clone()
+                            .unwrap_or_else(|| format!("GPU-{}-{g}", node.name))
+                    })
+                    .collect();
+                let gpus = node
+                    .gpus
+                    .into_iter()
+                    .map(|g| Gpu {
+                        index: g.index,
+                        model: g.model,
+                        memory_mib: g.memory_mib,
+                        allocated_mib: g.allocated_mib,
+                        held: g.held,
+                        shared_owners: g.shared_owners,
+                        numa_node: g.numa_node,
+                        nvlink: bits::nvlink_of(g.nvlink),
+                        healthy: g.healthy,
+                        mig: g.mig,
+                        published_by: g.published_by,
+                    })
+                    .collect();
+                (
+                    Node {
+                        name: node.name,
+                        labels: Vec::new(),
+                        gpus,
+                    },
+                    HostNode {
+                        labels: node.labels,
+                        uuids,
+                    },
+                )
+            })
+            .unzip();
+        HostSnapshot {
+            snapshot: Snapshot {
+                round: self.round,
+                models: self.models,
+                mig_profiles: self.mig_profiles,
+                namespaces: self.namespaces,
+                label_keys: Vec::new(),
+                nodes,
+                pending: self.pending,
+                running: self.running,
+                eligible_sets: self
+                    .eligible_sets
+                    .into_iter()
+                    .map(|set| bits::from_indices(node_count, set))
+                    .collect(),
+                candidate_sets: self.candidate_sets,
+                gangs: self.gangs,
+                tenants: self.tenants,
+                config: self.config,
+            },
+            nodes: names,
+        }
+    }
 }
 
 /// A snapshot file of another contract version.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "a snapshot of {found}, but this wasmgpu reads {CONTRACT} snapshots: export it again \
-     with this version's `wasmgpu policy snapshot` (or `generate-snapshot`), or use a \
-     wasmgpu of {found}"
+    "a snapshot of {found}, but this wasmgpu reads {CONTRACT} snapshots (and upgrades \
+     {PREVIOUS_CONTRACT} ones): export it again with this version's `wasmgpu policy \
+     snapshot` (or `generate-snapshot`), or use a wasmgpu of {found}"
 )]
 pub struct OtherContract {
     /// The version the file names.
@@ -34,135 +267,124 @@ pub struct OtherContract {
 }
 
 /// `snapshot` as the text of a snapshot file (JSON on one line).
-pub fn to_json(snapshot: Snapshot) -> serde_json::Result<String> {
-    serde_json::to_string(&SnapshotFile {
-        contract: Some(CONTRACT.to_owned()),
-        snapshot,
-    })
+pub fn to_json(snapshot: &HostSnapshot) -> serde_json::Result<String> {
+    serde_json::to_string(&SnapshotFile::of(snapshot))
 }
 
-/// Refuses the text of a snapshot file that names another contract. Text
-/// that is not a JSON object passes: parsing it says what is wrong.
-pub fn check(text: &str) -> Result<(), OtherContract> {
+/// The contract a file's text names, if it names one.
+fn named_contract(text: &str) -> Option<String> {
     #[derive(Deserialize)]
     struct Probe {
         contract: Option<serde_json::Value>,
     }
-    match serde_json::from_str::<Probe>(text) {
-        Ok(Probe {
-            contract: Some(found),
-        }) if found != CONTRACT => Err(OtherContract {
-            found: found
-                .as_str()
-                .map_or_else(|| found.to_string(), str::to_owned),
-        }),
+    let found = serde_json::from_str::<Probe>(text).ok()?.contract?;
+    Some(
+        found
+            .as_str()
+            .map_or_else(|| found.to_string(), str::to_owned),
+    )
+}
+
+/// Refuses the text of a snapshot file that names a contract this wasmgpu
+/// neither reads nor upgrades. Text that is not a JSON object passes:
+/// parsing it says what is wrong.
+pub fn check(text: &str) -> Result<(), OtherContract> {
+    match named_contract(text) {
+        Some(found) if found != CONTRACT && found != PREVIOUS_CONTRACT => {
+            Err(OtherContract { found })
+        }
         _ => Ok(()),
     }
 }
 
-/// A snapshot file's text, read: the snapshot, and whether the file was of
-/// the first form (see [`upgrade_first_form`]).
+/// An older form a file was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OldForm {
+    /// Contract 0.2 with snake_case keys and labels as pairs.
+    First,
+    /// Contract 0.2 ([`PREVIOUS_CONTRACT`]).
+    Previous,
+}
+
+impl OldForm {
+    /// How to say it to the reader.
+    pub fn describe(self) -> &'static str {
+        match self {
+            OldForm::First => "the first snapshot form (snake_case keys, contract 0.2)",
+            OldForm::Previous => "contract 0.2 (wasmgpu:policy@0.2.0)",
+        }
+    }
+}
+
+/// A snapshot file's text, read.
 #[derive(Debug)]
 pub struct Read {
     /// The snapshot.
-    pub snapshot: Snapshot,
-    /// The file had snake_case keys and labels as pairs, and was read as
-    /// today's camelCase form: write it again to keep it current.
-    pub first_form: bool,
+    pub snapshot: HostSnapshot,
+    /// Set when the file was of an older form, upgraded as it was read:
+    /// write it again to keep it current.
+    pub upgraded_from: Option<OldForm>,
 }
 
-/// Reads the text of a snapshot file of this contract: today's form
-/// (camelCase keys, labels as a map, `exclusive`/`shared`), or the first
-/// form (snake_case keys, labels as `[key, value]` pairs, `Exclusive`/`Shared`),
-/// which is upgraded and reported in [`Read::first_form`]. An error is the
-/// error of today's form, with its line and column.
+/// Reads the text of a snapshot file of this contract, or of an older form
+/// it upgrades (see [`Read::upgraded_from`]). An error is the error of
+/// today's form, with its line and column.
 pub fn read(text: &str) -> serde_json::Result<Read> {
-    let error = match serde_json::from_str::<Snapshot>(text) {
-        Ok(snapshot) => {
-            return Ok(Read {
-                snapshot,
-                first_form: false,
-            });
+    let named = named_contract(text);
+    let error = if named.as_deref() == Some(PREVIOUS_CONTRACT) {
+        None
+    } else {
+        match serde_json::from_str::<SnapshotFile>(text) {
+            Ok(file) => {
+                return Ok(Read {
+                    snapshot: file.into_host(),
+                    upgraded_from: None,
+                });
+            }
+            Err(error) => Some(error),
         }
-        Err(error) => error,
     };
-    let Ok(mut value) = serde_json::from_str::<serde_json::Value>(text) else {
-        return Err(error);
-    };
-    if !upgrade_first_form(&mut value) {
-        return Err(error);
+    let mut value = serde_json::from_str::<serde_json::Value>(text)?;
+    let first = crate::upgrade::first_form_to_previous(&mut value);
+    let previous = first || named.as_deref() == Some(PREVIOUS_CONTRACT) || looks_previous(&value);
+    if !previous {
+        return Err(error.expect("a file of today's form that failed to parse"));
     }
-    match serde_json::from_value(value) {
-        Ok(snapshot) => Ok(Read {
-            snapshot,
-            first_form: true,
+    crate::upgrade::previous_to_current(&mut value);
+    match serde_json::from_value::<SnapshotFile>(value) {
+        Ok(file) => Ok(Read {
+            snapshot: file.into_host(),
+            upgraded_from: Some(if first {
+                OldForm::First
+            } else {
+                OldForm::Previous
+            }),
         }),
-        Err(_) => Err(error),
+        Err(later) => Err(error.unwrap_or(later)),
     }
 }
 
-/// Rewrites a snapshot file of the first form into today's, in place: keys
-/// to camelCase, each node's labels from pairs to a map, sharing values to
-/// lower case. False (and nothing changed) when `value` is not of the first
-/// form. The policy's `config` is a string and stays as it is.
-pub fn upgrade_first_form(value: &mut serde_json::Value) -> bool {
-    use serde_json::Value;
-    let first_form = value.as_object().is_some_and(|top| {
-        ["mig_profiles", "eligible_sets"]
-            .iter()
-            .any(|key| top.contains_key(*key))
-    });
-    if !first_form {
+/// Whether an unversioned file is of the 0.2 shape (requests with their
+/// shape at the top, GPUs with `nvlinkPeers`, or `usage`).
+fn looks_previous(value: &serde_json::Value) -> bool {
+    let Some(top) = value.as_object() else {
         return false;
-    }
-    fn camel(key: &str) -> String {
-        let mut out = String::with_capacity(key.len());
-        let mut upper = false;
-        for c in key.chars() {
-            if c == '_' {
-                upper = true;
-            } else if upper {
-                out.extend(c.to_uppercase());
-                upper = false;
-            } else {
-                out.push(c);
-            }
-        }
-        out
-    }
-    fn walk(value: &mut Value) {
-        match value {
-            Value::Object(map) => {
-                let entries = std::mem::take(map);
-                for (key, mut inner) in entries {
-                    match (key.as_str(), &mut inner) {
-                        ("labels", Value::Array(pairs)) => {
-                            let labels = pairs
-                                .iter()
-                                .filter_map(|pair| match pair.as_array().map(Vec::as_slice) {
-                                    Some([Value::String(k), v]) => Some((k.clone(), v.clone())),
-                                    _ => None,
-                                })
-                                .collect::<serde_json::Map<_, _>>();
-                            inner = Value::Object(labels);
-                        }
-                        ("sharing", Value::String(sharing)) => *sharing = sharing.to_lowercase(),
-                        ("config", _) => {}
-                        _ => walk(&mut inner),
-                    }
-                    let mut key = camel(&key);
-                    if let Some(stem) = key.strip_suffix("Mib") {
-                        key = format!("{stem}MiB");
-                    }
-                    map.insert(key, inner);
-                }
-            }
-            Value::Array(items) => items.iter_mut().for_each(walk),
-            _ => {}
-        }
-    }
-    walk(value);
-    true
+    };
+    top.contains_key("usage")
+        || top
+            .get("pending")
+            .and_then(|p| p.as_array())
+            .is_some_and(|p| p.iter().any(|r| r.get("count").is_some()))
+        || top
+            .get("nodes")
+            .and_then(|n| n.as_array())
+            .is_some_and(|nodes| {
+                nodes.iter().any(|n| {
+                    n.get("gpus")
+                        .and_then(|g| g.as_array())
+                        .is_some_and(|g| g.iter().any(|g| g.get("nvlinkPeers").is_some()))
+                })
+            })
 }
 
 /// Why a snapshot file's text is not a snapshot a policy may see: the
@@ -191,9 +413,9 @@ impl Error {
     }
 }
 
-/// Reads a snapshot file's text ([`read`]: today's form or the first) of
-/// this contract ([`check`]), and holds it to the rules the controller's
-/// snapshots obey ([`crate::snapshot_check::check`]).
+/// Reads a snapshot file's text ([`read`]) of a contract this wasmgpu reads
+/// ([`check`]), and holds it to the rules the controller's snapshots obey
+/// ([`crate::snapshot_check::check`]).
 pub fn parse(text: &str) -> Result<Read, Error> {
     check(text)?;
     let read = read(text)?;
@@ -205,18 +427,19 @@ pub fn parse(text: &str) -> Result<Read, Error> {
 mod tests {
     use super::*;
 
+    const DEMO: &str = include_str!("../../../policies/snapshots/demo.json");
+
     #[test]
     fn files_name_their_contract_and_another_is_refused_naming_both() {
-        let demo = include_str!("../../../policies/snapshots/demo.json");
-        let snapshot: Snapshot = serde_json::from_str(demo).unwrap();
-        let text = to_json(snapshot.clone()).unwrap();
+        let demo = read(DEMO).unwrap();
+        assert_eq!(demo.upgraded_from, None, "the shipped demo is of today's form");
+        let text = to_json(&demo.snapshot).unwrap();
         assert!(
             text.starts_with(&format!("{{\"contract\":\"{CONTRACT}\",")),
             "{text}"
         );
         assert!(check(&text).is_ok());
-        let read: SnapshotFile = serde_json::from_str(&text).unwrap();
-        assert_eq!(read.snapshot, snapshot);
+        assert_eq!(read(&text).unwrap().snapshot, demo.snapshot);
 
         let old = text.replace(CONTRACT, "wasmgpu:policy@0.0.1");
         let error = check(&old).unwrap_err().to_string();
@@ -227,28 +450,31 @@ mod tests {
         );
         // Hand-written files carry no version; text that is not JSON is
         // left for the parser to explain.
-        assert!(check(demo).is_ok());
+        assert!(check(DEMO).is_ok());
         assert!(check("not json").is_ok());
     }
 
     #[test]
-    fn a_file_of_the_first_form_reads_as_todays_and_says_so() {
-        let demo = include_str!("../../../policies/snapshots/demo.json");
-        let today = read(demo).unwrap();
-        assert!(!today.first_form);
-        // The demo in the first form: snake_case keys, labels as pairs,
-        // sharing capitalised.
-        let old = crate::testing::first_form(demo);
+    fn files_of_older_forms_read_as_todays_and_say_so() {
+        let today = read(DEMO).unwrap().snapshot;
+        let previous = crate::testing::previous_form(&today);
+        assert!(previous.contains("\"nvlinkPeers\""), "{previous}");
+        let upgraded = read(&previous).unwrap();
+        assert_eq!(upgraded.upgraded_from, Some(OldForm::Previous));
+        assert_eq!(upgraded.snapshot, today);
+
+        let first = crate::testing::first_form(&previous);
         assert!(
-            old.contains("\"eligible_sets\"") && old.contains("\"Exclusive\""),
-            "{old}"
+            first.contains("\"eligible_sets\"") && first.contains("\"Exclusive\""),
+            "{first}"
         );
-        let upgraded = read(&old).unwrap();
-        assert!(upgraded.first_form);
-        assert_eq!(upgraded.snapshot, today.snapshot);
-        assert!(!today.snapshot.nodes[0].labels.is_empty());
+        let upgraded = read(&first).unwrap();
+        assert_eq!(upgraded.upgraded_from, Some(OldForm::First));
+        assert_eq!(upgraded.snapshot, today);
+        assert!(!today.nodes[0].labels.is_empty());
+
         // Today's form that is wrong keeps its own error, with its place.
-        let error = read(&demo.replacen("\"round\"", "\"rounds\"", 1)).unwrap_err();
+        let error = read(&DEMO.replacen("\"round\"", "\"rounds\"", 1)).unwrap_err();
         assert!(
             error.to_string().contains("missing field `round`"),
             "{error}"

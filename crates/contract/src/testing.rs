@@ -1,13 +1,18 @@
 //! Builders for snapshots in tests and benchmarks (of policies and of the host).
 //!
-//! GPU models and MIG profiles are indices into tables of the snapshot; the
-//! builders take names and keep one process-wide table of each, which
-//! [`snapshot`] (and [`refresh_tables`], after later edits) copies into the
-//! snapshot.
+//! GPU models, MIG profiles, namespaces and label keys are tables of the
+//! snapshot that entries index; the builders take names and keep one
+//! process-wide table of each, which [`snapshot`] (and [`refresh_tables`],
+//! after later edits) copies into the snapshot. GPUs built here are named
+//! as [`crate::HostSnapshot::from_snapshot`] names them: `GPU-{node}-{index}`,
+//! and `MIG-GPU-{node}-{index}-{k}` for the k-th instance of a GPU.
 
 use std::sync::Mutex;
 
-use crate::{Gang, Gpu, MigInstance, Node, Request, Sharing, Snapshot};
+use crate::{
+    Ask, Gang, Gpu, GpuShape, MigInstance, Node, PreemptionPolicy, Publisher, Request, Running,
+    Sharing, Snapshot,
+};
 
 /// The controller's own validator: the rules it applies to every decision a
 /// policy returns ([`crate::validate`]). `validate(&snapshot, &decisions)` gives
@@ -36,6 +41,8 @@ pub use crate::validate::{Deferred, Invalid, Placement, Refused, Verdict, descri
 
 static MODELS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static MIG_PROFILES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static NAMESPACES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static LABEL_KEYS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 fn intern(table: &Mutex<Vec<String>>, name: &str) -> u32 {
     let mut names = table.lock().unwrap_or_else(|e| e.into_inner());
@@ -58,32 +65,69 @@ pub fn mig_profile(name: &str) -> u32 {
     intern(&MIG_PROFILES, name)
 }
 
-/// Copies the model and profile tables into `snapshot` (after [`model`] or
-/// [`mig_profile`] named one the snapshot did not have yet).
-pub fn refresh_tables(snapshot: &mut Snapshot) {
-    snapshot.models = MODELS.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    snapshot.mig_profiles = MIG_PROFILES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+/// The index of namespace `name` in the snapshots these builders make.
+pub fn namespace(name: &str) -> u32 {
+    intern(&NAMESPACES, name)
 }
 
-/// A node named `name` with `gpus` identical GPUs, UUIDs `GPU-{name}-{i}`, all
-/// healthy and free, no NVLink.
+/// The index of label key `key` in the snapshots these builders make.
+pub fn label_key(key: &str) -> u32 {
+    intern(&LABEL_KEYS, key)
+}
+
+fn table(names: &Mutex<Vec<String>>) -> Vec<String> {
+    names.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Copies the tables into `snapshot` (after a builder named a model,
+/// profile, namespace or label key the snapshot did not have yet), and gives
+/// every node a value (or none) for each label key.
+pub fn refresh_tables(snapshot: &mut Snapshot) {
+    snapshot.models = table(&MODELS);
+    snapshot.mig_profiles = table(&MIG_PROFILES);
+    snapshot.namespaces = table(&NAMESPACES);
+    snapshot.label_keys = table(&LABEL_KEYS);
+    let keys = snapshot.label_keys.len();
+    for node in &mut snapshot.nodes {
+        node.labels.resize(keys, None);
+    }
+}
+
+/// The namespace of a pending request, by name.
+pub fn namespace_of<'s>(snapshot: &'s Snapshot, request: &Request) -> &'s str {
+    snapshot
+        .namespaces
+        .get(request.namespace as usize)
+        .map_or("?", String::as_str)
+}
+
+/// The GPU shape of a GPUResource request.
+///
+/// # Panics
+///
+/// When the request asks through DRA claims.
+pub fn shape(request: &mut Request) -> &mut GpuShape {
+    match &mut request.ask {
+        Ask::Gpus(shape) => shape,
+        Ask::Claims(_) => panic!("{} asks through DRA claims", request.pod),
+    }
+}
+
+/// A node named `name` with `gpus` identical GPUs (indices 0…), all healthy
+/// and free, no NVLink, published by the wasmgpu agent.
 pub fn node(name: &str, gpus: u32, model: &str, memory_mib: u64) -> Node {
     Node {
         name: name.to_owned(),
         labels: Vec::new(),
         gpus: (0..gpus)
-            .map(|i| gpu(&format!("GPU-{name}-{i}"), i, model, memory_mib))
+            .map(|i| gpu(i, model, memory_mib))
             .collect(),
     }
 }
 
-/// A healthy, free GPU.
-pub fn gpu(uuid: &str, index: u32, model: &str, memory_mib: u64) -> Gpu {
+/// A healthy, free GPU published by the wasmgpu agent.
+pub fn gpu(index: u32, model: &str, memory_mib: u64) -> Gpu {
     Gpu {
-        uuid: uuid.to_owned(),
         index,
         model: self::model(model),
         memory_mib,
@@ -91,14 +135,15 @@ pub fn gpu(uuid: &str, index: u32, model: &str, memory_mib: u64) -> Gpu {
         held: false,
         shared_owners: 0,
         numa_node: None,
-        nvlink_peers: Vec::new(),
+        nvlink: 0,
         healthy: true,
         mig: None,
+        published_by: Publisher::Agent,
     }
 }
 
 /// Adds `profiles` as MIG instances of the node's GPU at position `parent`
-/// (UUIDs `MIG-{parent uuid}-{k}`), each with `memory_mib`, right after the
+/// (named `MIG-GPU-{node}-{index}-{k}`), each with `memory_mib`, right after the
 /// parent's other instances. Positions of later GPUs shift; build MIG nodes
 /// last.
 pub fn with_mig(mut node: Node, parent: usize, profiles: &[(&str, u64)]) -> Node {
@@ -109,9 +154,8 @@ pub fn with_mig(mut node: Node, parent: usize, profiles: &[(&str, u64)]) -> Node
     }
     for (k, (profile, memory_mib)) in profiles.iter().enumerate() {
         let instance = Gpu {
-            uuid: format!("MIG-{}-{k}", base.uuid),
             memory_mib: *memory_mib,
-            nvlink_peers: Vec::new(),
+            nvlink: 0,
             mig: Some(MigInstance {
                 parent: parent as u32,
                 profile: mig_profile(profile),
@@ -133,14 +177,50 @@ pub fn gang(snapshot: &mut Snapshot, name: &str, min_member: u32, members: &[u32
         min_member,
         bound: 0,
         pending: members.to_vec(),
+        running: Vec::new(),
     });
     for &m in members {
         snapshot.pending[m as usize].gang = Some(index);
     }
 }
 
-/// The assignments among `decisions`, by name: `(pod, node, GPU UUIDs)`.
-/// Positions out of range read as `?`.
+/// Adds a running pod `pod` (`namespace/name`) of priority `priority` on the
+/// node at position `node`, holding the GPUs at positions `gpus`
+/// exclusively: they are marked held. Started at `started_ms`, evictable, not
+/// protected. Returns its position in `running`.
+pub fn running(
+    snapshot: &mut Snapshot,
+    pod: &str,
+    priority: i32,
+    node: u32,
+    gpus: &[u32],
+    started_ms: u64,
+) -> u32 {
+    let ns = pod.split_once('/').map_or("default", |(ns, _)| ns);
+    for &g in gpus {
+        let gpu = &mut snapshot.nodes[node as usize].gpus[g as usize];
+        gpu.held = true;
+        gpu.allocated_mib = gpu.memory_mib;
+    }
+    snapshot.running.push(Running {
+        pod: pod.to_owned(),
+        namespace: namespace(ns),
+        tenant: None,
+        priority,
+        node,
+        gpus: gpus.to_vec(),
+        shared_mib: 0,
+        started_ms,
+        gang: None,
+        evictable: true,
+        protected_ms: 0,
+    });
+    refresh_tables(snapshot);
+    (snapshot.running.len() - 1) as u32
+}
+
+/// The assignments among `decisions`, by name: `(pod, node, GPU names)`,
+/// GPUs named as in the module docs. Positions out of range read as `?`.
 pub fn assigned(
     snapshot: &Snapshot,
     decisions: &[crate::Decision],
@@ -158,8 +238,8 @@ pub fn assigned(
                     .gpus
                     .iter()
                     .map(|&g| {
-                        node.and_then(|n| n.gpus.get(g as usize))
-                            .map_or("?".to_owned(), |g| g.uuid.clone())
+                        node.and_then(|n| crate::host_snapshot::made_up_uuid(n, g))
+                            .unwrap_or_else(|| "?".to_owned())
                     })
                     .collect();
                 Some((
@@ -187,7 +267,9 @@ pub fn decision_for<'d>(
 pub fn with_full_nvlink(mut node: Node) -> Node {
     let count = node.gpus.len() as u32;
     for (i, gpu) in node.gpus.iter_mut().enumerate() {
-        gpu.nvlink_peers = (0..count).filter(|&j| j != i as u32).collect();
+        let index = gpu.index;
+        gpu.nvlink = crate::bits::nvlink_of((0..count).filter(|&j| j != index));
+        let _ = i;
     }
     node
 }
@@ -208,11 +290,8 @@ pub fn with_nvlink(mut node: Node, pairs: &[(u32, u32)]) -> Node {
             node.name
         );
         for (from, to) in [(a, b), (b, a)] {
-            let peers = &mut node.gpus[from as usize].nvlink_peers;
-            if !peers.contains(&to) {
-                peers.push(to);
-                peers.sort_unstable();
-            }
+            let index = node.gpus[to as usize].index;
+            node.gpus[from as usize].nvlink |= crate::bits::nvlink_of([index]);
         }
     }
     node
@@ -220,12 +299,15 @@ pub fn with_nvlink(mut node: Node, pairs: &[(u32, u32)]) -> Node {
 
 /// Sets labels `(key, value)` on the node, replacing the value of a key it
 /// already has: `with_labels(node, &[("topology.kubernetes.io/zone", "a")])`.
+/// The key joins the builders' label-key table (as if the policy had asked
+/// for it); [`snapshot`] gives every node a value or none for each key.
 pub fn with_labels(mut node: Node, labels: &[(&str, &str)]) -> Node {
     for &(key, value) in labels {
-        match node.labels.iter_mut().find(|(k, _)| k == key) {
-            Some((_, v)) => *v = value.to_owned(),
-            None => node.labels.push((key.to_owned(), value.to_owned())),
+        let at = label_key(key) as usize;
+        if node.labels.len() <= at {
+            node.labels.resize(at + 1, None);
         }
+        node.labels[at] = Some(value.to_owned());
     }
     node
 }
@@ -234,39 +316,35 @@ pub fn with_labels(mut node: Node, labels: &[(&str, &str)]) -> Node {
 /// no model constraint, priority 0, created at 0, eligible on every node (set
 /// 0 of [`snapshot`]).
 pub fn request(pod: &str, count: u32, sharing: Sharing, memory_mib: u64) -> Request {
-    let namespace = pod
-        .split_once('/')
-        .map_or("default", |(ns, _)| ns)
-        .to_owned();
+    let ns = pod.split_once('/').map_or("default", |(ns, _)| ns);
     Request {
         pod: pod.to_owned(),
-        resource: format!("{namespace}/gpus"),
-        namespace,
-        count,
-        model: None,
-        mig_profile: None,
-        memory_mib,
-        sharing,
+        namespace: namespace(ns),
+        tenant: None,
         priority: 0,
+        preemption: PreemptionPolicy::PreemptLowerPriority,
         created_ms: 0,
         eligible_set: 0,
         gang: None,
+        ask: Ask::Gpus(GpuShape {
+            count,
+            model: None,
+            mig_profile: None,
+            memory_mib,
+            sharing,
+        }),
     }
 }
 
 /// A snapshot of `nodes` and `pending` whose eligible set 0 is every node.
 pub fn snapshot(nodes: Vec<Node>, pending: Vec<Request>) -> Snapshot {
-    let all: Vec<u32> = (0..nodes.len() as u32).collect();
+    let all = crate::bits::from_indices(nodes.len(), 0..nodes.len() as u32);
     let mut snapshot = Snapshot {
         round: 1,
-        models: Vec::new(),
-        mig_profiles: Vec::new(),
         nodes,
         pending,
         eligible_sets: vec![all],
-        gangs: Vec::new(),
-        usage: Vec::new(),
-        config: String::new(),
+        ..Snapshot::default()
     };
     refresh_tables(&mut snapshot);
     snapshot
@@ -275,7 +353,10 @@ pub fn snapshot(nodes: Vec<Node>, pending: Vec<Request>) -> Snapshot {
 /// Restricts pending request `pod` (by position) to `nodes`, through a new
 /// eligible set.
 pub fn restrict(snapshot: &mut Snapshot, pod: usize, nodes: &[u32]) {
-    snapshot.eligible_sets.push(nodes.to_vec());
+    let len = snapshot.nodes.len();
+    snapshot
+        .eligible_sets
+        .push(crate::bits::from_indices(len, nodes.iter().copied()));
     snapshot.pending[pod].eligible_set = (snapshot.eligible_sets.len() - 1) as u32;
 }
 
@@ -301,18 +382,18 @@ pub fn large(nodes: u32, pods: u32) -> Snapshot {
                 with_full_nvlink(node(&name, 8, "NVIDIA H100 80GB HBM3", 81559))
             } else {
                 let mut node = node(&name, 8, "NVIDIA A100-SXM4-40GB", 40960);
-                for (i, gpu) in node.gpus.iter_mut().enumerate() {
-                    gpu.nvlink_peers.push(i as u32 ^ 1);
+                for gpu in &mut node.gpus {
+                    gpu.nvlink = crate::bits::nvlink_of([gpu.index ^ 1]);
                 }
                 node
             };
-            node.labels = vec![
-                ("kubernetes.io/hostname".into(), name.clone()),
-                (
-                    "topology.kubernetes.io/zone".into(),
-                    format!("zone-{}", n % 3),
-                ),
-            ];
+            node = with_labels(
+                node,
+                &[
+                    ("kubernetes.io/hostname", &name),
+                    ("topology.kubernetes.io/zone", &format!("zone-{}", n % 3)),
+                ],
+            );
             for (i, gpu) in node.gpus.iter_mut().enumerate() {
                 gpu.numa_node = Some(i as u32 / 4);
                 match next() % 8 {
@@ -352,7 +433,7 @@ pub fn large(nodes: u32, pods: u32) -> Snapshot {
                 sharing,
                 memory,
             );
-            r.model = match (roll >> 24) % 6 {
+            shape(&mut r).model = match (roll >> 24) % 6 {
                 0 => Some("NVIDIA H100*".into()),
                 1 => Some("*A100*".into()),
                 _ => None,
@@ -362,8 +443,13 @@ pub fn large(nodes: u32, pods: u32) -> Snapshot {
             r
         })
         .collect();
-    let zones: Vec<Vec<u32>> = (0..3)
-        .map(|z| (0..node_count).filter(|n| n % 3 == z).collect())
+    let zones: Vec<Vec<u64>> = (0..3)
+        .map(|z| {
+            crate::bits::from_indices(
+                node_count as usize,
+                (0..node_count).filter(|n| n % 3 == z),
+            )
+        })
         .collect();
     let mut snapshot = snapshot(nodes, pending);
     snapshot.eligible_sets.extend(zones);
@@ -439,5 +525,64 @@ pub fn first_form(today: &str) -> String {
     }
     let mut value: Value = serde_json::from_str(today).expect("a snapshot file's JSON");
     walk(&mut value);
+    value.to_string()
+}
+
+/// `today`, a host snapshot, as the text of a 0.2 snapshot file (GPUs with
+/// `nvlinkPeers` positions, requests with their shape at the top, namespaces
+/// by name, `usage`): what tests of the upgrade read. Only what 0.2 could
+/// say survives: running pods, tenants and DRA claims are left out.
+pub fn previous_form(today: &crate::HostSnapshot) -> String {
+    use serde_json::{Value, json};
+    let mut value: Value =
+        serde_json::to_value(crate::snapshot_file::SnapshotFile::of(today)).expect("JSON");
+    let top = value.as_object_mut().expect("an object");
+    top.insert(
+        "contract".into(),
+        json!(crate::snapshot_file::PREVIOUS_CONTRACT),
+    );
+    let namespaces = top.remove("namespaces").unwrap_or(json!([]));
+    for key in ["running", "candidateSets", "tenants"] {
+        top.remove(key);
+    }
+    top.insert("usage".into(), json!([]));
+    for node in top["nodes"].as_array_mut().expect("nodes") {
+        let gpus = node["gpus"].as_array_mut().expect("gpus");
+        let whole: Vec<(u64, usize)> = gpus
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g["mig"].is_null())
+            .map(|(p, g)| (g["index"].as_u64().expect("index"), p))
+            .collect();
+        for gpu in gpus {
+            let gpu = gpu.as_object_mut().expect("a GPU");
+            gpu.remove("publishedBy");
+            let peers: Vec<usize> = gpu
+                .remove("nvlink")
+                .and_then(|v| v.as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|i| whole.iter().find(|(x, _)| Some(*x) == i.as_u64()))
+                .map(|&(_, p)| p)
+                .collect();
+            gpu.insert("nvlinkPeers".into(), json!(peers));
+        }
+    }
+    for request in top["pending"].as_array_mut().expect("pending") {
+        let request = request.as_object_mut().expect("a request");
+        let ns = namespaces[request["namespace"].as_u64().expect("an index") as usize].clone();
+        request.insert("resource".into(), json!(format!("{}/gpus", ns.as_str().unwrap_or(""))));
+        request.insert("namespace".into(), ns);
+        request.remove("preemption");
+        request.remove("tenant");
+        if let Some(Value::Object(mut ask)) = request.remove("ask") {
+            if let Some(Value::Object(shape)) = ask.remove("gpus") {
+                request.extend(shape);
+            }
+        }
+    }
+    for gang in top["gangs"].as_array_mut().expect("gangs") {
+        gang.as_object_mut().expect("a gang").remove("running");
+    }
     value.to_string()
 }
