@@ -62,7 +62,9 @@ pub fn nvlink_of(indices: impl IntoIterator<Item = u32>) -> u64 {
 
 /// The GPU indices of an NVLink set, ascending.
 pub fn nvlink_indices(set: u64) -> impl Iterator<Item = u32> {
-    indices(std::slice::from_ref(&set)).collect::<Vec<_>>().into_iter()
+    indices(std::slice::from_ref(&set))
+        .collect::<Vec<_>>()
+        .into_iter()
 }
 
 #[cfg(test)]

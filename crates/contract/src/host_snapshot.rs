@@ -128,7 +128,11 @@ mod tests {
         let mut host = HostSnapshot::from_snapshot(snapshot(
             vec![
                 node("a", 1, "NVIDIA L4", 23034),
-                with_mig(node("b", 2, "NVIDIA A100", 40960), 0, &[("1g.5gb", 4864); 2]),
+                with_mig(
+                    node("b", 2, "NVIDIA A100", 40960),
+                    0,
+                    &[("1g.5gb", 4864); 2],
+                ),
             ],
             vec![],
         ));
@@ -143,7 +147,12 @@ mod tests {
         assert_eq!(snap.label_keys, keys);
         assert_eq!(snap.nodes[0].labels, [Some("z1".into()), Some("r1".into())]);
         assert_eq!(snap.nodes[1].labels, [Some("z2".into()), None]);
-        assert!(host.for_policy(&[]).nodes.iter().all(|n| n.labels.is_empty()));
+        assert!(
+            host.for_policy(&[])
+                .nodes
+                .iter()
+                .all(|n| n.labels.is_empty())
+        );
         assert_eq!(host.uuid(1, 0), Some("GPU-b-0"));
         assert_eq!(host.uuid(1, 2), Some("MIG-GPU-b-0-1"));
         assert_eq!(host.uuid(1, 3), Some("GPU-b-1"));

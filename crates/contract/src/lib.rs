@@ -21,25 +21,32 @@
 //! Pure and synchronous: no I/O, no clock; it compiles to `wasm32-wasip2`.
 #![forbid(unsafe_code)]
 
+pub mod bits;
 mod decision;
 mod glob;
-mod labels;
+pub mod host_snapshot;
 pub mod snapshot_check;
 pub mod snapshot_file;
 pub mod testing;
 pub mod types;
+mod upgrade;
 pub mod validate;
 
-pub use decision::{assign, info, reject, wait};
+pub use decision::{assign, info, preempt, reject, wait};
 pub use glob::glob_match;
+pub use host_snapshot::{HostNode, HostSnapshot};
 pub use types::{
-    Assignment, Decision, Deferral, Gang, Gpu, Info, MigInstance, Node, Request, Sharing, Snapshot,
-    Usage,
+    Alternative, Ask, Assignment, AttributeValue, Claim, ClaimChoice, ClaimRequest, Constraint,
+    Decision, Deferral, Gang, Gpu, GpuRef, GpuShape, Info, MigInstance, Node, Preemption,
+    PreemptionPolicy, Publisher, Request, Running, Sharing, Snapshot, Tenant,
 };
-pub use validate::{Deferred, Invalid, Placement, Refused, Verdict, describe};
+pub use validate::{
+    Deferred, Invalid, Placement, Preempting, Refused, Verdict, describe, describe_host,
+    validate_host,
+};
 
 /// The contract this crate describes, as components and snapshot files name it.
-pub const CONTRACT: &str = "wasmgpu:policy@0.2.0";
+pub const CONTRACT: &str = "wasmgpu:policy@0.3.0";
 
 /// The most GPUs (or MIG instances) one request may ask for, all on one node.
 pub const MAX_COUNT: u32 = 16;

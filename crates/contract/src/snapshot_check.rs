@@ -19,7 +19,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::types::{Gpu, Node, Request, Sharing, Snapshot};
+use crate::HostSnapshot;
+use crate::types::{Ask, Gpu, GpuShape, Node, Request, Sharing, Snapshot};
 use crate::{MAX_COUNT, NAME_BYTES};
 
 /// The most memory of one GPU (or one request on it) a snapshot may name:
@@ -41,9 +42,22 @@ pub struct SnapshotError {
 
 /// Checks `snapshot` against the rules in the module docs; the first
 /// violation is the error.
-pub fn check(snapshot: &Snapshot) -> Result<(), SnapshotError> {
+pub fn check(host: &HostSnapshot) -> Result<(), SnapshotError> {
+    let snapshot = &host.snapshot;
     let mut node_names: HashMap<&str, usize> = HashMap::new();
     let mut uuid_to_place: HashMap<&str, String> = HashMap::new();
+    if host.nodes.len() != snapshot.nodes.len() {
+        return fail("nodes".into(), "every node needs its labels and UUIDs");
+    }
+    let mut namespaces: HashMap<&str, usize> = HashMap::new();
+    for (i, ns) in snapshot.namespaces.iter().enumerate() {
+        if let Some(first) = namespaces.insert(ns, i) {
+            return fail(
+                format!("namespaces[{i}]"),
+                format!("repeats namespaces[{first}]"),
+            );
+        }
+    }
     for (n, node) in snapshot.nodes.iter().enumerate() {
         let at = format!("nodes[{n}] ({:?})", node.name);
         if node.name.trim().is_empty() {
@@ -53,24 +67,50 @@ pub fn check(snapshot: &Snapshot) -> Result<(), SnapshotError> {
         if let Some(first) = node_names.insert(&node.name, n) {
             return fail(format!("{at}.name"), format!("repeats nodes[{first}].name"));
         }
-        check_gpus(snapshot, node, &at, &mut uuid_to_place)?;
+        check_gpus(
+            snapshot,
+            node,
+            &host.nodes[n].uuids,
+            &at,
+            &mut uuid_to_place,
+        )?;
     }
     let sets = snapshot.eligible_sets.len();
     for (s, set) in snapshot.eligible_sets.iter().enumerate() {
-        for (i, &node) in set.iter().enumerate() {
-            let at = format!("eligibleSets[{s}][{i}]");
-            if node as usize >= snapshot.nodes.len() {
-                return fail(
-                    at,
-                    format!(
-                        "node index {node} is out of range ({} nodes)",
-                        snapshot.nodes.len()
-                    ),
-                );
+        if let Some(node) = crate::bits::indices(set).find(|&n| n as usize >= snapshot.nodes.len())
+        {
+            return fail(
+                format!("eligibleSets[{s}]"),
+                format!(
+                    "node index {node} is out of range ({} nodes)",
+                    snapshot.nodes.len()
+                ),
+            );
+        }
+    }
+    for (c, set) in snapshot.candidate_sets.iter().enumerate() {
+        for (i, d) in set.iter().enumerate() {
+            let at = format!("candidateSets[{c}][{i}]");
+            if snapshot
+                .nodes
+                .get(d.node as usize)
+                .is_none_or(|n| d.gpu as usize >= n.gpus.len())
+            {
+                return fail(at, format!("no GPU {} on node {}", d.gpu, d.node));
             }
-            if i > 0 && set[i - 1] >= node {
-                return fail(at, "node indices must be sorted, each once");
+            if i > 0 && set[i - 1] >= *d {
+                return fail(at, "candidates must be sorted by node then GPU, each once");
             }
+        }
+    }
+    check_running(snapshot)?;
+    let mut tenant_names: HashMap<&str, usize> = HashMap::new();
+    for (t, tenant) in snapshot.tenants.iter().enumerate() {
+        if let Some(first) = tenant_names.insert(&tenant.name, t) {
+            return fail(
+                format!("tenants[{t}] ({:?}).name", tenant.name),
+                format!("repeats tenants[{first}].name"),
+            );
         }
     }
     let mut pods: HashMap<&str, usize> = HashMap::new();
@@ -80,7 +120,7 @@ pub fn check(snapshot: &Snapshot) -> Result<(), SnapshotError> {
         if let Some(first) = pods.insert(&request.pod, p) {
             return fail(format!("{at}.pod"), format!("repeats pending[{first}].pod"));
         }
-        check_request(request, &at, sets, snapshot.gangs.len())?;
+        check_request(snapshot, request, &at, sets)?;
     }
     let mut gang_names: HashMap<&str, usize> = HashMap::new();
     for g in 0..snapshot.gangs.len() {
@@ -96,12 +136,62 @@ pub fn check(snapshot: &Snapshot) -> Result<(), SnapshotError> {
             );
         }
     }
-    let mut namespaces: HashMap<&str, usize> = HashMap::new();
-    for (u, usage) in snapshot.usage.iter().enumerate() {
-        if let Some(first) = namespaces.insert(&usage.namespace, u) {
+    Ok(())
+}
+
+fn check_running(snapshot: &Snapshot) -> Result<(), SnapshotError> {
+    for (r, running) in snapshot.running.iter().enumerate() {
+        let at = format!("running[{r}] ({:?})", running.pod);
+        too_long(&running.pod, || format!("running[{r}].pod"))?;
+        if running.namespace as usize >= snapshot.namespaces.len() {
             return fail(
-                format!("usage[{u}] ({:?}).namespace", usage.namespace),
-                format!("repeats usage[{first}].namespace"),
+                format!("{at}.namespace"),
+                format!(
+                    "{} is out of range ({} namespaces)",
+                    running.namespace,
+                    snapshot.namespaces.len()
+                ),
+            );
+        }
+        let Some(node) = snapshot.nodes.get(running.node as usize) else {
+            return fail(
+                format!("{at}.node"),
+                format!(
+                    "{} is out of range ({} nodes)",
+                    running.node,
+                    snapshot.nodes.len()
+                ),
+            );
+        };
+        if let Some(g) = running
+            .gpus
+            .iter()
+            .find(|&&g| g as usize >= node.gpus.len())
+        {
+            return fail(
+                format!("{at}.gpus"),
+                format!(
+                    "{g} is out of range (node {:?} has {} GPUs)",
+                    node.name,
+                    node.gpus.len()
+                ),
+            );
+        }
+        if running
+            .tenant
+            .is_some_and(|t| t as usize >= snapshot.tenants.len())
+        {
+            return fail(format!("{at}.tenant"), "is out of range");
+        }
+        if let Some(g) = running.gang
+            && snapshot
+                .gangs
+                .get(g as usize)
+                .is_none_or(|gang| !gang.running.contains(&(r as u32)))
+        {
+            return fail(
+                format!("{at}.gang"),
+                format!("gangs[{g}].running does not list this pod ({r})"),
             );
         }
     }
@@ -143,10 +233,21 @@ fn check_gang<'a>(
             format!("must be at most {MAX_MEMBERS}, got {}", gang.bound),
         );
     }
-    if gang.pending.is_empty() {
+    if gang.pending.is_empty() && gang.running.is_empty() {
         return fail(
             format!("{at}.pending"),
-            "lists no member: a snapshot holds a gang only while one of its members waits",
+            "lists no member: a snapshot holds a gang only while one of its members waits or runs",
+        );
+    }
+    if let Some(&r) = gang.running.iter().find(|&&r| {
+        snapshot
+            .running
+            .get(r as usize)
+            .is_none_or(|p| p.gang != Some(g as u32))
+    }) {
+        return fail(
+            format!("{at}.running"),
+            format!("{r} is not a running pod whose gang is {g}"),
         );
     }
     let mut listed: HashMap<u32, usize> = HashMap::new();
@@ -165,12 +266,13 @@ fn check_gang<'a>(
                 format!("{p} is not a pending request whose gang is {g}"),
             );
         };
-        if request.namespace != namespace {
+        let theirs = namespace_name(snapshot, request.namespace);
+        if theirs != namespace {
             return fail(
                 at,
                 format!(
-                    "{p} ({:?}) is in namespace {:?}: a gang's members are in its PodGroup's namespace ({namespace:?})",
-                    request.pod, request.namespace
+                    "{p} ({:?}) is in namespace {theirs:?}: a gang's members are in its PodGroup's namespace ({namespace:?})",
+                    request.pod
                 ),
             );
         }
@@ -178,22 +280,32 @@ fn check_gang<'a>(
     Ok(())
 }
 
+/// The namespace at `index` of the table, or `?`.
+fn namespace_name(snapshot: &Snapshot, index: u32) -> &str {
+    snapshot
+        .namespaces
+        .get(index as usize)
+        .map_or("?", String::as_str)
+}
+
 fn check_gpus<'a>(
     snapshot: &Snapshot,
-    node: &'a Node,
+    node: &Node,
+    uuids: &'a [String],
     node_at: &str,
     uuid_to_place: &mut HashMap<&'a str, String>,
 ) -> Result<(), SnapshotError> {
+    if uuids.len() != node.gpus.len() {
+        return fail(format!("{node_at}.gpus"), "every GPU needs a UUID");
+    }
     let mut indices: HashMap<u32, usize> = HashMap::new();
     for (g, gpu) in node.gpus.iter().enumerate() {
-        let at = format!("{node_at}.gpus[{g}] ({:?})", gpu.uuid);
-        if gpu.uuid.trim().is_empty() {
+        let uuid = &uuids[g];
+        let at = format!("{node_at}.gpus[{g}] ({uuid:?})");
+        if uuid.trim().is_empty() {
             return fail(format!("{node_at}.gpus[{g}].uuid"), "must not be empty");
         }
-        too_long(&gpu.uuid, || format!("{node_at}.gpus[{g}].uuid"))?;
-        if let Some(first) = uuid_to_place.insert(&gpu.uuid, format!("{node_at}.gpus[{g}]")) {
-            return fail(format!("{at}.uuid"), format!("repeats {first}.uuid"));
-        }
+        too_long(uuid, || format!("{node_at}.gpus[{g}].uuid"))?;
         if gpu.model as usize >= snapshot.models.len() {
             return fail(
                 format!("{at}.model"),
@@ -251,12 +363,29 @@ fn check_gpus<'a>(
                 }
             }
         }
-        check_gpu(gpu, &at, node.gpus.len(), g)?;
+        if let Some(first) = uuid_to_place.insert(uuid, format!("{node_at}.gpus[{g}]")) {
+            return fail(format!("{at}.uuid"), format!("repeats {first}.uuid"));
+        }
+        check_gpu(gpu, &at)?;
+    }
+    for (g, gpu) in node.gpus.iter().enumerate() {
+        for peer in crate::bits::nvlink_indices(gpu.nvlink) {
+            let at = format!("{node_at}.gpus[{g}] ({:?}).nvlink", uuids[g]);
+            if !indices.contains_key(&peer) {
+                return fail(
+                    at,
+                    format!("{peer} is not the index of a whole GPU of the node"),
+                );
+            }
+            if peer == gpu.index && gpu.mig.is_none() {
+                return fail(at, format!("{peer} is the GPU itself"));
+            }
+        }
     }
     Ok(())
 }
 
-fn check_gpu(gpu: &Gpu, at: &str, gpus: usize, position: usize) -> Result<(), SnapshotError> {
+fn check_gpu(gpu: &Gpu, at: &str) -> Result<(), SnapshotError> {
     memory_in_range(gpu.memory_mib, at)?;
     if gpu.allocated_mib > gpu.memory_mib {
         return fail(
@@ -287,39 +416,65 @@ fn check_gpu(gpu: &Gpu, at: &str, gpus: usize, position: usize) -> Result<(), Sn
             );
         }
     }
-    for (i, &peer) in gpu.nvlink_peers.iter().enumerate() {
-        let at = format!("{at}.nvlinkPeers[{i}]");
-        if peer as usize >= gpus {
-            return fail(
-                at,
-                format!("{peer} is out of range (positions in the node's gpus, {gpus} GPUs)"),
-            );
-        }
-        if peer as usize == position {
-            return fail(at, format!("{peer} is the GPU itself"));
-        }
-    }
     Ok(())
 }
 
 fn check_request(
+    snapshot: &Snapshot,
     request: &Request,
     at: &str,
     sets: usize,
-    gangs: usize,
 ) -> Result<(), SnapshotError> {
+    if request.namespace as usize >= snapshot.namespaces.len() {
+        return fail(
+            format!("{at}.namespace"),
+            format!(
+                "{} is out of range ({} namespaces)",
+                request.namespace,
+                snapshot.namespaces.len()
+            ),
+        );
+    }
+    let namespace = namespace_name(snapshot, request.namespace);
     match request.pod.split_once('/') {
-        Some((namespace, name)) if namespace == request.namespace && !name.is_empty() => {}
+        Some((ns, name)) if ns == namespace && !name.is_empty() => {}
         _ => {
             return fail(
                 format!("{at}.pod"),
-                format!(
-                    "must be namespace/name with the request's namespace ({:?})",
-                    request.namespace
-                ),
+                format!("must be namespace/name with the request's namespace ({namespace:?})"),
             );
         }
     }
+    if request
+        .tenant
+        .is_some_and(|t| t as usize >= snapshot.tenants.len())
+    {
+        return fail(format!("{at}.tenant"), "is out of range");
+    }
+    let gangs = snapshot.gangs.len();
+    match &request.ask {
+        Ask::Gpus(shape) => check_shape(shape, &format!("{at}.ask.gpus"))?,
+        Ask::Claims(claims) => {
+            for (c, claim) in claims.iter().enumerate() {
+                for (r, req) in claim.requests.iter().enumerate() {
+                    for (k, alt) in req.alternatives.iter().enumerate() {
+                        if alt.candidates as usize >= snapshot.candidate_sets.len() {
+                            return fail(
+                                format!(
+                                    "{at}.ask.claims[{c}].requests[{r}].alternatives[{k}].candidates"
+                                ),
+                                "is out of range",
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    check_membership(request, at, sets, gangs)
+}
+
+fn check_shape(request: &GpuShape, at: &str) -> Result<(), SnapshotError> {
     if !(1..=MAX_COUNT).contains(&request.count) {
         return fail(
             format!("{at}.count"),
@@ -359,6 +514,15 @@ fn check_request(
             "a MIG request is exclusive: MIG instances are not shared",
         );
     }
+    Ok(())
+}
+
+fn check_membership(
+    request: &Request,
+    at: &str,
+    sets: usize,
+    gangs: usize,
+) -> Result<(), SnapshotError> {
     if let Some(g) = request.gang
         && g as usize >= gangs
     {
@@ -412,7 +576,7 @@ fn fail(at: String, reason: impl fmt::Display) -> Result<(), SnapshotError> {
 mod tests {
     use super::*;
     use crate::Sharing as S;
-    use crate::testing::{node, request, snapshot};
+    use crate::testing::{namespace, node, refresh_tables, request, shape, snapshot};
 
     fn valid() -> Snapshot {
         let mut a = node("a", 4, "NVIDIA H100 80GB HBM3", 81920);
@@ -420,8 +584,8 @@ mod tests {
         a.gpus[0].allocated_mib = 81920;
         a.gpus[1].shared_owners = 2;
         a.gpus[1].allocated_mib = 16384;
-        a.gpus[2].nvlink_peers = vec![3];
-        a.gpus[3].nvlink_peers = vec![2];
+        a.gpus[2].nvlink = 1 << 3;
+        a.gpus[3].nvlink = 1 << 2;
         snapshot(
             vec![a, node("b", 2, "NVIDIA L4", 23034)],
             vec![
@@ -445,6 +609,7 @@ mod tests {
             min_member,
             bound: 0,
             pending: members.to_vec(),
+            running: Vec::new(),
         };
         change(&mut gang);
         for &p in members {
@@ -457,14 +622,26 @@ mod tests {
     fn error(change: impl FnOnce(&mut Snapshot)) -> String {
         let mut snap = valid();
         change(&mut snap);
-        check(&snap).expect_err("invalid").to_string()
+        check(&HostSnapshot::from_snapshot(snap))
+            .expect_err("invalid")
+            .to_string()
     }
 
     #[test]
     fn a_snapshot_like_the_controllers_passes() {
-        assert_eq!(check(&valid()), Ok(()));
+        assert_eq!(check(&HostSnapshot::from_snapshot(valid())), Ok(()));
         let large: Snapshot = crate::testing::large(30, 50);
-        assert_eq!(check(&large), Ok(()));
+        assert_eq!(check(&HostSnapshot::from_snapshot(large)), Ok(()));
+    }
+
+    #[test]
+    fn uuids_are_unique_across_nodes() {
+        let mut host = HostSnapshot::from_snapshot(valid());
+        host.nodes[1].uuids[0] = "GPU-a-2".into();
+        assert_eq!(
+            check(&host).unwrap_err().to_string(),
+            "nodes[1] (\"b\").gpus[0] (\"GPU-a-2\").uuid: repeats nodes[0] (\"a\").gpus[2].uuid"
+        );
     }
 
     #[test]
@@ -476,12 +653,8 @@ mod tests {
                 "nodes[1] (\"a\").name: repeats nodes[0].name",
             ),
             (
-                Box::new(|s| s.nodes[1].gpus[0].uuid = "GPU-a-2".into()),
-                "nodes[1] (\"b\").gpus[0] (\"GPU-a-2\").uuid: repeats nodes[0] (\"a\").gpus[2].uuid",
-            ),
-            (
                 Box::new(|s| s.nodes[1].gpus[1].index = 0),
-                ".gpus[1] (\"GPU-b-1\").index: 0 repeats gpus[0].index",
+                ".gpus[1] (\"GPU-b-0\").index: 0 repeats gpus[0].index",
             ),
             (
                 Box::new(|s| s.nodes[0].gpus[2].allocated_mib = 90000),
@@ -496,20 +669,16 @@ mod tests {
                 ".gpus[0] (\"GPU-a-0\").allocatedMiB: a GPU held exclusively has all its memory",
             ),
             (
-                Box::new(|s| s.nodes[0].gpus[2].nvlink_peers = vec![3, 4]),
-                ".gpus[2] (\"GPU-a-2\").nvlinkPeers[1]: 4 is out of range",
+                Box::new(|s| s.nodes[0].gpus[2].nvlink = 1 << 3 | 1 << 4),
+                ".gpus[2] (\"GPU-a-2\").nvlink: 4 is not the index of a whole GPU of the node",
             ),
             (
-                Box::new(|s| s.nodes[0].gpus[2].nvlink_peers = vec![2]),
-                "nvlinkPeers[0]: 2 is the GPU itself",
+                Box::new(|s| s.nodes[0].gpus[2].nvlink = 1 << 2),
+                "nvlink: 2 is the GPU itself",
             ),
             (
-                Box::new(|s| s.eligible_sets[0] = vec![0, 2]),
-                "eligibleSets[0][1]: node index 2 is out of range (2 nodes)",
-            ),
-            (
-                Box::new(|s| s.eligible_sets[0] = vec![1, 0]),
-                "eligibleSets[0][1]: node indices must be sorted",
+                Box::new(|s| s.eligible_sets[0] = crate::bits::from_indices(3, [0, 2])),
+                "eligibleSets[0]: node index 2 is out of range (2 nodes)",
             ),
             (
                 Box::new(|s| s.nodes[1].name = "b".repeat(513)),
@@ -528,20 +697,20 @@ mod tests {
                 "pending[1] (\"other/y\").pod: must be namespace/name with the request's namespace (\"ns\")",
             ),
             (
-                Box::new(|s| s.pending[0].count = 0),
-                "pending[0] (\"ns/x\").count: must be 1 to 16, got 0",
+                Box::new(|s| shape(&mut s.pending[0]).count = 0),
+                "pending[0] (\"ns/x\").ask.gpus.count: must be 1 to 16, got 0",
             ),
             (
-                Box::new(|s| s.pending[0].count = 17),
-                "pending[0] (\"ns/x\").count: must be 1 to 16, got 17",
+                Box::new(|s| shape(&mut s.pending[0]).count = 17),
+                "pending[0] (\"ns/x\").ask.gpus.count: must be 1 to 16, got 17",
             ),
             (
-                Box::new(|s| s.pending[0].model = Some(" ".into())),
-                "pending[0] (\"ns/x\").model: must not be empty",
+                Box::new(|s| shape(&mut s.pending[0]).model = Some(" ".into())),
+                "pending[0] (\"ns/x\").ask.gpus.model: must not be empty",
             ),
             (
-                Box::new(|s| s.pending[1].memory_mib = 0),
-                "pending[1] (\"ns/y\").memoryMiB: a shared request",
+                Box::new(|s| shape(&mut s.pending[1]).memory_mib = 0),
+                "pending[1] (\"ns/y\").ask.gpus.memoryMiB: a shared request",
             ),
             (
                 Box::new(|s| s.nodes[0].gpus[1].model = 9),
@@ -558,15 +727,15 @@ mod tests {
                         profile: 0,
                     })
                 }),
-                ".gpus[1] (\"GPU-b-1\").mig.parent: 1 must be the position of a whole GPU listed before",
+                ".gpus[1] (\"MIG-GPU-b-1-0\").mig.parent: 1 must be the position of a whole GPU listed before",
             ),
             (
                 Box::new(|s| s.pending[0].eligible_set = 1),
                 "pending[0] (\"ns/x\").eligibleSet: 1 is out of range (1 eligibleSets)",
             ),
             (
-                Box::new(|s| s.pending[1].memory_mib = u64::MAX - 1),
-                "pending[1] (\"ns/y\").memoryMiB: 18446744073709551614 is more than any GPU has",
+                Box::new(|s| shape(&mut s.pending[1]).memory_mib = u64::MAX - 1),
+                "pending[1] (\"ns/y\").ask.gpus.memoryMiB: 18446744073709551614 is more than any GPU has",
             ),
             (
                 Box::new(|s| s.nodes[1].gpus[0].memory_mib = 1 << 40),
@@ -581,7 +750,7 @@ mod tests {
                         profile: 0,
                     });
                 }),
-                ".gpus[1] (\"GPU-b-1\").healthy: true under an unhealthy parent (gpus[0])",
+                ".gpus[1] (\"MIG-GPU-b-1-0\").healthy: true under an unhealthy parent (gpus[0])",
             ),
             (
                 Box::new(|s| gang_of(s, "ns/train", 2, &[0, 1], |g| g.pending = vec![0, 0])),
@@ -590,7 +759,8 @@ mod tests {
             (
                 Box::new(|s| {
                     s.pending[1].pod = "lab/y".into();
-                    s.pending[1].namespace = "lab".into();
+                    s.pending[1].namespace = namespace("lab");
+                    refresh_tables(s);
                     gang_of(s, "ns/train", 2, &[0, 1], |_| {});
                 }),
                 "gangs[0] (\"ns/train\").pending[1]: 1 (\"lab/y\") is in namespace \"lab\"",

@@ -432,7 +432,10 @@ mod tests {
     #[test]
     fn files_name_their_contract_and_another_is_refused_naming_both() {
         let demo = read(DEMO).unwrap();
-        assert_eq!(demo.upgraded_from, None, "the shipped demo is of today's form");
+        assert_eq!(
+            demo.upgraded_from, None,
+            "the shipped demo is of today's form"
+        );
         let text = to_json(&demo.snapshot).unwrap();
         assert!(
             text.starts_with(&format!("{{\"contract\":\"{CONTRACT}\",")),

@@ -119,9 +119,7 @@ pub fn node(name: &str, gpus: u32, model: &str, memory_mib: u64) -> Node {
     Node {
         name: name.to_owned(),
         labels: Vec::new(),
-        gpus: (0..gpus)
-            .map(|i| gpu(i, model, memory_mib))
-            .collect(),
+        gpus: (0..gpus).map(|i| gpu(i, model, memory_mib)).collect(),
     }
 }
 
@@ -445,10 +443,7 @@ pub fn large(nodes: u32, pods: u32) -> Snapshot {
         .collect();
     let zones: Vec<Vec<u64>> = (0..3)
         .map(|z| {
-            crate::bits::from_indices(
-                node_count as usize,
-                (0..node_count).filter(|n| n % 3 == z),
-            )
+            crate::bits::from_indices(node_count as usize, (0..node_count).filter(|n| n % 3 == z))
         })
         .collect();
     let mut snapshot = snapshot(nodes, pending);
@@ -571,14 +566,17 @@ pub fn previous_form(today: &crate::HostSnapshot) -> String {
     for request in top["pending"].as_array_mut().expect("pending") {
         let request = request.as_object_mut().expect("a request");
         let ns = namespaces[request["namespace"].as_u64().expect("an index") as usize].clone();
-        request.insert("resource".into(), json!(format!("{}/gpus", ns.as_str().unwrap_or(""))));
+        request.insert(
+            "resource".into(),
+            json!(format!("{}/gpus", ns.as_str().unwrap_or(""))),
+        );
         request.insert("namespace".into(), ns);
         request.remove("preemption");
         request.remove("tenant");
-        if let Some(Value::Object(mut ask)) = request.remove("ask") {
-            if let Some(Value::Object(shape)) = ask.remove("gpus") {
-                request.extend(shape);
-            }
+        if let Some(Value::Object(mut ask)) = request.remove("ask")
+            && let Some(Value::Object(shape)) = ask.remove("gpus")
+        {
+            request.extend(shape);
         }
     }
     for gang in top["gangs"].as_array_mut().expect("gangs") {

@@ -16,7 +16,9 @@ use wasmtime::component::{ComponentType, Lift, Lower};
 /// Which inventory publishes a GPU. A GPUResource request takes only GPUs
 /// the wasmgpu agent publishes (it hands them to the container); a DRA
 /// claim takes only the candidates the host lists for it.
-#[derive(Clone, Copy, Hash, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Default, Hash, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
@@ -25,6 +27,7 @@ use wasmtime::component::{ComponentType, Lift, Lower};
 pub enum Publisher {
     /// A `GPUNode` of the wasmgpu agent.
     #[cfg_attr(feature = "wasmtime", component(name = "agent"))]
+    #[default]
     Agent,
     /// A `ResourceSlice` of a DRA driver (e.g. `gpu.nvidia.com`).
     #[cfg_attr(feature = "wasmtime", component(name = "dra-driver"))]
@@ -150,7 +153,9 @@ pub struct GpuShape {
 
 /// A GPU on a node, by position: `node` in `snapshot.nodes`, `gpu` in that
 /// node's `gpus`.
-#[derive(Clone, Debug, PartialEq, Eq, Copy, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Copy, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
@@ -259,7 +264,9 @@ pub enum Ask {
 }
 
 /// Whether a pending pod may preempt others (`spec.preemptionPolicy`).
-#[derive(Clone, Copy, Hash, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Default, Hash, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "PascalCase")]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "wasmtime", derive(ComponentType, Lift, Lower))]
@@ -268,6 +275,7 @@ pub enum Ask {
 pub enum PreemptionPolicy {
     /// It may preempt pods of lower priority (the Kubernetes default).
     #[cfg_attr(feature = "wasmtime", component(name = "preempt-lower-priority"))]
+    #[default]
     PreemptLowerPriority,
     /// It never preempts anyone.
     #[cfg_attr(feature = "wasmtime", component(name = "never"))]
@@ -563,15 +571,3 @@ macro_rules! lift {
 lift!(Sharing { 0 => Exclusive, 1 => Shared });
 lift!(Publisher { 0 => Agent, 1 => DraDriver, 2 => Both });
 lift!(PreemptionPolicy { 0 => PreemptLowerPriority, 1 => Never });
-
-impl Default for Publisher {
-    fn default() -> Publisher {
-        Publisher::Agent
-    }
-}
-
-impl Default for PreemptionPolicy {
-    fn default() -> PreemptionPolicy {
-        PreemptionPolicy::PreemptLowerPriority
-    }
-}

@@ -20,144 +20,15 @@
 //! `wasmgpu_policy_sdk::testing::validate`, over the same [`crate::types`].
 //! Pure and synchronous: no I/O, no clock.
 
-use std::fmt;
+mod claims;
+mod invalid;
+mod preempt;
+
+pub use invalid::Invalid;
 
 use crate::glob_match;
-use crate::types::{Assignment, Decision, Gpu, Node, Request, Sharing, Snapshot};
-
-/// Why an assignment (or a decision) was refused.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Invalid {
-    /// No pending pod at that position.
-    UnknownPod { pod: u32 },
-    /// The pod was already decided earlier in the round.
-    DecidedTwice,
-    /// No node at that position.
-    UnknownNode { node: u32 },
-    /// The node exists but the pod may not run there.
-    NotEligible { node: String },
-    /// An assignment of no GPUs at all.
-    NoGpus,
-    /// Wrong number of GPUs.
-    WrongCount { got: usize, want: u32 },
-    /// The same GPU named twice in one assignment.
-    DuplicateGpu { gpu: String },
-    /// No GPU at that position on the node.
-    UnknownGpu { gpu: u32, node: String },
-    /// The GPU is unhealthy.
-    UnhealthyGpu { gpu: String },
-    /// The GPU's model does not match the request's glob.
-    ModelMismatch {
-        gpu: String,
-        model: String,
-        pattern: String,
-    },
-    /// Exclusive: the GPU (or MIG instance) has less memory than asked.
-    NotEnoughMemory {
-        gpu: String,
-        has_mib: u64,
-        want_mib: u64,
-    },
-    /// Exclusive: somebody already holds (part of) the GPU.
-    GpuTaken { gpu: String, by: String },
-    /// Shared: not enough free memory left on the GPU.
-    SharedFull {
-        gpu: String,
-        free_mib: u64,
-        want_mib: u64,
-    },
-    /// A whole GPU for a MIG request, or a MIG instance for a whole-GPU one.
-    WrongKind { gpu: String, want: String },
-    /// A MIG instance of another profile than asked.
-    ProfileMismatch {
-        gpu: String,
-        profile: String,
-        want: String,
-    },
-}
-
-impl fmt::Display for Invalid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Invalid::UnknownPod { pod } => write!(f, "no pending pod at position {pod}"),
-            Invalid::DecidedTwice => write!(f, "the pod was already decided in this round"),
-            Invalid::UnknownNode { node } => write!(f, "no node at position {node}"),
-            Invalid::NotEligible { node } => {
-                write!(
-                    f,
-                    "node {node:?} is not eligible for the pod (selector, affinity, taints or readiness)"
-                )
-            }
-            Invalid::NoGpus => write!(f, "the assignment names no GPUs"),
-            Invalid::WrongCount { got, want } => {
-                write!(f, "{got} GPU(s) assigned, {want} requested")
-            }
-            Invalid::DuplicateGpu { gpu } => write!(f, "GPU {gpu} is named twice"),
-            Invalid::UnknownGpu { gpu, node } => {
-                write!(f, "node {node:?} has no GPU at position {gpu}")
-            }
-            Invalid::UnhealthyGpu { gpu } => write!(f, "GPU {gpu} is unhealthy"),
-            Invalid::ModelMismatch {
-                gpu,
-                model,
-                pattern,
-            } => {
-                write!(
-                    f,
-                    "GPU {gpu} is a {model:?}, which does not match {pattern:?}"
-                )
-            }
-            Invalid::NotEnoughMemory {
-                gpu,
-                has_mib,
-                want_mib,
-            } => {
-                write!(f, "GPU {gpu} has {has_mib} MiB, {want_mib} MiB requested")
-            }
-            Invalid::GpuTaken { gpu, by } => write!(f, "GPU {gpu} is already held by {by}"),
-            Invalid::SharedFull {
-                gpu,
-                free_mib,
-                want_mib,
-            } => {
-                write!(
-                    f,
-                    "GPU {gpu} has {free_mib} MiB free to share, {want_mib} MiB requested"
-                )
-            }
-            Invalid::WrongKind { gpu, want } => write!(f, "{gpu} is not {want}"),
-            Invalid::ProfileMismatch { gpu, profile, want } => write!(
-                f,
-                "MIG instance {gpu} has profile {profile:?}, {want:?} requested"
-            ),
-        }
-    }
-}
-
-impl Invalid {
-    /// A short, stable label for the reason (`gpu-taken`), for metrics and
-    /// machine-readable output.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Invalid::UnknownPod { .. } => "unknown-pod",
-            Invalid::DecidedTwice => "decided-twice",
-            Invalid::UnknownNode { .. } => "unknown-node",
-            Invalid::NotEligible { .. } => "not-eligible",
-            Invalid::NoGpus => "no-gpus",
-            Invalid::WrongCount { .. } => "wrong-count",
-            Invalid::DuplicateGpu { .. } => "duplicate-gpu",
-            Invalid::UnknownGpu { .. } => "unknown-gpu",
-            Invalid::UnhealthyGpu { .. } => "unhealthy-gpu",
-            Invalid::ModelMismatch { .. } => "model-mismatch",
-            Invalid::NotEnoughMemory { .. } => "not-enough-memory",
-            Invalid::GpuTaken { .. } => "gpu-taken",
-            Invalid::SharedFull { .. } => "shared-full",
-            Invalid::WrongKind { .. } => "wrong-kind",
-            Invalid::ProfileMismatch { .. } => "profile-mismatch",
-        }
-    }
-}
+use crate::host_snapshot::{HostSnapshot, made_up_uuid};
+use crate::types::{Ask, Assignment, Decision, Gpu, GpuShape, Node, Request, Sharing, Snapshot};
 
 /// An accepted assignment, by name.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -175,6 +46,10 @@ pub struct Placement {
     /// positions in its `gpus`: where to read what the devices are.
     #[serde(skip)]
     pub at: (usize, Vec<u32>),
+    /// For a DRA pod, the policy's choices (their GPUs are in `at` too, in
+    /// the same order).
+    #[serde(skip)]
+    pub claims: Vec<crate::types::ClaimChoice>,
 }
 
 /// A pod left waiting (or rejected), by name, with the reason.
@@ -188,6 +63,19 @@ pub struct Deferred {
     /// what it waits for is its gang, all or nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gang: Option<String>,
+}
+
+/// An accepted preemption: where the preemptor goes once its victims are
+/// gone, and who they are.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Preempting {
+    /// The preemptor's placement (its GPUs are nominated for it).
+    pub placement: Placement,
+    /// The pods to evict, `namespace/name`.
+    pub victims: Vec<String>,
+    /// Their positions in the snapshot's `running`.
+    #[serde(skip)]
+    pub victim_positions: Vec<usize>,
 }
 
 /// A decision the host refused, and why.
@@ -209,6 +97,8 @@ pub struct Refused {
 pub struct Verdict {
     /// Assignments to apply, in the policy's order.
     pub accepted: Vec<Placement>,
+    /// Preemptions to carry out, in the policy's order.
+    pub preempting: Vec<Preempting>,
     /// Pods the policy chose to leave pending this round, and gang members
     /// held back because their gang did not reach its `min-member`.
     pub waiting: Vec<Deferred>,
@@ -222,13 +112,20 @@ pub struct Verdict {
     pub held_back: Vec<usize>,
 }
 
+/// Who holds a GPU exclusively during the replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holder {
+    /// A running pod (or a nomination) of the snapshot.
+    Before,
+    /// The pod at this position of `pending`, in this round.
+    Pending(usize),
+}
+
 /// One GPU during the replay: what it has left.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct GpuLeft {
     free_mib: u64,
-    /// Held exclusively: by a running pod (`None` inside) or by the pod at
-    /// this position of `pending` in this round.
-    held: Option<Option<usize>>,
+    held: Option<Holder>,
     shares: u32,
     /// For a whole GPU: its MIG instances held.
     mig_held: u32,
@@ -242,142 +139,366 @@ fn pod_name(snapshot: &Snapshot, position: u32) -> Option<&str> {
         .map(|r| r.pod.as_str())
 }
 
-/// A decision in words, with names where its positions resolve.
-pub fn describe(snapshot: &Snapshot, decision: &Decision) -> String {
-    let pod = |p: u32| pod_name(snapshot, p).map_or(format!("pod #{p}"), str::to_owned);
-    match decision {
-        Decision::Assign(a) => {
-            let node = snapshot.nodes.get(a.node as usize);
-            let gpus: Vec<String> = a
-                .gpus
-                .iter()
-                .map(|&g| {
-                    node.and_then(|n| n.gpus.get(g as usize))
-                        .map_or(format!("#{g}"), |g| g.uuid.clone())
-                })
-                .collect();
-            format!(
-                "{} on {} GPUs {}",
-                pod(a.pod),
-                node.map_or(format!("node #{}", a.node), |n| n.name.clone()),
-                gpus.join(",")
-            )
-        }
-        Decision::Wait(d) => format!("wait for {}", pod(d.pod)),
-        Decision::Reject(d) => format!("reject {}", pod(d.pod)),
+/// How GPUs are named in verdicts: by UUID for a [`HostSnapshot`], by the
+/// made-up name of [`HostSnapshot::from_snapshot`] otherwise.
+type Names<'n> = &'n dyn Fn(u32, u32) -> String;
+
+fn made_up(snapshot: &Snapshot) -> impl Fn(u32, u32) -> String + '_ {
+    move |node, gpu| {
+        snapshot
+            .nodes
+            .get(node as usize)
+            .and_then(|n| made_up_uuid(n, gpu))
+            .unwrap_or_else(|| format!("#{gpu}"))
     }
 }
 
-/// Checks `decisions` against `snapshot`; see the module docs.
-///
-/// Built for rounds of thousands of GPUs: decisions name positions, so the
-/// replay indexes vectors and hashes nothing.
-pub fn validate(snapshot: &Snapshot, decisions: &[Decision]) -> Verdict {
-    let node_start: Vec<usize> = snapshot
-        .nodes
-        .iter()
-        .scan(0, |next, node| {
-            let start = *next;
-            *next += node.gpus.len();
-            Some(start)
-        })
-        .collect();
-    let mut gpus: Vec<GpuLeft> = Vec::with_capacity(
-        node_start.last().copied().unwrap_or(0) + snapshot.nodes.last().map_or(0, |n| n.gpus.len()),
-    );
-    for node in &snapshot.nodes {
-        let first = gpus.len();
-        for gpu in &node.gpus {
-            gpus.push(GpuLeft {
-                free_mib: gpu.memory_mib.saturating_sub(gpu.allocated_mib),
-                held: gpu.held.then_some(None),
-                shares: gpu.shared_owners,
-                mig_held: 0,
-            });
+fn host_names(host: &HostSnapshot) -> impl Fn(u32, u32) -> String + '_ {
+    move |node, gpu| {
+        host.uuid(node, gpu)
+            .map_or_else(|| format!("#{gpu}"), str::to_owned)
+    }
+}
+
+/// A decision in words, with names where its positions resolve.
+pub fn describe(snapshot: &Snapshot, decision: &Decision) -> String {
+    describe_named(snapshot, decision, &made_up(snapshot))
+}
+
+/// [`describe`], naming GPUs by their UUIDs.
+pub fn describe_host(host: &HostSnapshot, decision: &Decision) -> String {
+    describe_named(&host.snapshot, decision, &host_names(host))
+}
+
+fn describe_named(snapshot: &Snapshot, decision: &Decision, names: Names) -> String {
+    let pod = |p: u32| pod_name(snapshot, p).map_or(format!("pod #{p}"), str::to_owned);
+    let placed = |a: &Assignment| {
+        let node = snapshot.nodes.get(a.node as usize);
+        let gpus: Vec<String> = a
+            .gpus
+            .iter()
+            .chain(a.claims.iter().flat_map(|c| &c.gpus))
+            .map(|&g| {
+                if node.is_some_and(|n| (g as usize) < n.gpus.len()) {
+                    names(a.node, g)
+                } else {
+                    format!("#{g}")
+                }
+            })
+            .collect();
+        format!(
+            "{} on {} GPUs {}",
+            pod(a.pod),
+            node.map_or(format!("node #{}", a.node), |n| n.name.clone()),
+            gpus.join(",")
+        )
+    };
+    match decision {
+        Decision::Assign(a) => placed(a),
+        Decision::Wait(d) => format!("wait for {}", pod(d.pod)),
+        Decision::Reject(d) => format!("reject {}", pod(d.pod)),
+        Decision::Preempt(p) => {
+            let victims: Vec<String> = p
+                .victims
+                .iter()
+                .map(|&v| {
+                    snapshot
+                        .running
+                        .get(v as usize)
+                        .map_or(format!("#{v}"), |r| r.pod.clone())
+                })
+                .collect();
+            format!("{}, evicting {}", placed(&p.assignment), victims.join(","))
         }
-        for gpu in &node.gpus {
-            if let Some(mig) = &gpu.mig
-                && gpu.held
-                && (mig.parent as usize) < node.gpus.len()
-            {
-                gpus[first + mig.parent as usize].mig_held += 1;
+    }
+}
+
+/// Checks `decisions` against `snapshot`; see the module docs. GPUs are
+/// named as [`HostSnapshot::from_snapshot`] names them.
+pub fn validate(snapshot: &Snapshot, decisions: &[Decision]) -> Verdict {
+    Replay::new(snapshot, &made_up(snapshot)).run(decisions)
+}
+
+/// [`validate`] for the host: GPUs are named by their UUIDs.
+pub fn validate_host(host: &HostSnapshot, decisions: &[Decision]) -> Verdict {
+    Replay::new(&host.snapshot, &host_names(host)).run(decisions)
+}
+
+/// The state of one round's replay.
+struct Replay<'s> {
+    snapshot: &'s Snapshot,
+    names: Names<'s>,
+    /// Where each node's GPUs start in `gpus`.
+    node_start: Vec<usize>,
+    gpus: Vec<GpuLeft>,
+    /// GPUs each tenant took this round.
+    tenant_took: Vec<u32>,
+    /// Running pods already named as victims this round.
+    victim: Vec<bool>,
+    verdict: Verdict,
+}
+
+impl<'s> Replay<'s> {
+    fn new(snapshot: &'s Snapshot, names: Names<'s>) -> Replay<'s> {
+        let mut node_start = Vec::with_capacity(snapshot.nodes.len());
+        let mut gpus = Vec::new();
+        for node in &snapshot.nodes {
+            let first = gpus.len();
+            node_start.push(first);
+            for gpu in &node.gpus {
+                gpus.push(GpuLeft {
+                    free_mib: gpu.memory_mib.saturating_sub(gpu.allocated_mib),
+                    held: gpu.held.then_some(Holder::Before),
+                    shares: gpu.shared_owners,
+                    mig_held: 0,
+                });
             }
+            for gpu in &node.gpus {
+                if let Some(mig) = &gpu.mig
+                    && gpu.held
+                    && (mig.parent as usize) < node.gpus.len()
+                {
+                    gpus[first + mig.parent as usize].mig_held += 1;
+                }
+            }
+        }
+        Replay {
+            snapshot,
+            names,
+            node_start,
+            gpus,
+            tenant_took: vec![0; snapshot.tenants.len()],
+            victim: vec![false; snapshot.running.len()],
+            verdict: Verdict::default(),
         }
     }
 
-    let mut verdict = Verdict::default();
-    let mut decided = vec![false; snapshot.pending.len()];
-    let mut accepted_requests: Vec<usize> = Vec::new();
-    for (index, decision) in decisions.iter().enumerate() {
-        let position = decision.pod();
-        let refuse = |reason| Refused {
-            index,
-            pod: pod_name(snapshot, position).map(str::to_owned),
-            decision: describe(snapshot, decision),
-            reason,
-        };
-        let Some(request) = snapshot.pending.get(position as usize) else {
-            verdict
-                .refused
-                .push(refuse(Invalid::UnknownPod { pod: position }));
-            continue;
-        };
-        let position = position as usize;
-        if std::mem::replace(&mut decided[position], true) {
-            verdict.refused.push(refuse(Invalid::DecidedTwice));
-            continue;
+    fn run(mut self, decisions: &[Decision]) -> Verdict {
+        let snapshot = self.snapshot;
+        let mut decided = vec![false; snapshot.pending.len()];
+        for (index, decision) in decisions.iter().enumerate() {
+            let position = decision.pod();
+            let refuse = |reason| Refused {
+                index,
+                pod: pod_name(snapshot, position).map(str::to_owned),
+                decision: describe_named(snapshot, decision, self.names),
+                reason,
+            };
+            let Some(request) = snapshot.pending.get(position as usize) else {
+                let refused = refuse(Invalid::UnknownPod { pod: position });
+                self.verdict.refused.push(refused);
+                continue;
+            };
+            let position = position as usize;
+            if std::mem::replace(&mut decided[position], true) {
+                let refused = refuse(Invalid::DecidedTwice);
+                self.verdict.refused.push(refused);
+                continue;
+            }
+            let deferred = |reason: &str| Deferred {
+                pod: request.pod.clone(),
+                reason: reason.to_owned(),
+                gang: gang_of(snapshot, request),
+            };
+            let outcome = match decision {
+                Decision::Wait(d) => {
+                    self.verdict.waiting.push(deferred(&d.reason));
+                    Ok(())
+                }
+                Decision::Reject(d) => {
+                    self.verdict.rejected.push(deferred(&d.reason));
+                    Ok(())
+                }
+                Decision::Assign(a) => self.assign(a, request, position),
+                Decision::Preempt(p) => self.preempt(p, request, position),
+            };
+            if let Err(reason) = outcome {
+                let refused = refuse(reason);
+                self.verdict.refused.push(refused);
+            }
         }
-        match decision {
-            Decision::Wait(d) => verdict.waiting.push(Deferred {
-                pod: request.pod.clone(),
-                reason: d.reason.clone(),
-                gang: gang_of(snapshot, request),
-            }),
-            Decision::Reject(d) => verdict.rejected.push(Deferred {
-                pod: request.pod.clone(),
-                reason: d.reason.clone(),
-                gang: gang_of(snapshot, request),
-            }),
-            Decision::Assign(a) => match check(snapshot, a, request, &node_start, &gpus) {
-                Err(reason) => verdict.refused.push(refuse(reason)),
-                Ok(()) => {
-                    let node = &snapshot.nodes[a.node as usize];
-                    let first = node_start[a.node as usize];
-                    for &g in &a.gpus {
-                        let gpu = &node.gpus[g as usize];
-                        if let Some(mig) = &gpu.mig {
-                            gpus[first + mig.parent as usize].mig_held += 1;
-                        }
-                        let left = &mut gpus[first + g as usize];
-                        match request.sharing {
-                            Sharing::Exclusive => {
-                                left.held = Some(Some(position));
-                                left.free_mib = 0;
-                            }
-                            Sharing::Shared => {
-                                left.shares += 1;
-                                left.free_mib -= request.memory_mib;
-                            }
-                        }
-                    }
-                    accepted_requests.push(position);
-                    verdict.accepted.push(Placement {
-                        pod: request.pod.clone(),
-                        node: node.name.clone(),
-                        gpus: a
-                            .gpus
-                            .iter()
-                            .map(|&g| node.gpus[g as usize].uuid.clone())
-                            .collect(),
-                        request: position,
-                        at: (a.node as usize, a.gpus.clone()),
+        hold_back_short_gangs(snapshot, &mut self.verdict);
+        self.verdict
+    }
+
+    /// Checks an assignment against the GPUs as they are now (`left`, the
+    /// node's slice), and returns the placement it makes.
+    fn check(
+        &self,
+        a: &Assignment,
+        request: &Request,
+        left: &[GpuLeft],
+    ) -> Result<Placement, Invalid> {
+        let snapshot = self.snapshot;
+        let node = snapshot
+            .nodes
+            .get(a.node as usize)
+            .ok_or(Invalid::UnknownNode { node: a.node })?;
+        let eligible = snapshot.eligible_sets.get(request.eligible_set as usize);
+        if !eligible.is_some_and(|set| crate::bits::contains(set, a.node)) {
+            return Err(Invalid::NotEligible {
+                node: node.name.clone(),
+            });
+        }
+        let gpus = match &request.ask {
+            Ask::Gpus(shape) => {
+                if !a.claims.is_empty() {
+                    return Err(Invalid::WrongChoice {
+                        what: "a GPUResource pod is assigned GPUs, not claim choices".into(),
                     });
                 }
-            },
+                self.check_shape(a, node, shape, left)?;
+                a.gpus.clone()
+            }
+            Ask::Claims(claims) => claims::check(self, a, node, claims, left)?,
+        };
+        self.check_limit(request, gpus.len() as u32)?;
+        Ok(Placement {
+            pod: request.pod.clone(),
+            node: node.name.clone(),
+            gpus: gpus.iter().map(|&g| (self.names)(a.node, g)).collect(),
+            request: 0,
+            at: (a.node as usize, gpus),
+            claims: a.claims.clone(),
+        })
+    }
+
+    fn check_shape(
+        &self,
+        a: &Assignment,
+        node: &Node,
+        shape: &GpuShape,
+        left: &[GpuLeft],
+    ) -> Result<(), Invalid> {
+        if a.gpus.is_empty() {
+            return Err(Invalid::NoGpus);
+        }
+        if a.gpus.len() != shape.count as usize {
+            return Err(Invalid::WrongCount {
+                got: a.gpus.len(),
+                want: shape.count,
+            });
+        }
+        for (k, &g) in a.gpus.iter().enumerate() {
+            let Some(info) = node.gpus.get(g as usize) else {
+                return Err(Invalid::UnknownGpu {
+                    gpu: g,
+                    node: node.name.clone(),
+                });
+            };
+            let gpu = || (self.names)(a.node, g);
+            // At most 16 GPUs: comparing with the earlier ones beats hashing.
+            if a.gpus[..k].contains(&g) {
+                return Err(Invalid::DuplicateGpu { gpu: gpu() });
+            }
+            if info.published_by == crate::Publisher::DraDriver {
+                return Err(Invalid::NotFromAgent { gpu: gpu() });
+            }
+            check_gpu(self.snapshot, node, shape, info, left, g).map_err(|reason| reason(gpu()))?;
+        }
+        Ok(())
+    }
+
+    /// Refuses taking `gpus` more for the request's tenant past its limit.
+    fn check_limit(&self, request: &Request, gpus: u32) -> Result<(), Invalid> {
+        let Some(t) = request.tenant else {
+            return Ok(());
+        };
+        let Some(tenant) = self.snapshot.tenants.get(t as usize) else {
+            return Ok(());
+        };
+        let would_hold = tenant
+            .holding
+            .saturating_add(self.tenant_took[t as usize])
+            .saturating_add(gpus);
+        match tenant.limit {
+            Some(limit) if would_hold > limit => Err(Invalid::OverLimit {
+                tenant: tenant.name.clone(),
+                limit,
+                would_hold,
+            }),
+            _ => Ok(()),
         }
     }
-    hold_back_short_gangs(snapshot, &mut verdict);
-    verdict
+
+    fn node_slice(&self, node: u32) -> &[GpuLeft] {
+        let Some(&first) = self.node_start.get(node as usize) else {
+            return &[];
+        };
+        let len = self.snapshot.nodes[node as usize].gpus.len();
+        &self.gpus[first..first + len]
+    }
+
+    fn assign(
+        &mut self,
+        a: &Assignment,
+        request: &Request,
+        position: usize,
+    ) -> Result<(), Invalid> {
+        let mut placement = self.check(a, request, self.node_slice(a.node))?;
+        placement.request = position;
+        self.take(&placement, request, position, false);
+        self.verdict.accepted.push(placement);
+        Ok(())
+    }
+
+    fn preempt(
+        &mut self,
+        p: &crate::types::Preemption,
+        request: &Request,
+        position: usize,
+    ) -> Result<(), Invalid> {
+        let (mut placement, victims) = preempt::check(self, p, request)?;
+        placement.request = position;
+        self.take(&placement, request, position, true);
+        for &v in &victims {
+            self.victim[v] = true;
+        }
+        self.verdict.preempting.push(Preempting {
+            placement,
+            victims: victims
+                .iter()
+                .map(|&v| self.snapshot.running[v].pod.clone())
+                .collect(),
+            victim_positions: victims,
+        });
+        Ok(())
+    }
+
+    /// Marks what a placement takes. A nomination (`nominated`) holds its
+    /// GPUs whole, so that no later decision takes them.
+    fn take(&mut self, placement: &Placement, request: &Request, position: usize, nominated: bool) {
+        let (n, ref gpus) = placement.at;
+        let node = &self.snapshot.nodes[n];
+        let first = self.node_start[n];
+        let share = match &request.ask {
+            Ask::Gpus(shape) if shape.sharing == Sharing::Shared && !nominated => {
+                Some(shape.memory_mib)
+            }
+            _ => None,
+        };
+        for &g in gpus {
+            if let Some(mig) = &node.gpus[g as usize].mig {
+                self.gpus[first + mig.parent as usize].mig_held += 1;
+            }
+            let left = &mut self.gpus[first + g as usize];
+            match share {
+                None => {
+                    left.held = Some(Holder::Pending(position));
+                    left.free_mib = 0;
+                }
+                Some(mib) => {
+                    left.shares += 1;
+                    left.free_mib = left.free_mib.saturating_sub(mib);
+                }
+            }
+        }
+        if let Some(t) = request.tenant
+            && let Some(took) = self.tenant_took.get_mut(t as usize)
+        {
+            *took = took.saturating_add(gpus.len() as u32);
+        }
+    }
 }
 
 /// The name of `request`'s gang, when it is a member of one.
@@ -430,61 +551,13 @@ fn hold_back_short_gangs(snapshot: &Snapshot, verdict: &mut Verdict) {
     verdict.accepted = kept;
 }
 
-fn check(
-    snapshot: &Snapshot,
-    a: &Assignment,
-    request: &Request,
-    node_start: &[usize],
-    gpus: &[GpuLeft],
-) -> Result<(), Invalid> {
-    let node = snapshot
-        .nodes
-        .get(a.node as usize)
-        .ok_or(Invalid::UnknownNode { node: a.node })?;
-    let eligible = snapshot.eligible_sets.get(request.eligible_set as usize);
-    if eligible.is_none_or(|set| set.binary_search(&a.node).is_err()) {
-        return Err(Invalid::NotEligible {
-            node: node.name.clone(),
-        });
-    }
-    if a.gpus.is_empty() {
-        return Err(Invalid::NoGpus);
-    }
-    if a.gpus.len() != request.count as usize {
-        return Err(Invalid::WrongCount {
-            got: a.gpus.len(),
-            want: request.count,
-        });
-    }
-    let first = node_start[a.node as usize];
-    for (k, &g) in a.gpus.iter().enumerate() {
-        let Some(info) = node.gpus.get(g as usize) else {
-            return Err(Invalid::UnknownGpu {
-                gpu: g,
-                node: node.name.clone(),
-            });
-        };
-        let gpu = || info.uuid.clone();
-        // At most 16 GPUs: comparing with the earlier ones beats hashing.
-        if a.gpus[..k].contains(&g) {
-            return Err(Invalid::DuplicateGpu { gpu: gpu() });
-        }
-        let left = &gpus[first + g as usize];
-        check_gpu(snapshot, node, request, info, left, |position| {
-            &gpus[first + position as usize]
-        })
-        .map_err(|reason| reason(gpu()))?;
-    }
-    Ok(())
-}
-
 type Reason = Box<dyn FnOnce(String) -> Invalid>;
 
-/// A whole GPU or MIG instance has the memory `request` asks of each
+/// A whole GPU or MIG instance has the memory `shape` asks of each
 /// (`memoryMiB` with a MIG profile is the instance's own).
-fn has_memory(info: &Gpu, request: &Request) -> Result<(), Reason> {
-    if info.memory_mib < request.memory_mib {
-        let (has_mib, want_mib) = (info.memory_mib, request.memory_mib);
+fn has_memory(info: &Gpu, shape: &GpuShape) -> Result<(), Reason> {
+    if info.memory_mib < shape.memory_mib {
+        let (has_mib, want_mib) = (info.memory_mib, shape.memory_mib);
         return Err(Box::new(move |gpu| Invalid::NotEnoughMemory {
             gpu,
             has_mib,
@@ -494,30 +567,72 @@ fn has_memory(info: &Gpu, request: &Request) -> Result<(), Reason> {
     Ok(())
 }
 
-/// Whether one GPU (or MIG instance) can serve `request` now; the error
-/// takes the GPU's UUID.
-fn check_gpu<'g>(
+/// Whether a GPU is free for exclusive use: not held, no shares, and no
+/// held MIG instance or parent. The error takes the GPU's name.
+fn free_for_exclusive(
     snapshot: &Snapshot,
     node: &Node,
-    request: &Request,
     info: &Gpu,
-    left: &GpuLeft,
-    sibling: impl Fn(u32) -> &'g GpuLeft,
+    left: &[GpuLeft],
+    g: u32,
 ) -> Result<(), Reason> {
-    // A MIG instance takes its parent's health, whatever the snapshot says.
+    let this = &left[g as usize];
+    if let Some(holder) = this.held {
+        let by = match holder {
+            Holder::Pending(p) => snapshot.pending[p].pod.clone(),
+            Holder::Before => "a running pod".to_owned(),
+        };
+        return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));
+    }
+    if let Some(mig) = &info.mig {
+        let parent = &left[mig.parent as usize];
+        if parent.held.is_some() || parent.shares > 0 {
+            return Err(Box::new(|gpu| Invalid::GpuTaken {
+                gpu,
+                by: "the holder of its parent GPU".into(),
+            }));
+        }
+    } else if this.mig_held > 0 {
+        let by = format!("{} of its MIG instance(s)", this.mig_held);
+        return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));
+    }
+    if this.shares > 0 || this.free_mib < info.memory_mib {
+        let by = format!("{} shared allocation(s)", this.shares.max(1));
+        return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));
+    }
+    let _ = node;
+    Ok(())
+}
+
+/// Whether a unit's health (a MIG instance takes its parent's) lets it be
+/// given.
+fn healthy(node: &Node, info: &Gpu) -> bool {
     let parent_unhealthy = info
         .mig
         .as_ref()
         .and_then(|m| node.gpus.get(m.parent as usize))
         .is_some_and(|p| !p.healthy);
-    if !info.healthy || parent_unhealthy {
+    info.healthy && !parent_unhealthy
+}
+
+/// Whether one GPU (or MIG instance) can serve `shape` now; the error
+/// takes the GPU's name.
+fn check_gpu(
+    snapshot: &Snapshot,
+    node: &Node,
+    shape: &GpuShape,
+    info: &Gpu,
+    left: &[GpuLeft],
+    g: u32,
+) -> Result<(), Reason> {
+    if !healthy(node, info) {
         return Err(Box::new(|gpu| Invalid::UnhealthyGpu { gpu }));
     }
     let model = snapshot
         .models
         .get(info.model as usize)
         .map_or("?", String::as_str);
-    if let Some(pattern) = &request.model
+    if let Some(pattern) = &shape.model
         && !glob_match(pattern, model)
     {
         let (model, pattern) = (model.to_owned(), pattern.clone());
@@ -527,14 +642,7 @@ fn check_gpu<'g>(
             pattern,
         }));
     }
-    if let Some(holder) = left.held {
-        let by = match holder {
-            Some(p) => snapshot.pending[p].pod.clone(),
-            None => "a running pod".to_owned(),
-        };
-        return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));
-    }
-    match (&request.mig_profile, &info.mig) {
+    match (&shape.mig_profile, &info.mig) {
         (Some(want), Some(mig)) => {
             let profile = snapshot
                 .mig_profiles
@@ -548,15 +656,8 @@ fn check_gpu<'g>(
                     want,
                 }));
             }
-            has_memory(info, request)?;
-            let parent = sibling(mig.parent);
-            if parent.held.is_some() || parent.shares > 0 {
-                return Err(Box::new(|gpu| Invalid::GpuTaken {
-                    gpu,
-                    by: "the holder of its parent GPU".into(),
-                }));
-            }
-            return Ok(());
+            has_memory(info, shape)?;
+            return free_for_exclusive(snapshot, node, info, left, g);
         }
         (Some(_), None) => {
             return Err(Box::new(|gpu| Invalid::WrongKind {
@@ -572,21 +673,26 @@ fn check_gpu<'g>(
         }
         (None, None) => {}
     }
-    if left.mig_held > 0 {
-        let by = format!("{} of its MIG instance(s)", left.mig_held);
-        return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));
-    }
-    match request.sharing {
+    let this = &left[g as usize];
+    match shape.sharing {
         Sharing::Exclusive => {
-            has_memory(info, request)?;
-            if left.shares > 0 || left.free_mib < info.memory_mib {
-                let by = format!("{} shared allocation(s)", left.shares.max(1));
-                return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));
-            }
+            has_memory(info, shape)?;
+            free_for_exclusive(snapshot, node, info, left, g)?;
         }
         Sharing::Shared => {
-            if left.free_mib < request.memory_mib {
-                let (free_mib, want_mib) = (left.free_mib, request.memory_mib);
+            if let Some(holder) = this.held {
+                let by = match holder {
+                    Holder::Pending(p) => snapshot.pending[p].pod.clone(),
+                    Holder::Before => "a running pod".to_owned(),
+                };
+                return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));
+            }
+            if this.mig_held > 0 {
+                let by = format!("{} of its MIG instance(s)", this.mig_held);
+                return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));
+            }
+            if this.free_mib < shape.memory_mib {
+                let (free_mib, want_mib) = (this.free_mib, shape.memory_mib);
                 return Err(Box::new(move |gpu| Invalid::SharedFull {
                     gpu,
                     free_mib,
@@ -600,3 +706,6 @@ fn check_gpu<'g>(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_preempt;

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::Sharing as S;
-use crate::testing::{gang, node, request, restrict, snapshot, with_mig};
+use crate::testing::{gang, node, request, restrict, shape, snapshot, with_mig};
 use crate::types::{Assignment, Decision, Deferral, Snapshot};
 use crate::wait;
 
@@ -11,6 +11,7 @@ fn assign(pod: u32, node: u32, gpus: &[u32]) -> Decision {
         pod,
         node,
         gpus: gpus.to_vec(),
+        claims: Vec::new(),
     })
 }
 
@@ -48,6 +49,7 @@ fn accepts_what_fits_and_counts_earlier_decisions() {
             gpus: vec!["GPU-a-0".into()],
             request: 0,
             at: (0, vec![0]),
+            claims: Vec::new(),
         }]
     );
     assert_eq!(
@@ -134,8 +136,8 @@ fn shared_memory_is_counted_and_blocks_exclusive_use() {
 #[test]
 fn model_memory_and_eligibility_are_enforced() {
     let mut snap = two_nodes();
-    snap.pending[0].model = Some("NVIDIA H100*".into());
-    snap.pending[1].memory_mib = 50000;
+    shape(&mut snap.pending[0]).model = Some("NVIDIA H100*".into());
+    shape(&mut snap.pending[1]).memory_mib = 50000;
     restrict(&mut snap, 1, &[1]);
     let verdict = validate(&snap, &[assign(0, 1, &[0]), assign(1, 0, &[0, 1])]);
     assert_eq!(
@@ -159,7 +161,7 @@ fn model_memory_and_eligibility_are_enforced() {
             want_mib: 50000
         }
     );
-    snap.pending[1].memory_mib = 0;
+    shape(&mut snap.pending[1]).memory_mib = 0;
     let verdict = validate(&snap, &[assign(1, 1, &[0, 1])]);
     assert_eq!(
         verdict.refused[0].reason,
@@ -219,7 +221,7 @@ fn a_pod_is_decided_once_and_existing_owners_count() {
 #[test]
 fn an_assignment_of_no_gpus_is_refused_even_for_a_count_of_zero() {
     let mut snap = two_nodes();
-    snap.pending[0].count = 0;
+    shape(&mut snap.pending[0]).count = 0;
     let verdict = validate(&snap, &[assign(0, 0, &[]), assign(1, 0, &[])]);
     assert!(verdict.accepted.is_empty());
     assert_eq!(reasons(&verdict), [Invalid::NoGpus, Invalid::NoGpus]);
@@ -249,18 +251,17 @@ fn mig_snapshot(pending: Vec<crate::Request>) -> Snapshot {
 }
 
 fn mig(pod: &str, profile: &str) -> crate::Request {
-    crate::Request {
-        mig_profile: Some(profile.into()),
-        ..request(pod, 1, S::Exclusive, 0)
-    }
+    let mut r = request(pod, 1, S::Exclusive, 0);
+    shape(&mut r).mig_profile = Some(profile.into());
+    r
 }
 
 #[test]
 fn memory_asked_with_a_mig_profile_is_the_instances_own() {
     let mut wants = mig("ns/m", "2g.20gb");
-    wants.memory_mib = 19968;
+    shape(&mut wants).memory_mib = 19968;
     let mut too_much = mig("ns/big", "1g.10gb");
-    too_much.memory_mib = 20000;
+    shape(&mut too_much).memory_mib = 20000;
     let snap = mig_snapshot(vec![wants, too_much]);
     let verdict = validate(&snap, &[assign(0, 0, &[4]), assign(1, 0, &[2])]);
     assert_eq!(verdict.accepted.len(), 1);

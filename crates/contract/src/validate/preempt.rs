@@ -1,0 +1,179 @@
+//! Preemptions: the host's rules for a `preempt` decision. The preemptor
+//! may preempt (`preemptionPolicy` is not `Never`, it is no gang member);
+//! every victim is a running pod named once in the round, on the
+//! preemptor's node (or a gang mate of one there), past its minimum
+//! runtime, evictable, and of lower priority than the preemptor — or over
+//! its tenant's quota while the preemptor's tenant, with this pod, stays
+//! within its own (reclaim). A gang member means all its running members.
+//! With the victims gone the assignment is valid, and without any one of
+//! the victims on the node it is not (none is needless).
+
+use super::{GpuLeft, Invalid, Placement, Replay};
+use crate::types::{Ask, Preemption, PreemptionPolicy, Request, Running};
+
+/// Checks a preemption; its placement and the victims' positions.
+pub(super) fn check(
+    replay: &Replay<'_>,
+    p: &Preemption,
+    request: &Request,
+) -> Result<(Placement, Vec<usize>), Invalid> {
+    let snapshot = replay.snapshot;
+    let a = &p.assignment;
+    if request.preemption == PreemptionPolicy::Never {
+        return Err(Invalid::NeverPreempts);
+    }
+    if request.gang.is_some() {
+        return Err(Invalid::GangPreemptor);
+    }
+    if p.victims.is_empty() {
+        return Err(Invalid::NoVictims);
+    }
+    if snapshot.nodes.get(a.node as usize).is_none() {
+        return Err(Invalid::UnknownNode { node: a.node });
+    }
+    let mut victims: Vec<usize> = Vec::with_capacity(p.victims.len());
+    for &v in &p.victims {
+        let Some(running) = snapshot.running.get(v as usize) else {
+            return Err(Invalid::UnknownVictim { victim: v });
+        };
+        let name = || running.pod.clone();
+        if victims.contains(&(v as usize)) || replay.victim[v as usize] {
+            return Err(Invalid::VictimTwice { victim: name() });
+        }
+        victims.push(v as usize);
+        if running.protected_ms > 0 {
+            return Err(Invalid::VictimProtected {
+                victim: name(),
+                left_ms: running.protected_ms,
+            });
+        }
+        if !running.evictable {
+            return Err(Invalid::VictimNotEvictable { victim: name() });
+        }
+        if running.priority >= request.priority && !reclaimable(replay, request, running) {
+            return Err(Invalid::VictimNotLower {
+                victim: name(),
+                priority: running.priority,
+                preemptor: request.priority,
+            });
+        }
+    }
+    for &v in &victims {
+        let running = &snapshot.running[v];
+        if let Some(g) = running.gang
+            && let Some(gang) = snapshot.gangs.get(g as usize)
+            && let Some(&missing) = gang
+                .running
+                .iter()
+                .find(|&&m| !victims.contains(&(m as usize)))
+        {
+            return Err(Invalid::GangSplit {
+                gang: gang.name.clone(),
+                missing: snapshot
+                    .running
+                    .get(missing as usize)
+                    .map_or(format!("#{missing}"), |r| r.pod.clone()),
+            });
+        }
+    }
+    let here: Vec<usize> = victims
+        .iter()
+        .copied()
+        .filter(|&v| snapshot.running[v].node == a.node)
+        .collect();
+    for &v in &victims {
+        let running = &snapshot.running[v];
+        let mate_here = running.gang.is_some()
+            && here
+                .iter()
+                .any(|&h| snapshot.running[h].gang == running.gang);
+        if running.node != a.node && !mate_here {
+            return Err(Invalid::VictimElsewhere {
+                victim: running.pod.clone(),
+            });
+        }
+    }
+    let placement = replay.check(a, request, &released(replay, a.node, &here, None))?;
+    for &v in &here {
+        let gang_forced = snapshot.running[v].gang.is_some();
+        if !gang_forced
+            && replay
+                .check(a, request, &released(replay, a.node, &here, Some(v)))
+                .is_ok()
+        {
+            return Err(Invalid::NeedlessVictim {
+                victim: snapshot.running[v].pod.clone(),
+            });
+        }
+    }
+    Ok((placement, victims))
+}
+
+/// Whether `running` may be reclaimed for `request` although its priority
+/// is not lower: it is over its tenant's quota, and the preemptor's (other)
+/// tenant stays within its own with this pod.
+fn reclaimable(replay: &Replay<'_>, request: &Request, running: &Running) -> bool {
+    let tenants = &replay.snapshot.tenants;
+    let (Some(theirs), Some(ours)) = (running.tenant, request.tenant) else {
+        return false;
+    };
+    if theirs == ours {
+        return false;
+    }
+    let (Some(theirs), Some(ours_t)) = (tenants.get(theirs as usize), tenants.get(ours as usize))
+    else {
+        return false;
+    };
+    let wants = match &request.ask {
+        Ask::Gpus(shape) => shape.count,
+        Ask::Claims(claims) => claims
+            .iter()
+            .flat_map(|c| &c.requests)
+            .filter_map(|r| r.alternatives.first())
+            .map(|alt| alt.count)
+            .sum(),
+    };
+    let ours_after = ours_t
+        .holding
+        .saturating_add(replay.tenant_took[ours as usize])
+        .saturating_add(wants);
+    theirs.holding > theirs.quota && ours_after <= ours_t.quota
+}
+
+/// The node's GPUs as they are with the victims `here` gone, but for
+/// `kept` (to see whether it was needed).
+fn released(replay: &Replay<'_>, node: u32, here: &[usize], kept: Option<usize>) -> Vec<GpuLeft> {
+    let snapshot = replay.snapshot;
+    let mut left = replay.node_slice(node).to_vec();
+    let gpus = &snapshot.nodes[node as usize].gpus;
+    for &v in here {
+        if Some(v) == kept {
+            continue;
+        }
+        let running = &snapshot.running[v];
+        for &g in &running.gpus {
+            let Some(info) = gpus.get(g as usize) else {
+                continue;
+            };
+            let slot = &mut left[g as usize];
+            if running.shared_mib == 0 {
+                if slot.held == Some(super::Holder::Before) {
+                    slot.held = None;
+                    slot.free_mib = info.memory_mib;
+                    if let Some(mig) = &info.mig
+                        && let Some(parent) = left.get_mut(mig.parent as usize)
+                    {
+                        parent.mig_held = parent.mig_held.saturating_sub(1);
+                    }
+                }
+            } else {
+                slot.shares = slot.shares.saturating_sub(1);
+                slot.free_mib = slot
+                    .free_mib
+                    .saturating_add(running.shared_mib)
+                    .min(info.memory_mib);
+            }
+        }
+    }
+    left
+}
