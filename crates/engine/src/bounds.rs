@@ -45,16 +45,42 @@ pub fn output_budget(pending: usize) -> usize {
 /// and GPUs by position: only reasons are text).
 pub(super) fn bound_decision(decision: &mut Decision) {
     match decision {
-        Decision::Assign(_) => {}
+        Decision::Assign(_) | Decision::Preempt(_) => {}
         Decision::Wait(d) | Decision::Reject(d) => cut(&mut d.reason, REASON_BYTES),
     }
 }
 
-/// Cuts what `describe()` said to the same bounds.
-pub(super) fn bound_info(info: &mut Info) {
+/// The most node label keys a policy may ask for.
+pub const MOST_LABEL_KEYS: usize = 32;
+/// Longest label key Kubernetes allows: a 253-byte prefix, `/`, 63 bytes.
+pub const LABEL_KEY_BYTES: usize = 317;
+
+/// Cuts what `describe()` said to the same bounds, and refuses label keys
+/// no node can have (too many, empty, too long, or named twice): the
+/// message names the field and the bound.
+pub(super) fn bound_info(info: &mut Info) -> Result<(), String> {
     cut(&mut info.name, NAME_BYTES);
     cut(&mut info.version, NAME_BYTES);
     cut(&mut info.description, REASON_BYTES);
+    let keys = &info.label_keys;
+    if keys.len() > MOST_LABEL_KEYS {
+        return Err(format!(
+            "describe() asks for {} label keys (info.label-keys); at most {MOST_LABEL_KEYS}",
+            keys.len()
+        ));
+    }
+    for (i, key) in keys.iter().enumerate() {
+        if key.is_empty() || key.len() > LABEL_KEY_BYTES {
+            return Err(format!(
+                "info.label-keys[{i}] is {} bytes long; a label key is 1 to {LABEL_KEY_BYTES}",
+                key.len()
+            ));
+        }
+        if keys[..i].contains(key) {
+            return Err(format!("info.label-keys[{i}] ({key:?}) is named twice"));
+        }
+    }
+    Ok(())
 }
 
 /// Whether wasmtime refused to copy more than the hostcall budget.
@@ -90,6 +116,19 @@ mod tests {
             unreachable!()
         };
         assert_eq!(d.reason.len(), REASON_BYTES + "…".len());
+    }
+
+    #[test]
+    fn label_keys_are_held_to_what_a_node_can_have() {
+        let mut info = wasmgpu_contract::info("p", "1", "d");
+        info.label_keys = vec!["topology.kubernetes.io/zone".into()];
+        assert_eq!(bound_info(&mut info), Ok(()));
+        info.label_keys.push("topology.kubernetes.io/zone".into());
+        assert!(bound_info(&mut info).unwrap_err().contains("named twice"));
+        info.label_keys = vec![String::new()];
+        assert!(bound_info(&mut info).unwrap_err().contains("label-keys[0]"));
+        info.label_keys = (0..33).map(|i| format!("k{i}")).collect();
+        assert!(bound_info(&mut info).unwrap_err().contains("at most 32"));
     }
 
     #[test]

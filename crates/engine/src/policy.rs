@@ -92,11 +92,7 @@ impl LoadedPolicy {
             .map_err(|e| PolicyError::WrongWorld(Cause::new(e)))?;
         let pre =
             PolicyPre::new(instance_pre).map_err(|e| PolicyError::WrongWorld(Cause::new(e.0)))?;
-        let placeholder = Info {
-            name: String::new(),
-            version: String::new(),
-            description: String::new(),
-        };
+        let placeholder = wasmgpu_contract::info("", "", "");
         let mut policy = LoadedPolicy {
             shared,
             pre,
@@ -107,7 +103,7 @@ impl LoadedPolicy {
         };
         let (info, _) = policy.call(CALL_BYTES, |p, store| p.call_describe(store));
         let mut info = info?;
-        bounds::bound_info(&mut info);
+        bounds::bound_info(&mut info).map_err(PolicyError::InvalidOutput)?;
         policy.info = info;
         Ok(policy)
     }
