@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use wasmgpu_contract::types::Gang;
+use wasmgpu_contract::types::{Gang, Running};
 
 use crate::holdings::Holdings;
 use crate::snapshot::Waiting;
@@ -41,7 +41,7 @@ impl Index {
         let mut key_to_members: BTreeMap<ObjectKey, Vec<&Waiting<'_>>> = BTreeMap::new();
         for w in waiting {
             if let Some(group) = &w.pod.pod_group {
-                let key = ObjectKey::new(&w.request.namespace, group);
+                let key = ObjectKey::new(&w.key.namespace, group);
                 key_to_members.entry(key).or_default().push(w);
             }
         }
@@ -71,7 +71,7 @@ impl Index {
                 };
                 problems.push(Problem::GangTimedOut {
                     pod,
-                    resource: ObjectKey::parse(&w.request.resource).unwrap_or_else(|| key.clone()),
+                    resource: w.resource.clone(),
                     group: key.clone(),
                     timeout_s,
                     min_member: facts.min_member,
@@ -99,30 +99,56 @@ impl Index {
             .count() as u32
     }
 
-    /// The gangs of `waiting` (sorted by name), each with its members
-    /// already holding GPUs counted as bound; sets each member's `gang`.
-    pub(crate) fn gangs_of(&self, waiting: &mut [Waiting<'_>], holdings: &Holdings) -> Vec<Gang> {
-        let mut key_to_members: BTreeMap<ObjectKey, Vec<u32>> = BTreeMap::new();
+    /// The gangs of `waiting` and of the `running` pods (whose keys are
+    /// `running_keys`), sorted by name, each with its members already
+    /// holding GPUs counted as bound; sets each member's `gang`.
+    pub(crate) fn gangs_of(
+        &self,
+        waiting: &mut [Waiting<'_>],
+        running: &mut [Running],
+        running_keys: &[&ObjectKey],
+        holdings: &Holdings,
+    ) -> Vec<Gang> {
+        let mut key_to_members: BTreeMap<ObjectKey, (Vec<u32>, Vec<u32>)> = BTreeMap::new();
         for (position, w) in waiting.iter().enumerate() {
             if let Some(group) = &w.pod.pod_group {
-                let key = ObjectKey::new(&w.request.namespace, group);
-                key_to_members.entry(key).or_default().push(position as u32);
+                let key = ObjectKey::new(&w.key.namespace, group);
+                key_to_members
+                    .entry(key)
+                    .or_default()
+                    .0
+                    .push(position as u32);
+            }
+        }
+        for (position, key) in running_keys.iter().enumerate() {
+            if let Some(group) = self.key_to_pod.get(*key).and_then(|p| p.pod_group.as_ref()) {
+                let gang = ObjectKey::new(&key.namespace, group);
+                key_to_members
+                    .entry(gang)
+                    .or_default()
+                    .1
+                    .push(position as u32);
             }
         }
         let mut gangs = Vec::with_capacity(key_to_members.len());
-        for (key, members) in key_to_members {
+        for (key, (pending, members_running)) in key_to_members {
             let Some(facts) = self.key_to_gang.get(&key) else {
                 continue;
             };
             let bound = self.gang_bound(&key, holdings);
-            for &m in &members {
-                waiting[m as usize].request.gang = Some(gangs.len() as u32);
+            let at = Some(gangs.len() as u32);
+            for &m in &pending {
+                waiting[m as usize].request.gang = at;
+            }
+            for &m in &members_running {
+                running[m as usize].gang = at;
             }
             gangs.push(Gang {
                 name: key.to_string(),
                 min_member: facts.min_member,
                 bound,
-                pending: members,
+                pending,
+                running: members_running,
             });
         }
         gangs

@@ -3,7 +3,7 @@
 //! ```text
 //!  bound pods, not finished, with wasmgpu.io/allocation ──┐
 //!  bindings this controller sent, not echoed yet ─────────┼─▶ Holdings: GPU use,
-//!  ledger entries of earlier versions (status.allocations)┘   usage per namespace
+//!  ledger entries of earlier versions (status.allocations)┘   the holders
 //! ```
 //!
 //! A GPU is free only when no pod holds it: the pod is gone, finished, or
@@ -11,12 +11,11 @@
 //! deleted) never frees a GPU.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use super::{Index, ObjectKey};
 use wasmgpu_api::{Allocation, Device, PodAllocation, Sharing};
-use wasmgpu_contract::types::Usage;
 
 /// A ledger entry, written by an earlier version, that the controller
 /// should remove from its GPUResource's status.
@@ -125,8 +124,6 @@ pub(crate) type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 pub(crate) struct Holdings<'a> {
     /// `(node, GPU uuid)` → what holders keep on it.
     pub gpu_to_use: FastMap<(&'a str, &'a str), GpuUse<'a>>,
-    /// Namespace → GPUs its pods hold.
-    pub namespace_to_usage: BTreeMap<&'a str, Usage>,
     /// Pods holding GPUs.
     pub holders: HashSet<Cow<'a, ObjectKey>, ahash::RandomState>,
     pub live: Vec<Holding<'a>>,
@@ -429,31 +426,17 @@ impl<'a> Holdings<'a> {
         allocation: Cow<'a, PodAllocation>,
         source: Source,
     ) {
-        let usage = self
-            .namespace_to_usage
-            .entry(namespace)
-            .or_insert_with(|| Usage {
-                namespace: namespace.to_string(),
-                exclusive_gpus: 0,
-                shared_mib: 0,
-                mig_instances: 0,
-            });
+        let _ = namespace;
         for device in held.devices {
             let gpu = self
                 .gpu_to_use
                 .entry((held.node, device.uuid.as_str()))
                 .or_default();
             match held.sharing {
-                Sharing::Exclusive if device.uuid.starts_with("MIG-") => {
-                    usage.mig_instances += 1;
-                    gpu.exclusive_owner.get_or_insert_with(|| pod.clone());
-                }
                 Sharing::Exclusive => {
-                    usage.exclusive_gpus += 1;
                     gpu.exclusive_owner.get_or_insert_with(|| pod.clone());
                 }
                 Sharing::Shared => {
-                    usage.shared_mib += device.memory_mib;
                     gpu.shared_mib = gpu.shared_mib.saturating_add(device.memory_mib);
                     gpu.shared_owners += 1;
                 }

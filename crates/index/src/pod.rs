@@ -27,7 +27,12 @@ pub(crate) struct PodFacts {
     /// or not; it holds GPUs while the pod is bound and not finished.
     pub allocation: Option<Result<PodAllocation, UnreadableAllocation>>,
     pub created_ms: u64,
+    /// When it started running (`status.startTime`), else when it was
+    /// created; milliseconds since the Unix epoch.
+    pub started_ms: u64,
     pub priority: i32,
+    /// `spec.preemptionPolicy` is `Never`.
+    pub never_preempts: bool,
     pub node_selector: BTreeMap<String, String>,
     /// The terms of the required node affinity (ORed); `None`: no required
     /// node affinity.
@@ -86,7 +91,15 @@ impl PodFacts {
             deleting: meta.deletion_timestamp.is_some(),
             allocation: PodAllocation::from_annotations(meta.annotations.as_ref()),
             created_ms,
+            started_ms: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .map_or(created_ms, |t| {
+                    u64::try_from(t.0.as_millisecond()).unwrap_or(0)
+                }),
             priority: spec.priority.unwrap_or(0),
+            never_preempts: spec.preemption_policy.as_deref() == Some("Never"),
             node_selector,
             required_terms,
             tolerations,

@@ -1,5 +1,6 @@
-//! Building the policy snapshots: candidate nodes with their GPUs, pending
-//! requests with their eligible nodes, usage per namespace.
+//! Building the policy snapshots: candidate nodes with their GPUs (and, on
+//! the host side, their labels and UUIDs), pending requests with their
+//! eligible nodes, the pods running on those nodes, gangs.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -12,12 +13,20 @@ use super::node::NodeFacts;
 use super::pod::PodFacts;
 use super::{Index, ObjectKey, Problem};
 use wasmgpu_api::{GPUResourceSpec, Sharing as ApiSharing};
-use wasmgpu_contract::types::{Gpu, MigInstance, Node, Request, Sharing, Snapshot};
+use wasmgpu_contract::types::{
+    Ask, Gpu, GpuShape, MigInstance, Node, PreemptionPolicy, Publisher, Request, Running, Sharing,
+    Snapshot,
+};
+use wasmgpu_contract::{HostNode, HostSnapshot, bits};
 
 /// A pod that waits for GPUs and could be placed, with its policy.
 pub(crate) struct Waiting<'a> {
     pub(crate) policy: &'a str,
+    pub(crate) key: &'a ObjectKey,
     pub(crate) pod: &'a PodFacts,
+    /// The GPUResource it references.
+    pub(crate) resource: ObjectKey,
+    /// Its request; `namespace` is set when the snapshot's table is built.
     pub(crate) request: Request,
 }
 
@@ -42,7 +51,7 @@ impl Index {
     /// name. Each carries every candidate node (GPUs and what pods hold on
     /// them), that policy's pending requests oldest first, and usage
     /// per namespace. `config` is left empty: the caller sets the policy's.
-    pub fn snapshots(&self, round: u64) -> BTreeMap<String, Snapshot> {
+    pub fn snapshots(&self, round: u64) -> BTreeMap<String, HostSnapshot> {
         let holdings = self.holdings();
         let survey = self.survey(&holdings);
         let mut policy_to_waiting: BTreeMap<&str, Vec<Waiting<'_>>> = BTreeMap::new();
@@ -59,7 +68,7 @@ impl Index {
     }
 
     /// The snapshot for one policy (with no requests when none wait for it).
-    pub fn snapshot(&self, policy: &str, round: u64) -> Snapshot {
+    pub fn snapshot(&self, policy: &str, round: u64) -> HostSnapshot {
         let holdings = self.holdings();
         let waiting = self
             .survey(&holdings)
@@ -185,23 +194,32 @@ impl Index {
             let spec = &state.spec;
             survey.waiting.push(Waiting {
                 policy: self.policy_of(spec),
+                key,
                 pod,
+                resource,
                 request: Request {
                     pod: key.to_string(),
-                    namespace: key.namespace.clone(),
-                    resource: resource.to_string(),
-                    count: spec.count,
-                    model: spec.model.clone(),
-                    mig_profile: spec.mig_profile.clone(),
-                    memory_mib: spec.memory_mib,
-                    sharing: match spec.sharing {
-                        ApiSharing::Exclusive => Sharing::Exclusive,
-                        ApiSharing::Shared => Sharing::Shared,
-                    },
+                    namespace: 0,
+                    tenant: None,
                     priority: pod.priority,
+                    preemption: if pod.never_preempts {
+                        PreemptionPolicy::Never
+                    } else {
+                        PreemptionPolicy::PreemptLowerPriority
+                    },
                     created_ms: pod.created_ms,
                     eligible_set: 0,
                     gang: None,
+                    ask: Ask::Gpus(GpuShape {
+                        count: spec.count,
+                        model: spec.model.clone(),
+                        mig_profile: spec.mig_profile.clone(),
+                        memory_mib: spec.memory_mib,
+                        sharing: match spec.sharing {
+                            ApiSharing::Exclusive => Sharing::Exclusive,
+                            ApiSharing::Shared => Sharing::Shared,
+                        },
+                    }),
                 },
             });
         }
@@ -286,7 +304,12 @@ impl Index {
     }
 
     /// The snapshot of `waiting` (already of one policy).
-    fn build(&self, round: u64, holdings: &Holdings, mut waiting: Vec<Waiting<'_>>) -> Snapshot {
+    fn build(
+        &self,
+        round: u64,
+        holdings: &Holdings,
+        mut waiting: Vec<Waiting<'_>>,
+    ) -> HostSnapshot {
         let candidates: Vec<Candidate<'_>> = self
             .name_to_node
             .iter()
@@ -305,20 +328,22 @@ impl Index {
         });
         // Sets are numbered in the order of first use; pods with the same
         // constraints are checked once, and equal sets are shared.
-        let mut eligible_sets: Vec<Vec<u32>> = Vec::new();
-        let mut set_to_position: HashMap<Vec<u32>, u32> = HashMap::new();
+        let mut eligible_sets: Vec<Vec<u64>> = Vec::new();
+        let mut set_to_position: HashMap<Vec<u64>, u32> = HashMap::new();
         let mut constraints_to_position: HashMap<&str, u32> = HashMap::new();
         for w in &mut waiting {
             if let Some(&position) = constraints_to_position.get(w.pod.constraints_key.as_str()) {
                 w.request.eligible_set = position;
                 continue;
             }
-            let set: Vec<u32> = candidates
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| eligibility::check(w.pod, c.name, c.facts).is_ok())
-                .map(|(i, _)| i as u32)
-                .collect();
+            let set = bits::from_indices(
+                candidates.len(),
+                candidates
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| eligibility::check(w.pod, c.name, c.facts).is_ok())
+                    .map(|(i, _)| i as u32),
+            );
             let position = *set_to_position.entry(set).or_insert_with_key(|set| {
                 eligible_sets.push(set.clone());
                 eligible_sets.len() as u32 - 1
@@ -326,23 +351,106 @@ impl Index {
             constraints_to_position.insert(&w.pod.constraints_key, position);
             w.request.eligible_set = position;
         }
-        let gangs = self.gangs_of(&mut waiting, holdings);
         let mut tables = Tables::default();
-        let nodes = candidates
+        let (nodes, host_nodes): (Vec<Node>, Vec<HostNode>) = candidates
             .iter()
             .map(|c| node_record(c, holdings, &mut tables))
+            .unzip();
+        let (mut running, running_keys) = self.running(&candidates, &host_nodes, holdings);
+        let gangs = self.gangs_of(&mut waiting, &mut running, &running_keys, holdings);
+        let mut namespaces: Vec<String> = waiting
+            .iter()
+            .map(|w| w.key.namespace.clone())
+            .chain(running_keys.iter().map(|k| k.namespace.clone()))
             .collect();
-        Snapshot {
-            round,
-            models: tables.models,
-            mig_profiles: tables.mig_profiles,
-            nodes,
-            pending: waiting.into_iter().map(|w| w.request).collect(),
-            eligible_sets,
-            gangs,
-            usage: holdings.namespace_to_usage.values().cloned().collect(),
-            config: String::new(),
+        namespaces.sort_unstable();
+        namespaces.dedup();
+        let position = |ns: &str| {
+            namespaces
+                .binary_search_by(|n| n.as_str().cmp(ns))
+                .unwrap_or(0) as u32
+        };
+        for w in &mut waiting {
+            w.request.namespace = position(&w.key.namespace);
         }
+        for (r, key) in running.iter_mut().zip(&running_keys) {
+            r.namespace = position(&key.namespace);
+        }
+        HostSnapshot {
+            snapshot: Snapshot {
+                round,
+                models: tables.models,
+                mig_profiles: tables.mig_profiles,
+                namespaces,
+                label_keys: Vec::new(),
+                nodes,
+                pending: waiting.into_iter().map(|w| w.request).collect(),
+                running,
+                eligible_sets,
+                candidate_sets: Vec::new(),
+                gangs,
+                tenants: Vec::new(),
+                config: String::new(),
+            },
+            nodes: host_nodes,
+        }
+    }
+
+    /// The pods holding GPUs on the candidate nodes, by node then pod, and
+    /// their keys (namespaces are set by the caller).
+    fn running<'h>(
+        &self,
+        candidates: &[Candidate<'_>],
+        host_nodes: &[HostNode],
+        holdings: &'h Holdings,
+    ) -> (Vec<Running>, Vec<&'h ObjectKey>) {
+        let node_to_position: HashMap<&str, u32> = candidates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.name, i as u32))
+            .collect();
+        let mut found: Vec<(u32, &ObjectKey, Running)> = Vec::new();
+        for holding in &holdings.live {
+            let allocation = &holding.allocation;
+            let Some(&node) = node_to_position.get(allocation.node.as_str()) else {
+                continue;
+            };
+            let uuids = &host_nodes[node as usize].uuids;
+            let gpus = allocation
+                .devices
+                .iter()
+                .filter_map(|d| uuids.iter().position(|u| *u == d.uuid))
+                .map(|p| p as u32)
+                .collect();
+            let facts = self.key_to_pod.get(holding.pod.as_ref());
+            let shared_mib = match allocation.sharing {
+                ApiSharing::Shared => allocation.devices.first().map_or(0, |d| d.memory_mib),
+                ApiSharing::Exclusive => 0,
+            };
+            let key: &ObjectKey = match &holding.pod {
+                std::borrow::Cow::Borrowed(key) => key,
+                std::borrow::Cow::Owned(_) => continue,
+            };
+            found.push((
+                node,
+                key,
+                Running {
+                    pod: key.to_string(),
+                    namespace: 0,
+                    tenant: None,
+                    priority: facts.map_or(0, |p| p.priority),
+                    node,
+                    gpus,
+                    shared_mib,
+                    started_ms: facts.map_or(0, |p| p.started_ms),
+                    gang: None,
+                    evictable: facts.is_some(),
+                    protected_ms: 0,
+                },
+            ));
+        }
+        found.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        found.into_iter().map(|(_, key, r)| (r, key)).unzip()
     }
 }
 
@@ -382,11 +490,15 @@ fn could_hold(spec: &GPUResourceSpec, model: &str, memory_mib: u64) -> bool {
     spec.model.as_deref().is_none_or(|m| glob_match(m, model)) && memory_mib >= spec.memory_mib
 }
 
-/// A candidate node as the policy sees it. NVLink peers become positions
-/// in the node's GPU list (the inventory is sorted by index); peers the
-/// inventory does not list are dropped. Each GPU is followed by its MIG
+/// A candidate node as the policy sees it, and what the host keeps of it.
+/// NVLink peers become a bit set of their indices; peers the inventory
+/// does not list are dropped. Each GPU is followed by its MIG
 /// instances, which inherit its model and health.
-fn node_record(candidate: &Candidate<'_>, holdings: &Holdings, tables: &mut Tables) -> Node {
+fn node_record(
+    candidate: &Candidate<'_>,
+    holdings: &Holdings,
+    tables: &mut Tables,
+) -> (Node, HostNode) {
     let no_use = GpuUse::default();
     let inventory = &candidate.inventory.gpus;
     // Positions of whole GPUs, counting the instances listed before them.
@@ -396,10 +508,9 @@ fn node_record(candidate: &Candidate<'_>, holdings: &Holdings, tables: &mut Tabl
         positions.push(next);
         next += 1 + gpu.mig_instances.len() as u32;
     }
-    let uuid_to_position: HashMap<&str, u32> = inventory
+    let uuid_to_index: HashMap<&str, u32> = inventory
         .iter()
-        .zip(&positions)
-        .map(|(gpu, &position)| (gpu.uuid.as_str(), position))
+        .map(|gpu| (gpu.uuid.as_str(), gpu.index))
         .collect();
     let use_of = |uuid: &str| {
         let found = holdings.gpu_to_use.get(&(candidate.name, uuid));
@@ -411,6 +522,7 @@ fn node_record(candidate: &Candidate<'_>, holdings: &Holdings, tables: &mut Tabl
         )
     };
     let mut gpus = Vec::with_capacity(next as usize);
+    let mut uuids = Vec::with_capacity(next as usize);
     for (gpu, &position) in inventory.iter().zip(&positions) {
         let (held, shared_mib, shared_owners) = use_of(&gpu.uuid);
         let allocated_mib = if held {
@@ -419,8 +531,8 @@ fn node_record(candidate: &Candidate<'_>, holdings: &Holdings, tables: &mut Tabl
             shared_mib.min(gpu.memory_total_mib)
         };
         let model = tables.model(&gpu.model);
+        uuids.push(gpu.uuid.clone());
         gpus.push(Gpu {
-            uuid: gpu.uuid.clone(),
             index: gpu.index,
             model,
             memory_mib: gpu.memory_total_mib,
@@ -428,18 +540,19 @@ fn node_record(candidate: &Candidate<'_>, holdings: &Holdings, tables: &mut Tabl
             held,
             shared_owners,
             numa_node: gpu.numa_node,
-            nvlink_peers: gpu
-                .nvlink_peers
-                .iter()
-                .filter_map(|peer| uuid_to_position.get(peer.as_str()).copied())
-                .collect(),
+            nvlink: bits::nvlink_of(
+                gpu.nvlink_peers
+                    .iter()
+                    .filter_map(|peer| uuid_to_index.get(peer.as_str()).copied()),
+            ),
             healthy: gpu.healthy,
             mig: None,
+            published_by: Publisher::Agent,
         });
         for instance in &gpu.mig_instances {
             let (held, _, _) = use_of(&instance.uuid);
+            uuids.push(instance.uuid.clone());
             gpus.push(Gpu {
-                uuid: instance.uuid.clone(),
                 index: gpu.index,
                 model,
                 memory_mib: instance.memory_total_mib,
@@ -447,23 +560,30 @@ fn node_record(candidate: &Candidate<'_>, holdings: &Holdings, tables: &mut Tabl
                 held,
                 shared_owners: 0,
                 numa_node: gpu.numa_node,
-                nvlink_peers: Vec::new(),
+                nvlink: 0,
                 healthy: gpu.healthy,
                 mig: Some(MigInstance {
                     parent: position,
                     profile: tables.mig_profile(&instance.profile),
                 }),
+                published_by: Publisher::Agent,
             });
         }
     }
-    Node {
-        name: candidate.name.to_string(),
-        labels: candidate
-            .facts
-            .labels
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        gpus,
-    }
+    (
+        Node {
+            name: candidate.name.to_string(),
+            labels: Vec::new(),
+            gpus,
+        },
+        HostNode {
+            labels: candidate
+                .facts
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            uuids,
+        },
+    )
 }
