@@ -106,7 +106,7 @@ impl Index {
         &self,
         waiting: &mut [Waiting<'_>],
         running: &mut [Running],
-        running_keys: &[&ObjectKey],
+        running_keys: &[ObjectKey],
         holdings: &Holdings,
     ) -> Vec<Gang> {
         let mut key_to_members: BTreeMap<ObjectKey, (Vec<u32>, Vec<u32>)> = BTreeMap::new();
@@ -121,7 +121,7 @@ impl Index {
             }
         }
         for (position, key) in running_keys.iter().enumerate() {
-            if let Some(group) = self.key_to_pod.get(*key).and_then(|p| p.pod_group.as_ref()) {
+            if let Some(group) = self.key_to_pod.get(key).and_then(|p| p.pod_group.as_ref()) {
                 let gang = ObjectKey::new(&key.namespace, group);
                 key_to_members
                     .entry(gang)

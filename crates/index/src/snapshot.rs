@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use wasmgpu_contract::glob_match;
 
 use super::eligibility;
-use super::holdings::{GpuUse, Holdings};
+use super::holdings::{GpuUse, Holdings, Source};
 use super::inventory::NodeInventory;
 use super::node::NodeFacts;
 use super::pod::PodFacts;
@@ -397,20 +397,24 @@ impl Index {
     }
 
     /// The pods holding GPUs on the candidate nodes, by node then pod, and
-    /// their keys (namespaces are set by the caller).
-    fn running<'h>(
+    /// their keys (namespaces are set by the caller). Gang members reserved
+    /// but not bound yet hold GPUs without running: they are not listed.
+    fn running(
         &self,
         candidates: &[Candidate<'_>],
         host_nodes: &[HostNode],
-        holdings: &'h Holdings,
-    ) -> (Vec<Running>, Vec<&'h ObjectKey>) {
+        holdings: &Holdings,
+    ) -> (Vec<Running>, Vec<ObjectKey>) {
         let node_to_position: HashMap<&str, u32> = candidates
             .iter()
             .enumerate()
             .map(|(i, c)| (c.name, i as u32))
             .collect();
-        let mut found: Vec<(u32, &ObjectKey, Running)> = Vec::new();
+        let mut found: Vec<(u32, ObjectKey, Running)> = Vec::new();
         for holding in &holdings.live {
+            if holding.source == Source::Reservation {
+                continue;
+            }
             let allocation = &holding.allocation;
             let Some(&node) = node_to_position.get(allocation.node.as_str()) else {
                 continue;
@@ -427,15 +431,13 @@ impl Index {
                 ApiSharing::Shared => allocation.devices.first().map_or(0, |d| d.memory_mib),
                 ApiSharing::Exclusive => 0,
             };
-            let key: &ObjectKey = match &holding.pod {
-                std::borrow::Cow::Borrowed(key) => key,
-                std::borrow::Cow::Owned(_) => continue,
-            };
+            let key = holding.pod.clone().into_owned();
+            let pod = key.to_string();
             found.push((
                 node,
                 key,
                 Running {
-                    pod: key.to_string(),
+                    pod,
                     namespace: 0,
                     tenant: None,
                     priority: facts.map_or(0, |p| p.priority),
@@ -449,7 +451,7 @@ impl Index {
                 },
             ));
         }
-        found.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         found.into_iter().map(|(_, key, r)| (r, key)).unzip()
     }
 }
