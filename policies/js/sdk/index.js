@@ -2,21 +2,32 @@
 //
 // Everything a JavaScript allocation policy needs besides the contract's types
 // (generated from wit/policy.wit into types/ by `npm run build`): decision
-// builders, the model glob, config parsing, round state that tracks what is
-// free as the policy places pods (`Cluster`), the placement loop most policies
-// share (`placeEach`), and `exportPolicy`, which turns a policy into the
-// component's `describe` and `allocate` exports.
+// builders, the model glob, config parsing, accessors for what the contract
+// encodes compactly (a request's GPU shape, namespace and label tables, node
+// and NVLink bit sets), round state that tracks what is free as the policy
+// places pods (`Cluster`), the placement loop most policies share
+// (`placeEach`), and `exportPolicy`, which turns a policy into the component's
+// `describe` and `allocate` exports.
 //
 // The contract names pods, nodes and GPUs by position: `assign(pod, node,
 // gpus)` takes the pod's position in `snapshot.pending`, the node's in
 // `snapshot.nodes` and the GPUs' in that node's `gpus` list.
 //
+// `Cluster` and `placeEach` place GPUResource requests (`ask.tag === 'gpus'`)
+// on GPUs the wasmgpu agent publishes. They make no decision for DRA pods
+// (`ask.tag === 'claims'`), which therefore wait, and they never preempt.
+//
 // The same modules run under Node (unit tests) and inside the component.
 
-/** @typedef {import('wasmgpu:policy/types@0.2.0').Snapshot} Snapshot */
-/** @typedef {import('wasmgpu:policy/types@0.2.0').Request} Request */
-/** @typedef {import('wasmgpu:policy/types@0.2.0').Decision} Decision */
-/** @typedef {import('wasmgpu:policy/types@0.2.0').Info} Info */
+/** @typedef {import('wasmgpu:policy/types@0.3.0').Snapshot} Snapshot */
+/** @typedef {import('wasmgpu:policy/types@0.3.0').Request} Request */
+/** @typedef {import('wasmgpu:policy/types@0.3.0').Running} Running */
+/** @typedef {import('wasmgpu:policy/types@0.3.0').GpuShape} GpuShape */
+/** @typedef {import('wasmgpu:policy/types@0.3.0').Node} Node */
+/** @typedef {import('wasmgpu:policy/types@0.3.0').Gpu} Gpu */
+/** @typedef {import('wasmgpu:policy/types@0.3.0').Tenant} Tenant */
+/** @typedef {import('wasmgpu:policy/types@0.3.0').Decision} Decision */
+/** @typedef {import('wasmgpu:policy/types@0.3.0').Info} Info */
 
 let logSink = () => {};
 
@@ -39,14 +50,37 @@ export function fail(message) {
 /** The error `fail` throws. */
 export class PolicyError extends Error {}
 
-/** An `Info` record. */
-export function info(name, version, description) {
-  return { name, version, description };
+/**
+ * An `Info` record. `labelKeys`: the node label keys the policy reads (at
+ * most 32); each node in a snapshot then carries its values for these, by
+ * position (`labelOf` reads one by key).
+ */
+export function info(name, version, description, labelKeys = []) {
+  return { name, version, description, labelKeys: Array.from(labelKeys) };
 }
 
-/** `assign`: pending position `pod` on node position `node`, GPU positions `gpus`. */
+/**
+ * `assign`: pending position `pod` on node position `node`, GPU positions
+ * `gpus` (a GPUResource request; `claims` is empty).
+ */
 export function assign(pod, node, gpus) {
-  return { tag: 'assign', val: { pod, node, gpus: Uint32Array.from(gpus) } };
+  return { tag: 'assign', val: { pod, node, gpus: Uint32Array.from(gpus), claims: [] } };
+}
+
+/**
+ * `preempt`: evict the running pods at `victims` (positions in
+ * `snapshot.running`) and give pending position `pod` GPU positions `gpus` of
+ * node position `node` once they are gone. `Cluster` and `placeEach` never
+ * emit it.
+ */
+export function preempt(pod, node, gpus, victims) {
+  return {
+    tag: 'preempt',
+    val: {
+      assignment: { pod, node, gpus: Uint32Array.from(gpus), claims: [] },
+      victims: Uint32Array.from(victims),
+    },
+  };
 }
 
 /** `wait`: leave pending position `pod` for a later round, with a reason shown to users. */
@@ -57,6 +91,119 @@ export function wait(pod, reason) {
 /** `reject`: the request at pending position `pod` can never fit as posed. */
 export function reject(pod, reason) {
   return { tag: 'reject', val: { pod, reason } };
+}
+
+/**
+ * What a request asks for through its GPUResource (`count`, `model`,
+ * `migProfile`, `memoryMib`, `sharing`), or `undefined` for a DRA pod (its
+ * `ask` is `claims`).
+ * @param {Request} request
+ * @returns {GpuShape | undefined}
+ */
+export function shapeOf(request) {
+  return request.ask.tag === 'gpus' ? request.ask.val : undefined;
+}
+
+/** The DRA claims a request asks for, or `undefined` for a GPUResource request. */
+export function claimsOf(request) {
+  return request.ask.tag === 'claims' ? request.ask.val : undefined;
+}
+
+/** The namespace name of a pending or running pod (`undefined` past the table's end). */
+export function namespaceOf(snapshot, pod) {
+  return snapshot.namespaces[pod.namespace];
+}
+
+/** The tenant of a pending or running pod, or `undefined` when it has none. */
+export function tenantOf(snapshot, pod) {
+  return pod.tenant === undefined ? undefined : snapshot.tenants[pod.tenant];
+}
+
+/**
+ * The value of label `key` on `node` (a `Node` or its position), or
+ * `undefined` when the node lacks it or the policy did not ask for the key
+ * (in `info(…, labelKeys)`).
+ */
+export function labelOf(snapshot, node, key) {
+  const n = typeof node === 'number' ? snapshot.nodes[node] : node;
+  const at = snapshot.labelKeys.indexOf(key);
+  return at < 0 || n === undefined ? undefined : (n.labels[at] ?? undefined);
+}
+
+/**
+ * The members of a bit set carried as 64-bit words (`snapshot.eligibleSets[i]`:
+ * bit i of word i/64 is member i), ascending; those of `limit` and more are
+ * left out.
+ */
+export function setMembers(words, limit = Infinity) {
+  const out = [];
+  for (let w = 0; w < words.length; w++) {
+    const word = BigInt.asUintN(64, BigInt(words[w]));
+    if (word === 0n) continue;
+    const halves = [Number(word & 0xffffffffn), Number(word >> 32n)];
+    for (let h = 0; h < 2; h++) {
+      let bits = halves[h];
+      const base = w * 64 + h * 32;
+      while (bits !== 0) {
+        const low = bits & -bits;
+        const member = base + 31 - Math.clz32(low);
+        if (member >= limit) return out;
+        out.push(member);
+        bits = (bits ^ low) >>> 0;
+      }
+    }
+  }
+  return out;
+}
+
+/** Whether `member` is in a bit set carried as 64-bit words. */
+export function inSet(words, member) {
+  if (!Number.isInteger(member) || member < 0) return false;
+  const w = Math.floor(member / 64);
+  if (w >= words.length) return false;
+  return ((BigInt(words[w]) >> BigInt(member % 64)) & 1n) === 1n;
+}
+
+/** Whether node position `node` is in `request`'s eligible set. */
+export function nodeEligible(snapshot, request, node) {
+  const set = snapshot.eligibleSets[request.eligibleSet];
+  return set !== undefined && inSet(set, node);
+}
+
+/**
+ * The GPUs GPU position `gpu` of `node` has an NVLink to, as positions in the
+ * node's `gpus` list, ascending (the contract names them by GPU `index`; an
+ * index no whole GPU of the node has is left out).
+ * @param {Node} node
+ */
+export function nvlinkPeers(node, gpu) {
+  const g = node.gpus[gpu];
+  if (g === undefined || BigInt(g.nvlink) === 0n) return [];
+  const at = wholeByIndex(node.gpus);
+  const out = [];
+  for (const index of setMembers([g.nvlink])) {
+    const peer = at.get(index);
+    if (peer !== undefined) out.push(peer);
+  }
+  return out.sort((a, b) => a - b);
+}
+
+/** Position of the whole GPU with each `index` (the first, should two share one). */
+function wholeByIndex(gpus) {
+  const at = new Map();
+  for (let i = 0; i < gpus.length; i++) {
+    if (gpus[i].mig === undefined && !at.has(gpus[i].index)) at.set(gpus[i].index, i);
+  }
+  return at;
+}
+
+/**
+ * Whether a GPUResource request may take `gpu`: the wasmgpu agent publishes
+ * it (`publishedBy` is `agent` or `both`, not only a DRA driver).
+ * @param {Gpu} gpu
+ */
+export function agentPublished(gpu) {
+  return gpu.publishedBy !== 'dra-driver';
 }
 
 /**
@@ -158,18 +305,25 @@ export class Shortfall {
   }
 }
 
-/** What `request` asks for, in words (used in wait and reject reasons). */
+/**
+ * What a request (or its `GpuShape`) asks for, in words (used in wait and
+ * reject reasons).
+ */
 export function describeRequest(request) {
-  const model = request.model !== undefined ? ` matching "${request.model}"` : '';
-  const mem = BigInt(request.memoryMib);
-  if (request.migProfile !== undefined) {
-    return `${request.count} MIG instance(s) of profile ${JSON.stringify(request.migProfile)}${model}`;
+  if (request.ask !== undefined && request.ask.tag === 'claims') {
+    return `devices through ${request.ask.val.length} DRA claim(s)`;
   }
-  if (request.sharing === 'shared') {
-    return `${request.count} GPU(s)${model} with ${mem} MiB to share`;
+  const shape = request.ask !== undefined ? request.ask.val : request;
+  const model = shape.model !== undefined ? ` matching "${shape.model}"` : '';
+  const mem = BigInt(shape.memoryMib);
+  if (shape.migProfile !== undefined) {
+    return `${shape.count} MIG instance(s) of profile ${JSON.stringify(shape.migProfile)}${model}`;
   }
-  if (mem === 0n) return `${request.count} GPU(s)${model}`;
-  return `${request.count} GPU(s)${model} with at least ${mem} MiB each`;
+  if (shape.sharing === 'shared') {
+    return `${shape.count} GPU(s)${model} with ${mem} MiB to share`;
+  }
+  if (mem === 0n) return `${shape.count} GPU(s)${model}`;
+  return `${shape.count} GPU(s)${model} with at least ${mem} MiB each`;
 }
 
 // Kinds of request, as far as fitting goes.
@@ -183,7 +337,9 @@ const MIG = 2;
  *
  * A node's `gpus` list holds whole GPUs, each followed by its MIG instances.
  * A whole-GPU request takes whole GPUs none of whose instances is held; a MIG
- * request takes free instances of its profile whose parent is not held.
+ * request takes free instances of its profile whose parent is not held. Only
+ * GPUs the wasmgpu agent publishes (`agentPublished`) are ever taken: the
+ * others are for DRA claims, which `Cluster` does not place.
  */
 export class Cluster {
   /** @param {Snapshot} snapshot */
@@ -192,11 +348,8 @@ export class Cluster {
     const n = snapshot.nodes.length;
     this.nodes = new Array(n);
     for (let i = 0; i < n; i++) this.nodes[i] = newNodeState(snapshot.nodes[i]);
-    this.eligibleSets = snapshot.eligibleSets.map((set) => {
-      const out = [];
-      for (const node of set) if (node < n) out.push(node);
-      return out;
-    });
+    // Eligible sets as sorted node positions (bits past the nodes dropped).
+    this.eligibleSets = snapshot.eligibleSets.map((set) => setMembers(set, n));
     this.everFits = new Map();
     this.modelOk = new Map();
     // Nodes in the order commits changed them, and the shared-request
@@ -230,31 +383,40 @@ export class Cluster {
   }
 
   /**
-   * Pending positions in the order they should be served: higher priority
-   * first, then older, then by pod name (a total order).
+   * Positions of the pending GPUResource requests in the order they should be
+   * served: higher priority first, then older, then by pod name (a total
+   * order). DRA pods (`ask` is `claims`) are left out: `Cluster` does not
+   * place them, and a pod no decision names waits.
    */
   pendingInOrder() {
     const pending = this.snapshot.pending;
-    const order = pending.map((_, i) => i);
+    const order = [];
+    for (let i = 0; i < pending.length; i++) if (pending[i].ask.tag === 'gpus') order.push(i);
     order.sort((a, b) => compareRequests(pending[a], pending[b]));
     return order;
   }
 
-  /** The prepared form of pending request `pod` (a position) for the checks below. */
+  /**
+   * The prepared form of pending request `pod` (a position) for the checks
+   * below: `{ pod, request, shape, kind, count, memory, profile, modelOk }`.
+   * `null` for a DRA pod.
+   */
   want(pod) {
     const request = this.snapshot.pending[pod];
+    const shape = shapeOf(request);
+    if (shape === undefined) return null;
     const kind =
-      request.migProfile !== undefined ? MIG : request.sharing === 'shared' ? SHARED : EXCLUSIVE;
-    const profile =
-      kind === MIG ? this.snapshot.migProfiles.indexOf(request.migProfile) : -1;
+      shape.migProfile !== undefined ? MIG : shape.sharing === 'shared' ? SHARED : EXCLUSIVE;
+    const profile = kind === MIG ? this.snapshot.migProfiles.indexOf(shape.migProfile) : -1;
     return {
       pod,
       request,
+      shape,
       kind,
-      count: request.count,
-      memory: Number(request.memoryMib),
+      count: shape.count,
+      memory: Number(shape.memoryMib),
       profile,
-      modelOk: this.modelMask(request.model),
+      modelOk: this.modelMask(shape.model),
     };
   }
 
@@ -269,9 +431,14 @@ export class Cluster {
     return mask;
   }
 
-  /** The node positions the request may run on (positions past the end dropped). */
+  /** The node positions the request may run on, ascending (positions past the end dropped). */
   eligible(want) {
     return this.eligibleSets[want.request.eligibleSet] ?? [];
+  }
+
+  /** Whether the request may run on node position `node`. */
+  isEligible(want, node) {
+    return this.eligibleMask(want)[node] === 1;
   }
 
   /** Whole GPUs on `node` nobody holds any part of. */
@@ -279,7 +446,7 @@ export class Cluster {
     return this.nodes[node].freeWhole;
   }
 
-  /** Healthy whole GPUs on `node`. */
+  /** Healthy whole GPUs on `node` that the wasmgpu agent publishes. */
   healthy(node) {
     return this.nodes[node].healthyWhole;
   }
@@ -288,7 +455,7 @@ export class Cluster {
   unitFits(node, i, want) {
     const state = this.nodes[node];
     const u = state.units[i];
-    if (!u.healthy || u.held || !want.modelOk[u.model]) return false;
+    if (!u.healthy || !u.agent || u.held || !want.modelOk[u.model]) return false;
     if (want.kind === MIG) {
       // An instance is free while its parent is used neither whole nor shared.
       if (u.parent < 0 || u.profile !== want.profile || u.memory < want.memory) return false;
@@ -406,8 +573,7 @@ export class Cluster {
    * round, then brought up to date with the nodes commits touched since.
    */
   sharedRooms(want) {
-    const r = want.request;
-    const key = `${r.model ?? '\u0000'}\u0000${want.memory}\u0000${want.count}`;
+    const key = `${want.shape.model ?? '\u0000'}\u0000${want.memory}\u0000${want.count}`;
     let entry = this.shared.get(key);
     if (entry === undefined) {
       const rooms = new Float64Array(this.nodes.length);
@@ -557,13 +723,16 @@ export class Cluster {
    * member waits, with the reason. A member that can never fit is rejected
    * on its own reason; when without such members the gang could never reach
    * minMember, every member is rejected, naming the one that fits nowhere.
-   * The host applies a gang's assignments on the same rule.
+   * The host applies a gang's assignments on the same rule. DRA members get
+   * no decision (they wait) and count as members that may fit later.
    */
   placeGang(gang, fit, preferNvlink) {
     const g = this.snapshot.gangs[gang];
     if (g === undefined) return [];
     const pending = this.snapshot.pending;
-    const members = Array.from(g.pending).filter((p) => p < pending.length);
+    const all = Array.from(g.pending).filter((p) => p < pending.length);
+    const members = all.filter((p) => pending[p].ask.tag === 'gpus');
+    const dra = all.length - members.length;
     members.sort((a, b) => compareRequests(pending[a], pending[b]));
     const need = Math.max(0, g.minMember - g.bound);
     const trial = this.clone();
@@ -580,7 +749,7 @@ export class Cluster {
     // for the others as long as they could still reach its minMember.
     const never = left.filter(([, , s]) => s.permanent);
     const later = left.filter(([, , s]) => !s.permanent);
-    if (placed.length + later.length < need) {
+    if (placed.length + later.length + dra < need) {
       const reason =
         never.length > 0
           ? `gang ${g.name} can never be placed: member ${never[0][1].request.pod} fits nowhere (${never[0][2].reason()})`
@@ -603,15 +772,14 @@ export class Cluster {
 
   /** Why `want` fits on none of its eligible nodes. */
   shortfall(want) {
-    const r = want.request;
-    const key = `${r.eligibleSet}\u0000${want.kind}\u0000${r.model ?? '\u0000'}\u0000${want.memory}\u0000${want.count}\u0000${want.profile}`;
+    const key = `${want.request.eligibleSet}\u0000${want.kind}\u0000${want.shape.model ?? '\u0000'}\u0000${want.memory}\u0000${want.count}\u0000${want.profile}`;
     let ever = this.everFits.get(key);
     if (ever === undefined) {
       ever = this.computeEverFits(want);
       this.everFits.set(key, ever);
     }
     if (ever === null) return new Shortfall('no-eligible-node');
-    return new Shortfall(ever ? 'not-now' : 'never', describeRequest(r));
+    return new Shortfall(ever ? 'not-now' : 'never', describeRequest(want.shape));
   }
 
   computeEverFits(want) {
@@ -620,7 +788,7 @@ export class Cluster {
     for (const node of eligible) {
       let could = 0;
       for (const u of this.nodes[node].units) {
-        if (!u.healthy || !want.modelOk[u.model]) continue;
+        if (!u.healthy || !u.agent || !want.modelOk[u.model]) continue;
         const kind = want.kind === MIG ? u.parent >= 0 && u.profile === want.profile : u.parent < 0;
         if (kind && u.memory >= want.memory) {
           if (++could >= want.count) return true;
@@ -671,13 +839,14 @@ function compareRequests(ra, rb) {
 }
 
 function isWholeFree(u) {
-  return u.healthy && !u.held && u.shares === 0 && u.free === u.memory && u.kidsHeld === 0;
+  return u.healthy && u.agent && !u.held && u.shares === 0 && u.free === u.memory && u.kidsHeld === 0;
 }
 
 function newNodeState(node) {
   const gpus = node.gpus;
   const units = new Array(gpus.length);
-  // NVLink groups: connected components of the peer graph (union-find).
+  // NVLink groups: connected components of the peer graph (union-find). A
+  // GPU's `nvlink` names its peers by `index`: each is the whole GPU with it.
   const parentOf = gpus.map((_, i) => i);
   const find = (i) => {
     while (parentOf[i] !== i) {
@@ -686,9 +855,13 @@ function newNodeState(node) {
     }
     return i;
   };
+  let byIndex = null;
   for (let i = 0; i < gpus.length; i++) {
-    for (const peer of gpus[i].nvlinkPeers) {
-      if (peer < gpus.length) {
+    if (BigInt(gpus[i].nvlink) === 0n) continue;
+    if (byIndex === null) byIndex = wholeByIndex(gpus);
+    for (const index of setMembers([gpus[i].nvlink])) {
+      const peer = byIndex.get(index);
+      if (peer !== undefined) {
         const a = find(i);
         const b = find(peer);
         if (a !== b) parentOf[Math.max(a, b)] = Math.min(a, b);
@@ -710,6 +883,8 @@ function newNodeState(node) {
       held: g.held,
       shares: g.sharedOwners,
       healthy: g.healthy,
+      // Published by the wasmgpu agent: a GPUResource request may take it.
+      agent: agentPublished(g),
       group: find(i),
       // An instance naming a parent out of range reads as a whole GPU.
       parent: mig ? g.mig.parent : -1,
@@ -724,20 +899,25 @@ function newNodeState(node) {
   }
   for (const u of units) {
     if (u.parent >= 0) continue;
-    if (u.healthy) healthyWhole++;
+    if (u.healthy && u.agent) healthyWhole++;
     if (isWholeFree(u)) freeWhole++;
   }
   return { units, freeWhole, healthyWhole, uniform };
 }
 
-/** Parameters understood by `placeEach` (config.json, all optional). */
-export const PLACEMENT_DEFAULTS = Object.freeze({ preferNvlink: true });
+/**
+ * Parameters understood by `placeEach` (config.json, all optional).
+ * `preemption` is accepted (a boolean, as the Rust binpack reads it) but
+ * changes nothing: `placeEach` does not preempt yet.
+ */
+export const PLACEMENT_DEFAULTS = Object.freeze({ preferNvlink: true, preemption: true });
 
 /**
- * Serves the requests by priority then age; each goes to the eligible node
- * `chooseNode` picks for `fit`, on the GPUs `pickGpus` picks. A gang is served
- * whole, all or nothing (`Cluster.placeGang`), when its first member's turn
- * comes. Requests that fit nowhere get `wait` or `reject` with the reason. An
+ * Serves the GPUResource requests by priority then age; each goes to the
+ * eligible node `chooseNode` picks for `fit`, on the GPUs `pickGpus` picks. A
+ * gang is served whole, all or nothing (`Cluster.placeGang`), when its first
+ * member's turn comes. Requests that fit nowhere get `wait` or `reject` with
+ * the reason. DRA pods get no decision (they wait); nothing is preempted. An
  * invalid config.json fails the round.
  */
 export function placeEach(snapshot, fit) {
