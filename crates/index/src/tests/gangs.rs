@@ -39,6 +39,7 @@ fn each_on_its_gpu(snapshot: &wasmgpu_contract::types::Snapshot) -> Vec<Decision
                 pod,
                 node: 0,
                 gpus: vec![pod],
+                claims: Vec::new(),
             })
         })
         .collect()
@@ -98,6 +99,7 @@ fn members_bound_earlier_count_toward_min_member() {
                 pod,
                 node: 0,
                 gpus: vec![pod + 1],
+                claims: Vec::new(),
             })
         })
         .collect();
@@ -134,8 +136,8 @@ fn a_gang_across_two_policies_shows_each_its_own_members_and_counts_every_bound_
             .holds("n", &["GPU-n-0"], Sharing::Exclusive, 0)
             .build(),
     );
-    let binpack = index.snapshot("binpack", 1);
-    let spread = index.snapshot("spread", 1);
+    let binpack = index.snapshot("binpack", 1).snapshot;
+    let spread = index.snapshot("spread", 1).snapshot;
     let pods = |s: &wasmgpu_contract::types::Snapshot| -> Vec<String> {
         s.pending.iter().map(|r| r.pod.clone()).collect()
     };

@@ -6,13 +6,7 @@ use crate::{ObjectKey, PendingBinding, PodCounts};
 use wasmgpu_api::PodAllocation;
 
 fn owner(index: &Index, uuid: &str) -> Option<String> {
-    let held = default_snapshot(index)
-        .nodes
-        .iter()
-        .flat_map(|n| &n.gpus)
-        .find(|g| g.uuid == uuid)
-        .unwrap_or_else(|| panic!("no GPU {uuid}"))
-        .held;
+    let held = gpu_by_uuid(&default_host(index), uuid).held;
     let holder = holder(index, uuid);
     assert_eq!(
         held,
@@ -92,7 +86,8 @@ fn shared_pods_add_up_their_shares() {
     let gpu = &snapshot.nodes[0].gpus[0];
     assert_eq!((gpu.allocated_mib, gpu.shared_owners), (20_000, 2));
     assert!(!gpu.held);
-    assert_eq!(snapshot.usage[0].shared_mib, 20_000);
+    let shares: Vec<_> = snapshot.running.iter().map(|r| r.shared_mib).collect();
+    assert_eq!(shares, [10_000, 10_000]);
 }
 
 #[test]

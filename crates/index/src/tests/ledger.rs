@@ -4,13 +4,21 @@
 use super::*;
 use crate::{ObjectKey, PodCounts, Release, ReleaseReason};
 
-fn gpu<'a>(snapshot: &'a Snapshot, uuid: &str) -> &'a wasmgpu_contract::types::Gpu {
+fn gpu<'a>(
+    snapshot: &'a wasmgpu_contract::HostSnapshot,
+    uuid: &str,
+) -> &'a wasmgpu_contract::types::Gpu {
+    gpu_by_uuid(snapshot, uuid)
+}
+
+/// `(pod, GPUs held, shared MiB)` of each running pod, in order.
+fn running(snapshot: &wasmgpu_contract::HostSnapshot) -> Vec<(String, usize, u64)> {
     snapshot
-        .nodes
+        .snapshot
+        .running
         .iter()
-        .flat_map(|n| &n.gpus)
-        .find(|g| g.uuid == uuid)
-        .unwrap_or_else(|| panic!("no GPU {uuid}"))
+        .map(|r| (r.pod.clone(), r.gpus.len(), r.shared_mib))
+        .collect()
 }
 
 /// One node `n` with 4 GPUs, pod `ml/p1` bound there.
@@ -30,7 +38,7 @@ fn an_exclusive_hold_takes_the_whole_gpu() {
             .holds("p1", "n", &["GPU-n-0", "GPU-n-1"], H100_MIB)
             .build(),
     );
-    let snapshot = default_snapshot(&index);
+    let snapshot = default_host(&index);
     for uuid in ["GPU-n-0", "GPU-n-1"] {
         let held = gpu(&snapshot, uuid);
         assert!(held.held);
@@ -39,10 +47,7 @@ fn an_exclusive_hold_takes_the_whole_gpu() {
     }
     let free = gpu(&snapshot, "GPU-n-2");
     assert_eq!((free.held, free.allocated_mib), (false, 0));
-    assert_eq!(snapshot.usage.len(), 1);
-    assert_eq!(snapshot.usage[0].namespace, "ml");
-    assert_eq!(snapshot.usage[0].exclusive_gpus, 2);
-    assert_eq!(snapshot.usage[0].shared_mib, 0);
+    assert_eq!(running(&snapshot), [("ml/p1".to_owned(), 2, 0)]);
 }
 
 #[test]
@@ -63,20 +68,19 @@ fn shared_holds_add_up_their_memory() {
             .holds("q", "n", &["GPU-n-0"], 4096)
             .build(),
     );
-    let snapshot = default_snapshot(&index);
+    let snapshot = default_host(&index);
     let shared = gpu(&snapshot, "GPU-n-0");
     assert_eq!(shared.allocated_mib, 8192 * 2 + 4096);
     assert_eq!(shared.shared_owners, 3);
     assert!(!shared.held);
-    let usage: Vec<_> = snapshot
-        .usage
-        .iter()
-        .map(|u| (u.namespace.as_str(), u.exclusive_gpus, u.shared_mib))
-        .collect();
     assert_eq!(
-        usage,
-        [("lab", 0, 4096), ("ml", 0, 16384)],
-        "sorted by namespace"
+        running(&snapshot),
+        [
+            ("lab/q".to_owned(), 1, 4096),
+            ("ml/p1".to_owned(), 1, 8192),
+            ("ml/p2".to_owned(), 1, 8192)
+        ],
+        "by node, then pod"
     );
 }
 
@@ -130,15 +134,15 @@ fn entries_of_deleted_finished_or_recreated_pods_are_released_and_free() {
             ("gone".to_string(), ReleaseReason::PodDeleted),
         ]
     );
-    let snapshot = default_snapshot(&index);
+    let snapshot = default_host(&index);
     for uuid in ["GPU-n-0", "GPU-n-1", "GPU-n-2"] {
         assert!(!gpu(&snapshot, uuid).held, "{uuid}");
     }
     assert!(gpu(&snapshot, "GPU-n-3").held);
-    assert_eq!(snapshot.usage[0].exclusive_gpus, 1);
+    assert_eq!(running(&snapshot).len(), 1);
     // The recreated pod is a different pod: it waits for GPUs of its own.
-    assert_eq!(snapshot.pending.len(), 1);
-    assert_eq!(snapshot.pending[0].pod, "ml/again");
+    assert_eq!(snapshot.snapshot.pending.len(), 1);
+    assert_eq!(snapshot.snapshot.pending[0].pod, "ml/again");
 }
 
 #[test]
@@ -183,7 +187,7 @@ fn before_pods_are_listed_every_entry_holds_and_none_is_released() {
             .build(),
     );
     assert!(index.releases().is_empty());
-    let snapshot = default_snapshot(&index);
+    let snapshot = default_host(&index);
     assert!(gpu(&snapshot, "GPU-n-0").held);
     index.reset_pods(&[]);
     assert_eq!(index.releases().len(), 1);
@@ -235,9 +239,13 @@ fn a_bound_holder_moves_onto_its_pod_then_its_entry_goes() {
     assert!(index.allocations_to_move().is_empty());
     let released: Vec<_> = index.releases().into_iter().map(|r| r.reason).collect();
     assert_eq!(released, [ReleaseReason::Moved]);
-    let snapshot = default_snapshot(&index);
+    let snapshot = default_host(&index);
     assert!(gpu(&snapshot, "GPU-n-0").held);
-    assert_eq!(snapshot.usage[0].exclusive_gpus, 1, "counted once");
+    assert_eq!(
+        running(&snapshot),
+        [("ml/p1".to_owned(), 1, 0)],
+        "counted once"
+    );
 }
 
 #[test]
@@ -248,7 +256,7 @@ fn entries_on_unknown_gpus_change_nothing() {
             .holds("p1", "elsewhere", &["GPU-n-0"], H100_MIB)
             .build(),
     );
-    assert!(!gpu(&default_snapshot(&index), "GPU-n-0").held);
+    assert!(!gpu(&default_host(&index), "GPU-n-0").held);
 }
 
 #[test]
@@ -282,7 +290,7 @@ fn a_written_ledger_survives_older_versions_from_the_watch() {
     index.record_write(&written);
     let held = |index: &Index| {
         assert_eq!(
-            gpu(&default_snapshot(index), "GPU-n-0").held,
+            gpu(&default_host(index), "GPU-n-0").held,
             holder(index, "GPU-n-0").is_some()
         );
         holder(index, "GPU-n-0")
@@ -310,7 +318,7 @@ fn a_newer_version_ends_the_wait_for_a_written_version() {
             .build(),
     );
     index.apply_gpuresource(&gpuresource("ml", "r").version("10").build());
-    assert!(!gpu(&default_snapshot(&index), "GPU-n-0").held);
+    assert!(!gpu(&default_host(&index), "GPU-n-0").held);
 }
 
 #[test]
@@ -323,7 +331,7 @@ fn a_relist_ends_the_wait_for_a_written_version() {
             .build(),
     );
     index.reset_gpuresources(&[gpuresource("ml", "r").version("9").build()]);
-    assert!(!gpu(&default_snapshot(&index), "GPU-n-0").held);
+    assert!(!gpu(&default_host(&index), "GPU-n-0").held);
 }
 
 #[test]
@@ -336,8 +344,8 @@ fn a_gpuresource_being_deleted_takes_no_new_pods_but_its_ledger_holds() {
             .deleting()
             .build(),
     );
-    let snapshot = default_snapshot(&index);
-    assert!(snapshot.pending.is_empty());
+    let snapshot = default_host(&index);
+    assert!(snapshot.snapshot.pending.is_empty());
     assert!(gpu(&snapshot, "GPU-n-0").held);
     let views = index.resources();
     assert_eq!(views.len(), 1);

@@ -510,15 +510,35 @@ pub(super) fn eligible_names(snapshot: &Snapshot, pod: &str) -> Vec<String> {
         .iter()
         .find(|r| r.pod == pod)
         .unwrap_or_else(|| panic!("{pod} is not pending in {snapshot:#?}"));
-    snapshot.eligible_sets[request.eligible_set as usize]
-        .iter()
-        .map(|&i| snapshot.nodes[i as usize].name.clone())
+    wasmgpu_contract::bits::indices(&snapshot.eligible_sets[request.eligible_set as usize])
+        .map(|i| snapshot.nodes[i as usize].name.clone())
         .collect()
 }
 
 /// The snapshot of the default policy.
 pub(super) fn default_snapshot(index: &Index) -> Snapshot {
+    index.snapshot(DEFAULT_POLICY, 1).snapshot
+}
+
+/// The snapshot of the default policy with what the host keeps (labels,
+/// UUIDs).
+pub(super) fn default_host(index: &Index) -> wasmgpu_contract::HostSnapshot {
     index.snapshot(DEFAULT_POLICY, 1)
+}
+
+/// The GPU whose UUID is `uuid` in a host snapshot.
+pub(super) fn gpu_by_uuid<'a>(
+    host: &'a wasmgpu_contract::HostSnapshot,
+    uuid: &str,
+) -> &'a wasmgpu_contract::types::Gpu {
+    host.nodes
+        .iter()
+        .zip(&host.snapshot.nodes)
+        .find_map(|(names, node)| {
+            let g = names.uuids.iter().position(|u| u == uuid)?;
+            Some(&node.gpus[g])
+        })
+        .unwrap_or_else(|| panic!("no GPU {uuid}"))
 }
 
 /// The pod holding GPU `uuid` exclusively, as the holdings read it.

@@ -20,20 +20,22 @@ fn a_request_carries_the_pod_and_its_resource() {
             .created_ms(42_000)
             .build(),
     );
-    let snapshot = index.snapshot(DEFAULT_POLICY, 9);
+    let snapshot = index.snapshot(DEFAULT_POLICY, 9).snapshot;
     assert_eq!(snapshot.round, 9);
     assert_eq!(snapshot.config, "");
     let request = &snapshot.pending[0];
     assert_eq!(request.pod, "ml/p");
-    assert_eq!(request.namespace, "ml");
-    assert_eq!(request.resource, "ml/nb");
-    assert_eq!(request.count, 1);
-    assert_eq!(request.model.as_deref(), Some("NVIDIA H100*"));
-    assert_eq!(request.memory_mib, 8192);
-    assert_eq!(request.sharing, WitSharing::Shared);
+    assert_eq!(snapshot.namespaces[request.namespace as usize], "ml");
+    let wasmgpu_contract::Ask::Gpus(shape) = &request.ask else {
+        panic!("a GPUResource request asks for GPUs");
+    };
+    assert_eq!(shape.count, 1);
+    assert_eq!(shape.model.as_deref(), Some("NVIDIA H100*"));
+    assert_eq!(shape.memory_mib, 8192);
+    assert_eq!(shape.sharing, WitSharing::Shared);
     assert_eq!(request.priority, 7);
     assert_eq!(request.created_ms, 42_000);
-    assert_eq!(snapshot.eligible_sets[request.eligible_set as usize], [0]);
+    assert_eq!(snapshot.eligible_sets[request.eligible_set as usize], [1]);
 }
 
 #[test]
@@ -90,6 +92,7 @@ fn one_snapshot_per_policy_with_the_same_nodes() {
     assert_eq!(policies, [DEFAULT_POLICY, "topology"]);
     let pods = |policy: &str| -> Vec<String> {
         snapshots[policy]
+            .snapshot
             .pending
             .iter()
             .map(|r| r.pod.clone())
@@ -98,8 +101,8 @@ fn one_snapshot_per_policy_with_the_same_nodes() {
     assert_eq!(pods(DEFAULT_POLICY), ["ml/a"]);
     assert_eq!(pods("topology"), ["ml/b", "ml/c"]);
     assert_eq!(snapshots[DEFAULT_POLICY].nodes, snapshots["topology"].nodes);
-    assert!(snapshots.values().all(|s| s.round == 3));
-    assert!(index.snapshot("spread", 3).pending.is_empty());
+    assert!(snapshots.values().all(|s| s.snapshot.round == 3));
+    assert!(index.snapshot("spread", 3).snapshot.pending.is_empty());
 }
 
 #[test]
@@ -108,13 +111,22 @@ fn nodes_are_sorted_with_sorted_labels_and_gpus() {
     index.apply_node(&node("b").label("zone", "x").label("arch", "amd64").build());
     index.apply_gpunode(&gpunode("b").with_gpus(3).reversed().unhealthy(0).build());
     add_gpu_node(&mut index, "a", 1);
-    let snapshot = default_snapshot(&index);
+    let host = default_host(&index);
+    let snapshot = &host.snapshot;
     let names: Vec<_> = snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(names, ["a", "b"]);
     let b = &snapshot.nodes[1];
+    let labels: Vec<_> = host.nodes[1].labels.iter().collect();
     assert_eq!(
-        b.labels,
-        [("arch".into(), "amd64".into()), ("zone".into(), "x".into())]
+        labels,
+        [
+            (&"arch".into(), &"amd64".into()),
+            (&"zone".into(), &"x".into())
+        ]
+    );
+    assert!(
+        b.labels.is_empty(),
+        "a policy sees only the labels it asks for"
     );
     let indices: Vec<_> = b.gpus.iter().map(|g| g.index).collect();
     assert_eq!(indices, [0, 1, 2]);
@@ -173,7 +185,11 @@ fn pods_with_the_same_constraints_share_an_eligible_set() {
     );
     index.apply_pod(&pod("ml", "p3").resource("r").created_ms(3).build());
     let snapshot = default_snapshot(&index);
-    assert_eq!(snapshot.eligible_sets, [vec![0, 1], vec![0]]);
+    assert_eq!(
+        snapshot.eligible_sets,
+        [vec![0b11], vec![0b01]],
+        "bit sets of nodes"
+    );
     let sets: Vec<_> = snapshot.pending.iter().map(|r| r.eligible_set).collect();
     assert_eq!(sets, [0, 1, 0]);
 }
@@ -192,13 +208,11 @@ fn nvlink_peers_are_positions_in_the_node() {
     let peers: Vec<_> = snapshot.nodes[0]
         .gpus
         .iter()
-        .map(|g| g.nvlink_peers.clone())
+        .map(|g| wasmgpu_contract::bits::nvlink_indices(g.nvlink).collect::<Vec<_>>())
         .collect();
     assert_eq!(peers[0], [1, 2]);
     assert_eq!(peers[1], [0, 2]);
-    let mut last = peers[2].clone();
-    last.sort();
-    assert_eq!(last, [0, 1]);
+    assert_eq!(peers[2], [0, 1]);
 }
 
 /// What a generic watch loop does with the events of one kind.
