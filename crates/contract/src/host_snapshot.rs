@@ -24,6 +24,10 @@ pub struct HostSnapshot {
     pub snapshot: Snapshot,
     /// What stays on the host, by position in `snapshot.nodes`.
     pub nodes: Vec<HostNode>,
+    /// The GPUResource (`namespace/name`) of each pending request, by
+    /// position in `snapshot.pending`; none for a DRA pod, and none in a
+    /// snapshot read from a file.
+    pub resources: Vec<Option<String>>,
 }
 
 /// What the host keeps of a node beyond what a policy sees.
@@ -58,7 +62,11 @@ impl HostSnapshot {
                     .collect(),
             })
             .collect();
-        HostSnapshot { snapshot, nodes }
+        HostSnapshot {
+            snapshot,
+            nodes,
+            resources: Vec::new(),
+        }
     }
 
     /// The snapshot for a policy that reads `label_keys`: each node carries
@@ -90,6 +98,11 @@ impl HostSnapshot {
             .uuids
             .get(gpu as usize)
             .map(String::as_str)
+    }
+
+    /// The GPUResource of the pending request at position `pod`, if known.
+    pub fn resource(&self, pod: usize) -> Option<&str> {
+        self.resources.get(pod)?.as_deref()
     }
 
     /// The node's name at position `node`.

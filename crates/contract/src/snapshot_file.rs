@@ -250,6 +250,7 @@ impl SnapshotFile {
                 config: self.config,
             },
             nodes: names,
+            resources: Vec::new(),
         }
     }
 }

@@ -41,7 +41,8 @@ use wasmgpu_api::{
     Allocation, Device, GANG_RESERVATION_ANNOTATION, GPUResource, GangReservation, PodAllocation,
     PodGroup, RELEASE_FINALIZER, ReservedMember, Sharing,
 };
-use wasmgpu_contract::types::{Sharing as WitSharing, Snapshot};
+use wasmgpu_contract::HostSnapshot;
+use wasmgpu_contract::types::{Ask, Sharing as WitSharing};
 use wasmgpu_contract::validate::Placement;
 use wasmgpu_index::{ObjectKey, PendingBinding, Release, ResourceView};
 
@@ -166,7 +167,7 @@ impl Applier {
     pub fn assign(
         &self,
         policy: &ActivePolicy,
-        snapshot: &Snapshot,
+        snapshot: &HostSnapshot,
         accepted: Vec<Placement>,
     ) -> usize {
         let bindings = {
@@ -176,27 +177,32 @@ impl Applier {
                 .filter_map(|placement| {
                     // Validated: the pod is pending in the snapshot, its
                     // GPUs exist. A pod gone since is skipped.
-                    let request = snapshot.pending.get(placement.request)?;
-                    let node = snapshot.nodes.get(placement.at.0)?;
+                    let request = snapshot.snapshot.pending.get(placement.request)?;
+                    let (n, ref positions) = placement.at;
+                    let node = snapshot.snapshot.nodes.get(n)?;
                     let pod = ObjectKey::parse(&request.pod)?;
-                    let resource = ObjectKey::parse(&request.resource)?;
+                    let resource = ObjectKey::parse(snapshot.resource(placement.request)?)?;
                     let uid = index.pod_uid(&pod)?.to_string();
-                    let sharing = match request.sharing {
+                    // A DRA pod has no GPUResource: it never gets here.
+                    let Ask::Gpus(shape) = &request.ask else {
+                        return None;
+                    };
+                    let sharing = match shape.sharing {
                         WitSharing::Exclusive => Sharing::Exclusive,
                         WitSharing::Shared => Sharing::Shared,
                     };
-                    let devices = placement
-                        .at
-                        .1
+                    let devices = positions
                         .iter()
-                        .filter_map(|&g| node.gpus.get(g as usize))
-                        .map(|gpu| Device {
-                            uuid: gpu.uuid.clone(),
-                            index: gpu.index,
-                            memory_mib: match sharing {
-                                Sharing::Exclusive => gpu.memory_mib,
-                                Sharing::Shared => request.memory_mib,
-                            },
+                        .filter_map(|&g| {
+                            let gpu = node.gpus.get(g as usize)?;
+                            Some(Device {
+                                uuid: snapshot.uuid(n as u32, g)?.to_owned(),
+                                index: gpu.index,
+                                memory_mib: match sharing {
+                                    Sharing::Exclusive => gpu.memory_mib,
+                                    Sharing::Shared => shape.memory_mib,
+                                },
+                            })
                         })
                         .collect();
                     Some(PendingBinding {
@@ -722,7 +728,7 @@ fn result_label<T>(result: &Result<T, ApplyError>) -> String {
 /// Splits `bindings` into gangs (by PodGroup, from the snapshot's requests)
 /// and the rest.
 fn by_gang(
-    snapshot: &Snapshot,
+    snapshot: &HostSnapshot,
     bindings: Vec<PendingBinding>,
 ) -> (
     std::collections::BTreeMap<ObjectKey, Vec<PendingBinding>>,
@@ -730,6 +736,7 @@ fn by_gang(
 ) {
     let mut gangs: std::collections::BTreeMap<ObjectKey, Vec<PendingBinding>> =
         std::collections::BTreeMap::new();
+    let snapshot = &snapshot.snapshot;
     if snapshot.gangs.is_empty() {
         return (gangs, bindings);
     }

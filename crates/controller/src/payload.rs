@@ -14,8 +14,8 @@ use wasmgpu_api::policy::{
     COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_GZ_KEY, POLICY_KEY,
     PULL_SECRET_ANNOTATION, SHADOW_OF_ANNOTATION,
 };
-use wasmgpu_contract::types::Snapshot;
-use wasmgpu_contract::validate::validate;
+use wasmgpu_contract::HostSnapshot;
+use wasmgpu_contract::validate::validate_host;
 use wasmgpu_engine::{Digest, Engine, LoadedPolicy, PolicyError};
 use wasmgpu_oci::{ComponentRef, OciError};
 
@@ -278,16 +278,19 @@ fn gunzip(bytes: &[u8], limit: usize) -> Result<Vec<u8>, RejectError> {
     Ok(out)
 }
 
-/// The canary snapshot: two nodes of two NVLinked H100s, a one-GPU and a
-/// two-GPU pod, both free to go on either node.
-pub fn canary_snapshot(config: &str) -> Snapshot {
-    use wasmgpu_contract::types::{Gpu, Node, Request, Sharing};
+/// The canary snapshot: two nodes of two NVLinked H100s (labelled with
+/// their hostname), a one-GPU and a two-GPU pod, both free to go on either
+/// node.
+pub fn canary_snapshot(config: &str) -> HostSnapshot {
+    use wasmgpu_contract::types::{
+        Ask, Gpu, GpuShape, Node, PreemptionPolicy, Publisher, Request, Sharing, Snapshot,
+    };
+    use wasmgpu_contract::{HostNode, bits};
     let node = |name: &str| Node {
         name: name.to_owned(),
-        labels: vec![("kubernetes.io/hostname".to_owned(), name.to_owned())],
+        labels: Vec::new(),
         gpus: (0..2u32)
             .map(|index| Gpu {
-                uuid: format!("GPU-{name}-{index}"),
                 index,
                 model: 0,
                 memory_mib: 81559,
@@ -295,45 +298,60 @@ pub fn canary_snapshot(config: &str) -> Snapshot {
                 held: false,
                 shared_owners: 0,
                 numa_node: Some(0),
-                nvlink_peers: vec![1 - index],
+                nvlink: bits::nvlink_of([1 - index]),
                 healthy: true,
                 mig: None,
+                published_by: Publisher::Agent,
             })
             .collect(),
     };
+    let host = |name: &str| HostNode {
+        labels: [("kubernetes.io/hostname".to_owned(), name.to_owned())].into(),
+        uuids: (0..2).map(|i| format!("GPU-{name}-{i}")).collect(),
+    };
     let request = |name: &str, count: u32, created_ms: u64| Request {
         pod: format!("wasmgpu-canary/{name}"),
-        namespace: "wasmgpu-canary".to_owned(),
-        resource: format!("wasmgpu-canary/{name}"),
-        count,
-        model: None,
-        mig_profile: None,
-        memory_mib: 0,
-        sharing: Sharing::Exclusive,
+        namespace: 0,
+        tenant: None,
         priority: 0,
+        preemption: PreemptionPolicy::PreemptLowerPriority,
         created_ms,
         eligible_set: 0,
         gang: None,
+        ask: Ask::Gpus(GpuShape {
+            count,
+            model: None,
+            mig_profile: None,
+            memory_mib: 0,
+            sharing: Sharing::Exclusive,
+        }),
     };
-    Snapshot {
-        round: 0,
-        models: vec!["NVIDIA H100 80GB HBM3".to_owned()],
-        mig_profiles: Vec::new(),
-        nodes: vec![node("canary-0"), node("canary-1")],
-        pending: vec![request("pod-0", 1, 0), request("pod-1", 2, 1)],
-        eligible_sets: vec![vec![0, 1]],
-        gangs: Vec::new(),
-        usage: Vec::new(),
-        config: config.to_owned(),
+    HostSnapshot {
+        snapshot: Snapshot {
+            round: 0,
+            models: vec!["NVIDIA H100 80GB HBM3".to_owned()],
+            namespaces: vec!["wasmgpu-canary".to_owned()],
+            nodes: vec![node("canary-0"), node("canary-1")],
+            pending: vec![request("pod-0", 1, 0), request("pod-1", 2, 1)],
+            eligible_sets: vec![bits::from_indices(2, [0, 1])],
+            config: config.to_owned(),
+            ..Snapshot::default()
+        },
+        nodes: vec![host("canary-0"), host("canary-1")],
+        resources: vec![
+            Some("wasmgpu-canary/pod-0".to_owned()),
+            Some("wasmgpu-canary/pod-1".to_owned()),
+        ],
     }
 }
 
 /// Runs `policy` on the canary snapshot: the call must succeed and every
 /// decision must be valid.
 fn canary(policy: &LoadedPolicy, config: &str) -> Result<(), RejectError> {
-    let snapshot = canary_snapshot(config);
-    let round = policy.allocate(&snapshot).map_err(RejectError::Canary)?;
-    let verdict = validate(&snapshot, &round.decisions);
+    let mut snapshot = canary_snapshot(config);
+    let given = snapshot.for_policy(&policy.info().label_keys);
+    let round = policy.allocate(given).map_err(RejectError::Canary)?;
+    let verdict = validate_host(&snapshot, &round.decisions);
     if let Some(refused) = verdict.refused.first() {
         return Err(RejectError::CanaryRefused(format!(
             "{} of {} refused, first: {:?}: {}",
@@ -480,12 +498,12 @@ mod tests {
     #[test]
     fn canary_snapshot_is_well_formed_and_carries_the_config() {
         let snapshot = canary_snapshot("{\"x\":1}");
-        assert_eq!(snapshot.nodes.len(), 2);
-        assert_eq!(snapshot.pending.len(), 2);
-        assert_eq!(snapshot.config, "{\"x\":1}");
+        assert_eq!(snapshot.snapshot.nodes.len(), 2);
+        assert_eq!(snapshot.snapshot.pending.len(), 2);
+        assert_eq!(snapshot.snapshot.config, "{\"x\":1}");
         // It obeys every rule a controller's snapshot obeys.
         assert_eq!(wasmgpu_contract::snapshot_check::check(&snapshot), Ok(()));
         // An empty decision list is valid: the canary accepts a policy that waits.
-        assert!(validate(&snapshot, &[]).refused.is_empty());
+        assert!(validate_host(&snapshot, &[]).refused.is_empty());
     }
 }

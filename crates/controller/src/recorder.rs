@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use wasmgpu_contract::types::Snapshot;
+use wasmgpu_contract::HostSnapshot;
 
 /// The most rounds kept per policy.
 pub const MAX_RECORDED_ROUNDS: u32 = 20;
@@ -82,18 +82,18 @@ impl Recorder {
 
     /// Records `snapshot` as a round of `policy`, if it is recorded.
     /// Serializes and compresses: call it off the round's path.
-    pub fn record(&self, policy: &str, snapshot: Snapshot) {
+    pub fn record(&self, policy: &str, snapshot: HostSnapshot) {
         if !self.wants(policy) {
             return;
         }
         let listed = RecordedRound {
-            round: snapshot.round,
+            round: snapshot.snapshot.round,
             at: Timestamp::now().to_string(),
-            pending: snapshot.pending.len(),
-            nodes: snapshot.nodes.len(),
+            pending: snapshot.snapshot.pending.len(),
+            nodes: snapshot.snapshot.nodes.len(),
             bytes: 0,
         };
-        let json = match wasmgpu_contract::snapshot_file::to_json(snapshot) {
+        let json = match wasmgpu_contract::snapshot_file::to_json(&snapshot) {
             Ok(json) => json,
             Err(error) => {
                 tracing::warn!(%policy, %error, "Cannot record a round");
@@ -196,13 +196,13 @@ mod tests {
     use wasmgpu_contract::Sharing;
     use wasmgpu_contract::testing::{node, request, snapshot};
 
-    fn round(n: u64) -> Snapshot {
+    fn round(n: u64) -> HostSnapshot {
         let mut snap = snapshot(
             vec![node("n", 2, "NVIDIA H100", 81920)],
             vec![request("ns/p", 1, Sharing::Exclusive, 0)],
         );
         snap.round = n;
-        snap
+        HostSnapshot::from_snapshot(snap)
     }
 
     #[test]
@@ -222,7 +222,7 @@ mod tests {
         let latest = recorder.snapshot_file("binpack", None).unwrap();
         let file: wasmgpu_contract::snapshot_file::SnapshotFile =
             serde_json::from_str(&latest).unwrap();
-        assert_eq!(file.snapshot.round, 5);
+        assert_eq!(file.round, 5);
         assert_eq!(file.contract.as_deref(), Some(wasmgpu_engine::CONTRACT));
         assert!(recorder.snapshot_file("binpack", Some(4)).is_some());
         assert!(recorder.snapshot_file("binpack", Some(1)).is_none());

@@ -13,8 +13,8 @@ use super::round_plan::{PodEvent, failure_message, plan_verdict, resources_of};
 use super::shadows::Shadows;
 use super::watch::WatchedIndex;
 use tokio::sync::watch;
-use wasmgpu_contract::types::Snapshot;
-use wasmgpu_contract::validate::validate;
+use wasmgpu_contract::HostSnapshot;
+use wasmgpu_contract::validate::validate_host;
 use wasmgpu_index::RoundStart;
 
 /// What a round does when the active version of a policy fails at run time.
@@ -139,7 +139,7 @@ impl Rounds {
             let built = Instant::now();
             let mut snapshot = self.shared.index().snapshot(&name, round);
             self.metrics.phase("snapshot", built.elapsed());
-            if snapshot.pending.is_empty() {
+            if snapshot.snapshot.pending.is_empty() {
                 continue;
             }
             let Some(policy) = self.policies.get(&name) else {
@@ -169,7 +169,7 @@ impl Rounds {
                 }
                 continue;
             };
-            snapshot.config = policy.config.clone();
+            snapshot.snapshot.config = policy.config.clone();
             bound += self.decide(&policy, snapshot, &mut outcome).await;
         }
         self.reporter.report(outcome);
@@ -186,7 +186,7 @@ impl Rounds {
     async fn decide(
         &self,
         policy: &Arc<ActivePolicy>,
-        snapshot: Snapshot,
+        snapshot: HostSnapshot,
         outcome: &mut RoundOutcome,
     ) -> usize {
         let resources = resources_of(&snapshot);
@@ -215,7 +215,7 @@ impl Rounds {
         self.metrics.policy_call(&policy.name, round.stats.call);
         self.metrics.phase("policy-call", round.stats.call);
         let validated = Instant::now();
-        let verdict = validate(&snapshot, &round.decisions);
+        let verdict = validate_host(&snapshot, &round.decisions);
         self.metrics.phase("validation", validated.elapsed());
         for (outcome, count) in [
             ("accepted", verdict.accepted.len()),
@@ -227,7 +227,7 @@ impl Rounds {
         }
         tracing::debug!(
             policy = %policy.name,
-            pending = snapshot.pending.len(),
+            pending = snapshot.snapshot.pending.len(),
             accepted = verdict.accepted.len(),
             waiting = verdict.waiting.len(),
             rejected = verdict.rejected.len(),
@@ -266,8 +266,8 @@ impl Rounds {
     async fn call_or_fall_back(
         &self,
         policy: &Arc<ActivePolicy>,
-        snapshot: Snapshot,
-    ) -> Result<(Arc<ActivePolicy>, Snapshot, wasmgpu_engine::Round), Option<String>> {
+        snapshot: HostSnapshot,
+    ) -> Result<(Arc<ActivePolicy>, HostSnapshot, wasmgpu_engine::Round), Option<String>> {
         let (mut snapshot, result) = call(policy, snapshot).await.ok_or(None)?;
         let error = match result {
             Ok(round) => return Ok((Arc::clone(policy), snapshot, round)),
@@ -287,7 +287,7 @@ impl Rounds {
             let message = failure_message(&policy.name, &digest, &error.to_string(), None);
             return Err(Some(message));
         };
-        snapshot.config = last_good.config.clone();
+        snapshot.snapshot.config = last_good.config.clone();
         let (snapshot, result) = call(&last_good, snapshot).await.ok_or(None)?;
         match result {
             Ok(round) => {
@@ -330,15 +330,17 @@ impl Rounds {
     }
 }
 
-/// Calls `policy` on `snapshot` on the blocking pool; hands the snapshot
-/// back. `None` when the call panicked (the snapshot is lost with it).
+/// Calls `policy` on `snapshot` (with the labels it asks for) on the
+/// blocking pool; hands the snapshot back. `None` when the call panicked
+/// (the snapshot is lost with it).
 async fn call(
     policy: &Arc<ActivePolicy>,
-    snapshot: Snapshot,
-) -> Option<(Snapshot, wasmgpu_engine::Result<wasmgpu_engine::Round>)> {
+    mut snapshot: HostSnapshot,
+) -> Option<(HostSnapshot, wasmgpu_engine::Result<wasmgpu_engine::Round>)> {
     let policy = Arc::clone(policy);
     let call = tokio::task::spawn_blocking(move || {
-        let result = policy.loaded.allocate(&snapshot);
+        let given = snapshot.for_policy(&policy.loaded.info().label_keys);
+        let result = policy.loaded.allocate(given);
         (snapshot, result)
     });
     match call.await {

@@ -11,7 +11,7 @@
 //! No I/O, no clock, no lock: unit tests build a snapshot and a verdict and
 //! read the plan.
 
-use wasmgpu_contract::types::Snapshot;
+use wasmgpu_contract::HostSnapshot;
 use wasmgpu_contract::validate::Verdict;
 use wasmgpu_index::ObjectKey;
 
@@ -49,7 +49,11 @@ pub(crate) struct VerdictPlan {
 /// a Warning on each pod a refused decision names, a Normal `GangWaiting`
 /// on each gang member left waiting or rejected (once per reason), and a
 /// Warning `PolicyRejected` on each pod the policy rejects.
-pub(crate) fn plan_verdict(policy: &str, snapshot: &Snapshot, verdict: &Verdict) -> VerdictPlan {
+pub(crate) fn plan_verdict(
+    policy: &str,
+    snapshot: &HostSnapshot,
+    verdict: &Verdict,
+) -> VerdictPlan {
     let mut plan = VerdictPlan::default();
     for refused in &verdict.refused {
         let note = format!(
@@ -123,28 +127,30 @@ pub(crate) fn failure_message(
 }
 
 /// The GPUResources the pending pods of `snapshot` reference.
-pub(crate) fn resources_of(snapshot: &Snapshot) -> std::collections::HashSet<ObjectKey> {
+pub(crate) fn resources_of(snapshot: &HostSnapshot) -> std::collections::HashSet<ObjectKey> {
     snapshot
-        .pending
+        .resources
         .iter()
-        .filter_map(|r| ObjectKey::parse(&r.resource))
+        .flatten()
+        .filter_map(|r| ObjectKey::parse(r))
         .collect()
 }
 
 /// The GPUResource `pod` references, when it is pending in `snapshot`.
-pub(crate) fn resource_of(snapshot: &Snapshot, pod: &ObjectKey) -> Option<ObjectKey> {
+pub(crate) fn resource_of(snapshot: &HostSnapshot, pod: &ObjectKey) -> Option<ObjectKey> {
     let name = pod.to_string();
-    snapshot
+    let position = snapshot
+        .snapshot
         .pending
         .iter()
-        .find(|r| r.pod == name)
-        .and_then(|r| ObjectKey::parse(&r.resource))
+        .position(|r| r.pod == name)?;
+    ObjectKey::parse(snapshot.resource(position)?)
 }
 
 #[cfg(test)]
 mod tests {
     use wasmgpu_contract::testing::{gang, node, request, snapshot};
-    use wasmgpu_contract::validate::validate;
+    use wasmgpu_contract::validate::validate_host as validate;
     use wasmgpu_contract::{Sharing, assign, reject, wait};
 
     use super::*;
@@ -154,7 +160,7 @@ mod tests {
     }
 
     /// One node of two GPUs; pods ns/a, ns/b, ns/c, ns/d; c and d a gang of 2.
-    fn cluster() -> Snapshot {
+    fn cluster() -> HostSnapshot {
         let mut snap = snapshot(
             vec![node("n", 2, "NVIDIA L4", 23034)],
             ["ns/a", "ns/b", "ns/c", "ns/d"]
@@ -163,7 +169,9 @@ mod tests {
                 .collect(),
         );
         gang(&mut snap, "ns/pair", 2, &[2, 3]);
-        snap
+        let mut host = HostSnapshot::from_snapshot(snap);
+        host.resources = vec![Some("ns/gpus".into()); 4];
+        host
     }
 
     #[test]

@@ -32,8 +32,8 @@ use super::metrics::Metrics;
 use super::policies::ActivePolicy;
 use wasmgpu_api::policy::{SHADOW_STATUS_ANNOTATION, ShadowStatus};
 use wasmgpu_api::shadow::{Comparison, Outcome, RoundMeta, compare};
-use wasmgpu_contract::types::Snapshot;
-use wasmgpu_contract::validate::{Placement, validate};
+use wasmgpu_contract::HostSnapshot;
+use wasmgpu_contract::validate::{Placement, validate_host};
 
 /// Runs the shadows of the policies that decide.
 #[derive(Clone)]
@@ -91,7 +91,7 @@ impl Shadows {
         &self,
         primary: &ActivePolicy,
         shadows: Vec<Arc<ActivePolicy>>,
-        snapshot: Snapshot,
+        snapshot: HostSnapshot,
         accepted: Vec<Placement>,
     ) {
         let mut chosen = Vec::new();
@@ -118,10 +118,10 @@ impl Shadows {
         let this = self.clone();
         let primary_name = primary.name.clone();
         let meta = RoundMeta {
-            round: snapshot.round,
+            round: snapshot.snapshot.round,
             at: String::new(),
             primary_digest: primary.loaded.digest().to_string(),
-            pending: snapshot.pending.len(),
+            pending: snapshot.snapshot.pending.len(),
             call: None,
         };
         tokio::spawn(async move {
@@ -230,7 +230,7 @@ fn status_for<'a>(
 /// compares. Blocking.
 fn call_all(
     shadows: Vec<Arc<ActivePolicy>>,
-    snapshot: Snapshot,
+    snapshot: HostSnapshot,
     accepted: &[Placement],
 ) -> Outcomes {
     let mut snapshot = Some(snapshot);
@@ -244,9 +244,10 @@ fn call_all(
         }) else {
             break;
         };
-        theirs.config = shadow.config.clone();
-        let result = shadow.loaded.allocate(&theirs).map(|round| {
-            let verdict = validate(&theirs, &round.decisions);
+        theirs.snapshot.config = shadow.config.clone();
+        let given = theirs.for_policy(&shadow.loaded.info().label_keys);
+        let result = shadow.loaded.allocate(given).map(|round| {
+            let verdict = validate_host(&theirs, &round.decisions);
             (round.stats.call, compare(accepted, &verdict))
         });
         outcomes.push((shadow, result));

@@ -376,7 +376,12 @@ impl Index {
         for (r, key) in running.iter_mut().zip(&running_keys) {
             r.namespace = position(&key.namespace);
         }
+        let resources = waiting
+            .iter()
+            .map(|w| Some(w.resource.to_string()))
+            .collect();
         HostSnapshot {
+            resources,
             snapshot: Snapshot {
                 round,
                 models: tables.models,
