@@ -16,7 +16,8 @@ use serde::Serialize;
 
 use wasmgpu_agent::Reading;
 use wasmgpu_api::GPUNodeStatus;
-use wasmgpu_contract::types::{Decision, Sharing, Snapshot};
+use wasmgpu_contract::HostSnapshot;
+use wasmgpu_contract::types::{Decision, Sharing};
 use wasmgpu_contract::validate::Verdict;
 use wasmgpu_engine::{LoadedPolicy, RoundStats};
 
@@ -142,7 +143,8 @@ pub(crate) struct SnapshotSummary {
 }
 
 impl SnapshotSummary {
-    pub(crate) fn of(snapshot: &Snapshot) -> Self {
+    pub(crate) fn of(host: &HostSnapshot) -> Self {
+        let snapshot = &host.snapshot;
         SnapshotSummary {
             round: snapshot.round,
             nodes: snapshot.nodes.len(),
@@ -194,32 +196,65 @@ pub(crate) enum DecisionBody {
         /// Why, for users.
         reason: String,
     },
+    /// Evict the victims, then place the pod.
+    Preempt {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// The node chosen.
+        node: String,
+        /// UUIDs of the GPUs it takes once the victims are gone.
+        gpus: Vec<String>,
+        /// The pods to evict, `namespace/name`.
+        victims: Vec<String>,
+    },
 }
 
 impl DecisionBody {
     /// `decision` by name: the positions it gives resolved in `snapshot`
     /// (`#N` where a position names nothing; the verdict says why).
-    fn of(snapshot: &Snapshot, decision: &Decision) -> Self {
+    fn of(host: &HostSnapshot, decision: &Decision) -> Self {
+        let snapshot = &host.snapshot;
         let pod = |p: u32| {
             snapshot
                 .pending
                 .get(p as usize)
                 .map_or(format!("#{p}"), |r| r.pod.clone())
         };
+        let placed = |a: &wasmgpu_contract::Assignment| {
+            let node = snapshot
+                .nodes
+                .get(a.node as usize)
+                .map_or(format!("#{}", a.node), |n| n.name.clone());
+            let gpus = a
+                .gpus
+                .iter()
+                .chain(a.claims.iter().flat_map(|c| &c.gpus))
+                .map(|&g| host.uuid(a.node, g).map_or(format!("#{g}"), str::to_owned))
+                .collect();
+            (pod(a.pod), node, gpus)
+        };
         match decision {
             Decision::Assign(a) => {
-                let node = snapshot.nodes.get(a.node as usize);
-                DecisionBody::Assign {
-                    pod: pod(a.pod),
-                    node: node.map_or(format!("#{}", a.node), |n| n.name.clone()),
-                    gpus: a
-                        .gpus
-                        .iter()
-                        .map(|&g| {
-                            node.and_then(|n| n.gpus.get(g as usize))
-                                .map_or(format!("#{g}"), |g| g.uuid.clone())
-                        })
-                        .collect(),
+                let (pod, node, gpus) = placed(a);
+                DecisionBody::Assign { pod, node, gpus }
+            }
+            Decision::Preempt(p) => {
+                let (pod, node, gpus) = placed(&p.assignment);
+                let victims = p
+                    .victims
+                    .iter()
+                    .map(|&v| {
+                        snapshot
+                            .running
+                            .get(v as usize)
+                            .map_or(format!("#{v}"), |r| r.pod.clone())
+                    })
+                    .collect();
+                DecisionBody::Preempt {
+                    pod,
+                    node,
+                    gpus,
+                    victims,
                 }
             }
             Decision::Wait(d) => DecisionBody::Wait {
@@ -263,7 +298,7 @@ pub(crate) struct Refusal {
 
 /// Each decision of a round with the host's verdict, in the policy's order.
 pub(crate) fn decisions(
-    snapshot: &Snapshot,
+    host: &HostSnapshot,
     decisions: &[Decision],
     verdict: &Verdict,
 ) -> Vec<DecisionOutput> {
@@ -272,7 +307,7 @@ pub(crate) fn decisions(
         .iter()
         .enumerate()
         .map(|(index, decision)| {
-            let body = DecisionBody::of(snapshot, decision);
+            let body = DecisionBody::of(host, decision);
             let refusal = refused.next_if(|r| r.index == index).map(|r| Refusal {
                 code: r.reason.code().to_owned(),
                 message: r.reason.to_string(),
@@ -326,7 +361,8 @@ pub(crate) struct DecisionCounts {
 }
 
 impl DecisionCounts {
-    pub(crate) fn of(snapshot: &Snapshot, decisions: &[Decision], verdict: &Verdict) -> Self {
+    pub(crate) fn of(host: &HostSnapshot, decisions: &[Decision], verdict: &Verdict) -> Self {
+        let snapshot = &host.snapshot;
         let named: HashSet<u32> = decisions.iter().map(Decision::pod).collect();
         DecisionCounts {
             assigned: verdict.accepted.len(),
@@ -361,7 +397,8 @@ pub(crate) struct GangOutcome {
 
 impl GangOutcome {
     /// Every gang of `snapshot`, with the verdict's outcome.
-    pub(crate) fn of(snapshot: &Snapshot, verdict: &Verdict) -> Vec<Self> {
+    pub(crate) fn of(host: &HostSnapshot, verdict: &Verdict) -> Vec<Self> {
+        let snapshot = &host.snapshot;
         snapshot
             .gangs
             .iter()
@@ -411,7 +448,8 @@ pub(crate) struct NamespaceHoldings {
 impl NamespaceHoldings {
     /// Per namespace (sorted), from the snapshot's usage and pending pods
     /// and the verdict's placements.
-    pub(crate) fn of(snapshot: &Snapshot, verdict: &Verdict) -> Vec<Self> {
+    pub(crate) fn of(host: &HostSnapshot, verdict: &Verdict) -> Vec<Self> {
+        let snapshot = &host.snapshot;
         let mut by_name = std::collections::BTreeMap::new();
         fn entry<'a>(
             by_name: &'a mut std::collections::BTreeMap<String, NamespaceHoldings>,
@@ -424,27 +462,37 @@ impl NamespaceHoldings {
                     ..Default::default()
                 })
         }
-        for usage in &snapshot.usage {
+        for usage in wasmgpu_policy_sdk::usage(snapshot) {
             let e = entry(&mut by_name, &usage.namespace);
             e.gpus = e.gpus.saturating_add(usage.exclusive_gpus);
             e.mig_instances = e.mig_instances.saturating_add(usage.mig_instances);
             e.shared_mib = e.shared_mib.saturating_add(usage.shared_mib);
         }
+        let namespace = |r: &wasmgpu_contract::Request| {
+            snapshot
+                .namespaces
+                .get(r.namespace as usize)
+                .map_or("?", String::as_str)
+        };
         for request in &snapshot.pending {
-            let e = entry(&mut by_name, &request.namespace);
+            let e = entry(&mut by_name, namespace(request));
             e.pending = e.pending.saturating_add(1);
         }
         for placement in &verdict.accepted {
             let Some(request) = snapshot.pending.get(placement.request) else {
                 continue;
             };
-            let e = entry(&mut by_name, &request.namespace);
+            let e = entry(&mut by_name, namespace(request));
             let units = placement.gpus.len() as u32;
-            match (request.sharing, request.mig_profile.is_some()) {
+            let Some(shape) = wasmgpu_policy_sdk::shape_of(request) else {
+                e.gpus_placed = e.gpus_placed.saturating_add(units);
+                continue;
+            };
+            match (shape.sharing, shape.mig_profile.is_some()) {
                 (_, true) => e.mig_instances_placed = e.mig_instances_placed.saturating_add(units),
                 (Sharing::Exclusive, false) => e.gpus_placed = e.gpus_placed.saturating_add(units),
                 (Sharing::Shared, false) => {
-                    let mib = request.memory_mib.saturating_mul(u64::from(units));
+                    let mib = shape.memory_mib.saturating_mul(u64::from(units));
                     e.shared_mib_placed = e.shared_mib_placed.saturating_add(mib);
                 }
             }

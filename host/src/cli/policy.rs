@@ -12,7 +12,7 @@ use super::output_format::Output;
 use super::policy_run;
 use super::snapshot_file;
 use super::stdout;
-use wasmgpu_contract::types::Snapshot;
+use wasmgpu_contract::HostSnapshot;
 use wasmgpu_engine::{Engine, Limits, LoadedPolicy};
 
 #[derive(Debug, Subcommand)]
@@ -313,10 +313,10 @@ impl LimitArgs {
 }
 
 impl Input {
-    fn load(&self) -> anyhow::Result<Snapshot> {
+    fn load(&self) -> anyhow::Result<HostSnapshot> {
         let mut snapshot = snapshot_file::read(&self.snapshot)?;
         if let Some(path) = &self.config {
-            snapshot.config = read_config(path)?;
+            snapshot.snapshot.config = read_config(path)?;
         }
         Ok(snapshot)
     }
@@ -388,7 +388,7 @@ impl CompareConfigs {
     /// An error for a `POLICY=FILE` flag that names none of the policies.
     fn all_used(
         &self,
-        rounds: &[(LoadedPolicy, Snapshot)],
+        rounds: &[(LoadedPolicy, HostSnapshot)],
         files: &[PathBuf],
     ) -> anyhow::Result<()> {
         for (key, path) in &self.per_policy {
@@ -516,7 +516,7 @@ impl PolicyCommand {
                     let policy = load_policy(&engine, file)?;
                     let mut snapshot = snapshot.clone();
                     if let Some(text) = configs.of(&policy, file)? {
-                        snapshot.config = text;
+                        snapshot.snapshot.config = text;
                     }
                     rounds.push((policy, snapshot));
                 }
@@ -570,7 +570,7 @@ impl PolicyCommand {
             }
             PolicyCommand::UpgradeSnapshot { file, out } => {
                 let snapshot = snapshot_file::read(&file)?;
-                let json = wasmgpu_contract::snapshot_file::to_json(snapshot)?;
+                let json = wasmgpu_contract::snapshot_file::to_json(&snapshot)?;
                 let out = out.unwrap_or(file);
                 std::fs::write(&out, json + "\n")
                     .with_context(|| format!("writing {}", out.display()))?;
@@ -600,8 +600,8 @@ impl PolicyCommand {
 /// The JSON of `generate-snapshot --nodes NODES --pods PODS`.
 fn generated_snapshot(nodes: u32, pods: u32) -> anyhow::Result<String> {
     let snapshot = wasmgpu_contract::testing::large(nodes, pods);
-    let snapshot: Snapshot = serde_json::from_value(serde_json::to_value(&snapshot)?)?;
-    Ok(wasmgpu_contract::snapshot_file::to_json(snapshot)?)
+    let host = HostSnapshot::from_snapshot(snapshot);
+    Ok(wasmgpu_contract::snapshot_file::to_json(&host)?)
 }
 
 fn check(file: &Path, output: Output) -> anyhow::Result<ExitCode> {

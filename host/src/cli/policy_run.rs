@@ -14,23 +14,32 @@ use super::output::{
 use super::output_format::Output;
 use super::stdout;
 use super::table::Table;
-use wasmgpu_contract::types::{Request, Sharing, Snapshot};
-use wasmgpu_contract::validate::{Verdict, validate};
+use wasmgpu_contract::HostSnapshot;
+use wasmgpu_contract::types::{Request, Sharing};
+use wasmgpu_contract::validate::{Verdict, validate_host};
 use wasmgpu_engine::LoadedPolicy;
 
 // === run ===
 
 /// One round of `policy`, printed with the host's verdict on each decision;
 /// status 2 with `fail_on_refused` when the host refused any.
+/// `snapshot` as `policy` sees it: with the node labels it asks for.
+fn given(policy: &LoadedPolicy, snapshot: &HostSnapshot) -> HostSnapshot {
+    let mut given = snapshot.clone();
+    given.for_policy(&policy.info().label_keys);
+    given
+}
+
 pub(crate) fn run(
     policy: &LoadedPolicy,
-    snapshot: &Snapshot,
+    snapshot: &HostSnapshot,
     output: Output,
     fail_on_refused: bool,
 ) -> anyhow::Result<ExitCode> {
-    let round = policy.allocate(snapshot)?;
+    let snapshot = &given(policy, snapshot);
+    let round = policy.allocate(&snapshot.snapshot)?;
     let started = Instant::now();
-    let verdict = validate(snapshot, &round.decisions);
+    let verdict = validate_host(snapshot, &round.decisions);
     let validated = started.elapsed();
     let result = RunOutput {
         policy: PolicyRef::of(policy),
@@ -69,6 +78,7 @@ fn run_table(run: &RunOutput) -> String {
         snapshot.pending, snapshot.nodes, snapshot.gpus
     );
     let mut table = Table::new(&["POD", "DECISION", "NODE", "GPUS", "VERDICT"]);
+    let mut preempting;
     for decision in &run.decisions {
         let (kind, node, gpus, reason) = match &decision.decision {
             DecisionBody::Assign { node, gpus, .. } => {
@@ -77,6 +87,15 @@ fn run_table(run: &RunOutput) -> String {
             DecisionBody::Wait { reason, .. } => ("wait", "-".into(), "-".into(), reason.as_str()),
             DecisionBody::Reject { reason, .. } => {
                 ("reject", "-".into(), "-".into(), reason.as_str())
+            }
+            DecisionBody::Preempt {
+                node,
+                gpus,
+                victims,
+                ..
+            } => {
+                preempting = format!("valid, evicting {}", victims.join(","));
+                ("preempt", node.clone(), gpus.join(","), preempting.as_str())
             }
         };
         let verdict = match &decision.refusal {
@@ -167,7 +186,8 @@ fn pod(decision: &DecisionOutput) -> &str {
     match &decision.decision {
         DecisionBody::Assign { pod, .. }
         | DecisionBody::Wait { pod, .. }
-        | DecisionBody::Reject { pod, .. } => pod,
+        | DecisionBody::Reject { pod, .. }
+        | DecisionBody::Preempt { pod, .. } => pod,
     }
 }
 
@@ -176,7 +196,7 @@ fn pod(decision: &DecisionOutput) -> &str {
 /// One round of each policy on its snapshot (the same one but for each
 /// policy's `config`), side by side.
 pub(crate) fn compare(
-    rounds: &[(LoadedPolicy, Snapshot)],
+    rounds: &[(LoadedPolicy, HostSnapshot)],
     output: Output,
 ) -> anyhow::Result<ExitCode> {
     let Some((_, snapshot)) = rounds.first() else {
@@ -184,10 +204,11 @@ pub(crate) fn compare(
     };
     let mut policies = Vec::new();
     for (policy, snapshot) in rounds {
+        let snapshot = &given(policy, snapshot);
         let round = policy
-            .allocate(snapshot)
+            .allocate(&snapshot.snapshot)
             .with_context(|| format!("{} failed", policy.info().name))?;
-        let verdict = validate(snapshot, &round.decisions);
+        let verdict = validate_host(snapshot, &round.decisions);
         policies.push(ComparedPolicy {
             policy: PolicyRef::of(policy),
             decisions: decisions(snapshot, &round.decisions, &verdict),
@@ -213,7 +234,8 @@ fn nodes_used(verdict: &Verdict) -> usize {
     nodes.len()
 }
 
-fn compare_table(compared: &CompareOutput, snapshot: &Snapshot) -> String {
+fn compare_table(compared: &CompareOutput, host: &HostSnapshot) -> String {
+    let snapshot = &host.snapshot;
     let mut header = vec!["POD".to_string(), "WANTS".to_string()];
     header.extend(
         compared
@@ -226,7 +248,7 @@ fn compare_table(compared: &CompareOutput, snapshot: &Snapshot) -> String {
     for request in &snapshot.pending {
         let mut row = vec![request.pod.clone(), wants(request)];
         for compared in &compared.policies {
-            row.push(placement(&compared.decisions, &request.pod, snapshot));
+            row.push(placement(&compared.decisions, &request.pod, host));
         }
         table.row(row);
     }
@@ -250,6 +272,9 @@ fn compare_table(compared: &CompareOutput, snapshot: &Snapshot) -> String {
                 (Some(refusal), _) => format!("refused by the host: {}", refusal.message),
                 (None, DecisionBody::Wait { reason, .. }) => format!("waits: {reason}"),
                 (None, DecisionBody::Reject { reason, .. }) => format!("rejected: {reason}"),
+                (None, DecisionBody::Preempt { victims, .. }) => {
+                    format!("preempts: evicting {}", victims.join(","))
+                }
                 (None, DecisionBody::Assign { .. }) => continue,
             };
             reasons += &format!("{name} {}: {line}\n", pod(decision));
@@ -264,6 +289,9 @@ fn compare_table(compared: &CompareOutput, snapshot: &Snapshot) -> String {
 
 /// What a request asks for, in a few words: `2× NVIDIA H100* ≥40000 MiB`.
 fn wants(request: &Request) -> String {
+    let Some(request) = wasmgpu_policy_sdk::shape_of(request) else {
+        return "DRA claims".into();
+    };
     let model = request.model.as_deref().unwrap_or("any GPU");
     let memory = match request.sharing {
         Sharing::Exclusive if request.memory_mib > 0 => format!(" ≥{} MiB", request.memory_mib),
@@ -274,7 +302,7 @@ fn wants(request: &Request) -> String {
 }
 
 /// Where `pod` landed, in a few words: `node [gpu indices]`, `waits`, …
-fn placement(decisions: &[DecisionOutput], pod_name: &str, snapshot: &Snapshot) -> String {
+fn placement(decisions: &[DecisionOutput], pod_name: &str, host: &HostSnapshot) -> String {
     let mut about = decisions.iter().filter(|d| pod(d) == pod_name);
     let Some(first) = about.next() else {
         return "-".into();
@@ -283,19 +311,28 @@ fn placement(decisions: &[DecisionOutput], pod_name: &str, snapshot: &Snapshot) 
     match (&first.decision, first.verdict) {
         (_, VerdictKind::Refused) => "refused by host".into(),
         (_, VerdictKind::Held) => "held back (gang)".into(),
-        (DecisionBody::Assign { node, gpus, .. }, VerdictKind::Valid) => {
-            let indices: Vec<String> = snapshot
+        (
+            DecisionBody::Assign { node, gpus, .. } | DecisionBody::Preempt { node, gpus, .. },
+            VerdictKind::Valid,
+        ) => {
+            let indices: Vec<String> = host
+                .snapshot
                 .nodes
                 .iter()
-                .find(|n| &n.name == node)
+                .position(|n| &n.name == node)
                 .map(|n| {
                     gpus.iter()
-                        .filter_map(|u| n.gpus.iter().find(|g| &g.uuid == u))
-                        .map(|g| g.index.to_string())
+                        .filter_map(|u| host.nodes[n].uuids.iter().position(|x| x == u))
+                        .map(|g| host.snapshot.nodes[n].gpus[g].index.to_string())
                         .collect()
                 })
                 .unwrap_or_default();
-            format!("{node} [{}]", indices.join(","))
+            let preempts = matches!(first.decision, DecisionBody::Preempt { .. });
+            format!(
+                "{node} [{}]{}",
+                indices.join(","),
+                if preempts { " (preempting)" } else { "" }
+            )
         }
         (DecisionBody::Wait { .. }, VerdictKind::Valid) => "waits".into(),
         (DecisionBody::Reject { .. }, VerdictKind::Valid) => "rejected".into(),
@@ -307,20 +344,22 @@ fn placement(decisions: &[DecisionOutput], pod_name: &str, snapshot: &Snapshot) 
 /// Times `rounds` rounds (after one untimed warm-up round).
 pub(crate) fn bench(
     policy: &LoadedPolicy,
-    snapshot: &Snapshot,
+    snapshot: &HostSnapshot,
     rounds: usize,
     output: Output,
 ) -> anyhow::Result<ExitCode> {
     if rounds == 0 {
         bail!("--rounds must be at least 1");
     }
+    let host = &given(policy, snapshot);
+    let snapshot = &host.snapshot;
     policy.allocate(snapshot)?;
     let (mut instantiate, mut call, mut check, mut total) = (vec![], vec![], vec![], vec![]);
     let mut fuel = 0;
     for _ in 0..rounds {
         let round = policy.allocate(snapshot)?;
         let started = Instant::now();
-        let verdict = validate(snapshot, &round.decisions);
+        let verdict = validate_host(host, &round.decisions);
         let validated = started.elapsed();
         std::hint::black_box(verdict);
         instantiate.push(round.stats.instantiate);
@@ -335,7 +374,7 @@ pub(crate) fn bench(
     };
     let result = BenchOutput {
         policy: PolicyRef::of(policy),
-        snapshot: SnapshotSummary::of(snapshot),
+        snapshot: SnapshotSummary::of(host),
         rounds,
         fuel_per_round: fuel,
         phases: Phases {

@@ -23,7 +23,7 @@ use super::kube_client::{block_on, client};
 use super::stdout;
 use wasmgpu_api::policy::CONFIG_KEY;
 use wasmgpu_api::{GPUNode, GPUResource, SCHEDULER_NAME};
-use wasmgpu_contract::types::Snapshot;
+use wasmgpu_contract::HostSnapshot;
 use wasmgpu_index::Index;
 
 /// `wasmgpu policy snapshot --recorded URL`: a round the controller at
@@ -120,7 +120,8 @@ pub(crate) fn export(
              a file takes its config from the controller's --policy-config)"
         ));
     }
-    let snapshot = build(&objects, policy, default_policy);
+    let host = build(&objects, policy, default_policy);
+    let snapshot = &host.snapshot;
     if snapshot.pending.is_empty() {
         notes.push(format!(
             "no pod waits for policy {policy} now: the snapshot has no pending requests"
@@ -132,7 +133,7 @@ pub(crate) fn export(
         snapshot.nodes.len(),
         snapshot.nodes.iter().map(|n| n.gpus.len()).sum::<usize>()
     );
-    let json = wasmgpu_contract::snapshot_file::to_json(snapshot)?;
+    let json = wasmgpu_contract::snapshot_file::to_json(&host)?;
     match file {
         Some(path) => {
             std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
@@ -151,14 +152,14 @@ pub(crate) fn export(
 
 /// The snapshot the controller's index builds from `objects` for `policy`
 /// (round 0: no round of the controller's), with the ConfigMap's config.
-fn build(objects: &Objects, policy: &str, default_policy: &str) -> Snapshot {
+fn build(objects: &Objects, policy: &str, default_policy: &str) -> HostSnapshot {
     let mut index = Index::new(default_policy);
     index.reset_nodes(&objects.nodes);
     index.reset_gpunodes(&objects.gpunodes);
     index.reset_gpuresources(&objects.resources);
     index.reset_pods(&objects.pods);
     let mut snapshot = index.snapshot(policy, 0);
-    snapshot.config = objects
+    snapshot.snapshot.config = objects
         .policy
         .as_ref()
         .and_then(|c| c.data.as_ref())

@@ -6,13 +6,13 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use wasmgpu_contract::types::Snapshot;
+use wasmgpu_contract::HostSnapshot;
 
 pub(crate) use wasmgpu_contract::snapshot_file::parse;
 
 /// Reads, parses and checks a snapshot file; the error names the file and
 /// the offending entry.
-pub(crate) fn read(path: &Path) -> anyhow::Result<Snapshot> {
+pub(crate) fn read(path: &Path) -> anyhow::Result<HostSnapshot> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading snapshot {}", path.display()))?;
     let read = parse(&text).with_context(|| {
@@ -21,11 +21,12 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<Snapshot> {
             path.display()
         )
     })?;
-    if read.first_form {
+    if let Some(old) = read.upgraded_from {
         eprintln!(
-            "warning: {path} is a snapshot file of the first form (snake_case keys, labels as \
-             pairs), read as today's (camelCase, labels as a map); rewrite it with \
+            "warning: {path} is a snapshot file of {old}, read as {contract}; rewrite it with \
              `wasmgpu policy upgrade-snapshot {path}`",
+            old = old.describe(),
+            contract = wasmgpu_contract::CONTRACT,
             path = path.display()
         );
     }

@@ -12,7 +12,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{
-    Decision, Nvlink, Request, Sharing, Snapshot, assign, glob_match, nvlink, reason, reject, wait,
+    Ask, Decision, GpuShape, Nvlink, Request, Sharing, Snapshot, assign, glob_match, nvlink,
+    reason, reject, wait,
 };
 
 mod query;
@@ -63,6 +64,9 @@ impl Shortfall {
 pub struct Want<'s> {
     /// The request.
     pub request: &'s Request,
+    /// What it asks for: its GPUResource's shape ([`NO_SHAPE`] for a DRA
+    /// request, which fits nowhere through these helpers).
+    pub shape: &'s GpuShape,
     /// The request's position in `snapshot.pending`: what decisions name.
     pub position: u32,
     model_ok: Vec<bool>,
@@ -70,9 +74,31 @@ pub struct Want<'s> {
     mig: Option<u32>,
 }
 
+/// The shape the fit helpers give a DRA request: no GPU fits it.
+pub static NO_SHAPE: GpuShape = GpuShape {
+    count: 0,
+    model: None,
+    mig_profile: None,
+    memory_mib: u64::MAX,
+    sharing: Sharing::Exclusive,
+};
+
+/// The GPU shape of a GPUResource request; none for a DRA request.
+pub fn shape_of(request: &Request) -> Option<&GpuShape> {
+    match &request.ask {
+        Ask::Gpus(shape) => Some(shape),
+        Ask::Claims(_) => None,
+    }
+}
+
 impl Want<'_> {
     fn exclusive(&self) -> bool {
-        self.request.sharing == Sharing::Exclusive
+        self.shape.sharing == Sharing::Exclusive
+    }
+
+    /// True for a DRA request (claims): the fit helpers place none.
+    pub fn is_dra(&self) -> bool {
+        shape_of(self.request).is_none()
     }
 
     /// True when the request asks for MIG instances, not whole GPUs.
@@ -89,7 +115,7 @@ impl Want<'_> {
     /// True when `nvlink` changes which GPUs the request gets: an exclusive
     /// request for more than one whole GPU, and `nvlink` is not `Ignore`.
     pub fn uses_nvlink(&self, nvlink: Nvlink) -> bool {
-        nvlink != Nvlink::Ignore && self.is_exclusive_whole() && self.request.count > 1
+        nvlink != Nvlink::Ignore && self.is_exclusive_whole() && self.shape.count > 1
     }
 
     /// What the request asks for, in words ([`reason::asked`]).
@@ -132,16 +158,16 @@ impl GpuState {
         }
         match (want.mig, self.mig) {
             (Some(profile), Some((_, has))) => {
-                profile == has && !self.parent_busy && self.memory_mib >= want.request.memory_mib
+                profile == has && !self.parent_busy && self.memory_mib >= want.shape.memory_mib
             }
             (Some(_), None) | (None, Some(_)) => false,
             (None, None) if self.mig_held > 0 => false,
             (None, None) if want.exclusive() => {
                 self.shares == 0
                     && self.free_mib == self.memory_mib
-                    && self.memory_mib >= want.request.memory_mib
+                    && self.memory_mib >= want.shape.memory_mib
             }
-            (None, None) => self.free_mib >= want.request.memory_mib,
+            (None, None) => self.free_mib >= want.shape.memory_mib,
         }
     }
 
@@ -150,9 +176,9 @@ impl GpuState {
             && want.model_ok[self.model]
             && match (want.mig, self.mig) {
                 (Some(profile), Some((_, has))) => {
-                    profile == has && self.memory_mib >= want.request.memory_mib
+                    profile == has && self.memory_mib >= want.shape.memory_mib
                 }
-                (None, None) => self.memory_mib >= want.request.memory_mib,
+                (None, None) => self.memory_mib >= want.shape.memory_mib,
                 _ => false,
             }
     }
@@ -197,12 +223,12 @@ struct Shape<'s> {
 }
 
 impl<'s> Shape<'s> {
-    fn of(request: &'s Request) -> Self {
+    fn of(shape: &'s GpuShape) -> Self {
         Shape {
-            model: request.model.as_deref(),
-            mig_profile: request.mig_profile.as_deref(),
-            memory_mib: request.memory_mib,
-            count: request.count,
+            model: shape.model.as_deref(),
+            mig_profile: shape.mig_profile.as_deref(),
+            memory_mib: shape.memory_mib,
+            count: shape.count,
         }
     }
 }
@@ -276,10 +302,8 @@ impl<'s> Cluster<'s> {
             .map(|node| {
                 groups.reset(node.gpus.len());
                 for (i, gpu) in node.gpus.iter().enumerate() {
-                    for &peer in &gpu.nvlink_peers {
-                        if (peer as usize) < node.gpus.len() {
-                            groups.union(i, peer as usize);
-                        }
+                    for peer in crate::nvlink::peer_positions(node, gpu) {
+                        groups.union(i, peer);
                     }
                 }
                 let mut gpus: Vec<GpuState> = node
@@ -372,14 +396,20 @@ impl<'s> Cluster<'s> {
             node.class = Some(c);
         }
 
+        // Nodes past the snapshot's (never sent by the host) are dropped.
         let words = snapshot.nodes.len().div_ceil(64);
+        let last_bits = match snapshot.nodes.len() % 64 {
+            0 => u64::MAX,
+            n => (1 << n) - 1,
+        };
         let eligible_bits = snapshot
             .eligible_sets
             .iter()
             .map(|set| {
-                let mut bits = vec![0u64; words];
-                for &n in set.iter().filter(|&&n| (n as usize) < snapshot.nodes.len()) {
-                    bits[n as usize / 64] |= 1 << (n % 64);
+                let mut bits: Vec<u64> = set.iter().copied().take(words).collect();
+                bits.resize(words, 0);
+                if let Some(last) = bits.last_mut() {
+                    *last &= last_bits;
                 }
                 bits
             })
@@ -403,22 +433,46 @@ impl<'s> Cluster<'s> {
 
     /// Pending requests in the order they should be served: higher priority
     /// first, then older first, then by pod name (so the order is total).
+    ///
+    /// Only GPUResource requests: the fit helpers do not place DRA requests
+    /// (see [`Cluster::dra_pending`]).
     pub fn pending_in_order(&self) -> Vec<&'s Request> {
-        let mut pending: Vec<&Request> = self.snapshot.pending.iter().collect();
+        let mut pending: Vec<&Request> = self
+            .snapshot
+            .pending
+            .iter()
+            .filter(|r| shape_of(r).is_some())
+            .collect();
+        sort_in_order(&mut pending);
+        pending
+    }
+
+    /// The pending DRA requests (claims), in the order of
+    /// [`Cluster::pending_in_order`]. The SDK's fit helpers do not place
+    /// them: a policy that does not decide them leaves them waiting.
+    pub fn dra_pending(&self) -> Vec<&'s Request> {
+        let mut pending: Vec<&Request> = self
+            .snapshot
+            .pending
+            .iter()
+            .filter(|r| shape_of(r).is_none())
+            .collect();
         sort_in_order(&mut pending);
         pending
     }
 
     /// Prepares `request` for the fit checks below.
     pub fn want(&self, request: &'s Request) -> Want<'s> {
+        let shape = shape_of(request).unwrap_or(&NO_SHAPE);
+        let dra = shape_of(request).is_none();
         let mut model_ok: Vec<bool> = self
             .models
             .iter()
-            .map(|m| request.model.as_deref().is_none_or(|p| glob_match(p, m)))
+            .map(|m| !dra && shape.model.as_deref().is_none_or(|p| glob_match(p, m)))
             .collect();
         // The slot for a model index out of range.
         model_ok.push(false);
-        let mig = request.mig_profile.as_deref().map(|wanted| {
+        let mig = shape.mig_profile.as_deref().map(|wanted| {
             self.snapshot
                 .mig_profiles
                 .iter()
@@ -427,6 +481,7 @@ impl<'s> Cluster<'s> {
         });
         Want {
             request,
+            shape,
             position: self.position(request),
             model_ok,
             mig,
@@ -450,12 +505,20 @@ impl<'s> Cluster<'s> {
             .map_or(u32::MAX, |p| p as u32)
     }
 
-    /// The nodes `request` may run on (sorted indices into `snapshot.nodes`).
-    pub fn eligible(&self, request: &Request) -> &'s [u32] {
-        self.snapshot
-            .eligible_sets
+    /// The nodes `request` may run on (ascending indices into `snapshot.nodes`).
+    pub fn eligible(&self, request: &Request) -> impl Iterator<Item = u32> + '_ {
+        let set = self
+            .eligible_bits
             .get(request.eligible_set as usize)
-            .map_or(&[], Vec::as_slice)
+            .map_or(&[][..], Vec::as_slice);
+        wasmgpu_contract::bits::indices(set)
+    }
+
+    /// How many nodes `request` may run on.
+    pub fn eligible_count(&self, request: &Request) -> usize {
+        self.eligible_bits
+            .get(request.eligible_set as usize)
+            .map_or(0, |set| wasmgpu_contract::bits::count(set) as usize)
     }
 
     /// Whether `request` may run on `node`.
@@ -485,7 +548,7 @@ impl<'s> Cluster<'s> {
         };
         if want.is_mig() {
             // MIG nodes are few: scan them.
-            for &node in self.eligible(want.request) {
+            for node in self.eligible(want.request) {
                 if (node as usize) < self.nodes.len()
                     && self.nodes[node as usize].has_mig
                     && self.fits(node, want)
@@ -494,9 +557,9 @@ impl<'s> Cluster<'s> {
                 }
             }
         } else if want.exclusive() {
-            let count = want.request.count as usize;
+            let count = want.shape.count as usize;
             for class in &self.classes {
-                if !want.model_ok[class.model] || class.memory_mib < want.request.memory_mib {
+                if !want.model_ok[class.model] || class.memory_mib < want.shape.memory_mib {
                     continue;
                 }
                 let first_eligible = |free: usize| {
@@ -521,8 +584,8 @@ impl<'s> Cluster<'s> {
                     consider((self.headroom(node, want), node));
                 }
             }
-        } else if self.eligible(want.request).len() <= SCAN_AT_MOST {
-            for &node in self.eligible(want.request) {
+        } else if self.eligible_count(want.request) <= SCAN_AT_MOST {
+            for node in self.eligible(want.request) {
                 if (node as usize) < self.nodes.len()
                     && let Some(room) = self.shared_room(node, want)
                 {
@@ -533,7 +596,7 @@ impl<'s> Cluster<'s> {
             let mut shapes = self.shapes.borrow_mut();
             let index = shapes
                 .shared
-                .entry(Shape::of(want.request))
+                .entry(Shape::of(want.shape))
                 .or_insert_with(|| self.shared_index(want));
             self.catch_up(index, want);
             // Walk from the preferred end, past the nodes outside the set.
@@ -568,7 +631,7 @@ impl<'s> Cluster<'s> {
                 room += gpu.free_mib;
             }
         }
-        (fitting >= want.request.count).then_some(room)
+        (fitting >= want.shape.count).then_some(room)
     }
 
     /// A fresh index of every node for shared requests shaped like `want`.
@@ -649,13 +712,13 @@ impl<'s> Cluster<'s> {
     /// True when the node has `count` GPUs that fit `want` right now.
     pub fn fits(&self, node: u32, want: &Want) -> bool {
         let state = &self.nodes[node as usize];
-        let count = want.request.count;
+        let count = want.shape.count;
         if want.exclusive() && !want.is_mig() {
             if state.free_whole < count {
                 return false;
             }
             if let Some((model, memory_mib)) = state.uniform {
-                return want.model_ok[model] && memory_mib >= want.request.memory_mib;
+                return want.model_ok[model] && memory_mib >= want.shape.memory_mib;
             }
         }
         state
@@ -672,7 +735,7 @@ impl<'s> Cluster<'s> {
         let mut shapes = self.shapes.borrow_mut();
         let ever = shapes
             .ever
-            .entry((want.request.eligible_set, Shape::of(want.request)))
+            .entry((want.request.eligible_set, Shape::of(want.shape)))
             .or_default();
         match *ever.fits.get_or_insert_with(|| self.ever_fits(want)) {
             None => Shortfall::NoEligibleNode,
@@ -686,17 +749,16 @@ impl<'s> Cluster<'s> {
     fn ever_fits(&self, want: &Want<'s>) -> Option<bool> {
         let mut valid = self
             .eligible(want.request)
-            .iter()
-            .filter(|&&n| (n as usize) < self.nodes.len())
+            .filter(|&n| (n as usize) < self.nodes.len())
             .peekable();
         valid.peek()?;
-        let count = want.request.count as usize;
-        Some(valid.any(|&n| {
+        let count = want.shape.count as usize;
+        Some(valid.any(|n| {
             let node = &self.nodes[n as usize];
             match node.uniform {
                 Some((model, memory_mib)) if !want.is_mig() => {
                     want.model_ok[model]
-                        && memory_mib >= want.request.memory_mib
+                        && memory_mib >= want.shape.memory_mib
                         && node.healthy as usize >= count
                 }
                 _ => node.gpus.iter().filter(|g| g.could_ever_fit(want)).count() >= count,
@@ -747,7 +809,7 @@ impl<'s> Cluster<'s> {
     /// [`Cluster::pick_gpus`], compiled once.
     fn pick(&self, node: u32, want: &Want, fit: Fit, nvlink: Nvlink) -> Option<Vec<usize>> {
         let gpus = &self.nodes[node as usize].gpus;
-        let count = want.request.count as usize;
+        let count = want.shape.count as usize;
         let mut candidates: Vec<usize> = (0..gpus.len()).filter(|&i| gpus[i].fits(want)).collect();
         if candidates.len() < count {
             return None;
@@ -869,7 +931,7 @@ impl<'s> Cluster<'s> {
                 gpu.free_mib = 0;
             } else {
                 gpu.shares += 1;
-                gpu.free_mib = gpu.free_mib.saturating_sub(want.request.memory_mib);
+                gpu.free_mib = gpu.free_mib.saturating_sub(want.shape.memory_mib);
             }
             if state.has_mig {
                 for g in &mut state.gpus {
@@ -944,7 +1006,7 @@ impl<'s> Cluster<'s> {
             return self.choose_node(want, fit);
         }
         let mut best: Option<(u64, u32)> = None;
-        for &node in self.eligible(want.request) {
+        for node in self.eligible(want.request) {
             if (node as usize) >= self.nodes.len()
                 || !self.fits(node, want)
                 || self.pick(node, want, fit, nvlink).is_none()
@@ -980,7 +1042,7 @@ impl<'s> Cluster<'s> {
         let mut shapes = self.shapes.borrow_mut();
         let ever = shapes
             .ever
-            .entry((want.request.eligible_set, Shape::of(want.request)))
+            .entry((want.request.eligible_set, Shape::of(want.shape)))
             .or_default();
         let ever = *ever.clique.get_or_insert_with(|| self.ever_clique(want));
         let what = reason::asked_nvlink(want.request);
@@ -994,11 +1056,10 @@ impl<'s> Cluster<'s> {
     /// Whether an eligible node has, once idle, `count` GPUs that could hold
     /// `want` and are all NVLink peers of one another.
     fn ever_clique(&self, want: &Want<'s>) -> bool {
-        let count = want.request.count as usize;
+        let count = want.shape.count as usize;
         self.eligible(want.request)
-            .iter()
-            .filter(|&&n| (n as usize) < self.nodes.len())
-            .any(|&n| {
+            .filter(|&n| (n as usize) < self.nodes.len())
+            .any(|n| {
                 let gpus = &self.nodes[n as usize].gpus;
                 let able: Vec<usize> = (0..gpus.len())
                     .filter(|&i| gpus[i].could_ever_fit(want))
@@ -1088,10 +1149,23 @@ impl<'s> Cluster<'s> {
             .collect()
     }
 
-    /// UUIDs of the GPUs at `positions` on `node`.
-    pub fn uuids(&self, node: u32, positions: &[usize]) -> Vec<String> {
-        let gpus = &self.snapshot.nodes[node as usize].gpus;
-        positions.iter().map(|&i| gpus[i].uuid.clone()).collect()
+    /// Names of the GPUs at `positions` on `node`, for logs (a policy sees
+    /// no UUIDs): `node/gpu<index>`, and `node/gpu<index>/mig<k>` for the
+    /// k-th entry after its parent.
+    pub fn gpu_names(&self, node: u32, positions: &[usize]) -> Vec<String> {
+        let node = &self.snapshot.nodes[node as usize];
+        positions
+            .iter()
+            .map(|&i| match node.gpus[i].mig {
+                None => format!("{}/gpu{}", node.name, node.gpus[i].index),
+                Some(m) => format!(
+                    "{}/gpu{}/mig{}",
+                    node.name,
+                    node.gpus[i].index,
+                    i - m.parent as usize - 1
+                ),
+            })
+            .collect()
     }
 }
 
@@ -1695,10 +1769,8 @@ mod tests {
                 let mut groups = UnionFind(Vec::new());
                 groups.reset(node.gpus.len());
                 for (i, gpu) in node.gpus.iter().enumerate() {
-                    for &peer in &gpu.nvlink_peers {
-                        if (peer as usize) < node.gpus.len() {
-                            groups.union(i, peer as usize);
-                        }
+                    for peer in crate::nvlink::peer_positions(node, gpu) {
+                        groups.union(i, peer);
                     }
                 }
                 let gpus = node.gpus.iter().enumerate();

@@ -114,6 +114,7 @@ pub mod testing;
 static ALLOCATOR: round_alloc::RoundAllocator = round_alloc::RoundAllocator::new();
 
 pub use cluster::{Cluster, Fit, GpuNow, Shortfall, Want};
+mod usage;
 pub use config::parse_config;
 pub use nvlink::Nvlink;
 pub use placement::{PlacementParams, place_each};
@@ -131,16 +132,20 @@ pub mod bindings {
         default_bindings_module: "wasmgpu_policy_sdk::bindings",
         runtime_path: "wasmgpu_policy_sdk::__wit_bindgen::rt",
         // The contract's types are `wasmgpu_contract`'s, shared with the host.
-        with: { "wasmgpu:policy/types@0.2.0": wasmgpu_contract::types },
+        with: { "wasmgpu:policy/types@0.3.0": wasmgpu_contract::types },
     });
 }
 
 #[doc(hidden)]
 pub use wit_bindgen as __wit_bindgen;
 
+pub use cluster::{NO_SHAPE, shape_of};
+pub use usage::{Usage, usage};
 pub use wasmgpu_contract::{
-    Assignment, CONTRACT, Decision, Deferral, Gang, Gpu, Info, MigInstance, Node, Request, Sharing,
-    Snapshot, Usage, assign, glob_match, info, reject, wait,
+    Alternative, Ask, Assignment, AttributeValue, CONTRACT, Claim, ClaimChoice, ClaimRequest,
+    Constraint, Decision, Deferral, Gang, Gpu, GpuRef, GpuShape, Info, MigInstance, Node,
+    Preemption, PreemptionPolicy, Publisher, Request, Running, Sharing, Snapshot, Tenant, assign,
+    bits, glob_match, info, preempt, reject, wait,
 };
 
 /// An allocation policy: what [`export_policy!`] exports as a component.

@@ -12,8 +12,8 @@
 //!   are all NVLink peers of one another: every pair is linked directly. On
 //!   the ring above, {0, 1} is a clique and {0, 1, 2} is not.
 //!
-//! Two GPUs are peers when either lists the other in `nvlink_peers` (a link
-//! joins both ends).
+//! Two whole GPUs are peers when either's `nvlink` bit set has the other's
+//! index (a link joins both ends); MIG instances have no links.
 //!
 //! [`Cluster::nvlink_groups`]: crate::Cluster::nvlink_groups
 //! [`Cluster::nvlink_clique`]: crate::Cluster::nvlink_clique
@@ -61,14 +61,30 @@ impl From<bool> for Nvlink {
 }
 
 /// Whether GPUs `a` and `b` (positions) of `node` are NVLink peers: either
-/// lists the other.
+/// names the other's index.
 pub(crate) fn linked(node: &Node, a: usize, b: usize) -> bool {
+    let whole = |x: usize| node.gpus.get(x).filter(|g| g.mig.is_none());
     let lists = |x: usize, y: usize| {
-        node.gpus
-            .get(x)
-            .is_some_and(|g| g.nvlink_peers.contains(&(y as u32)))
+        whole(x)
+            .zip(whole(y))
+            .is_some_and(|(gx, gy)| gy.index < 64 && gx.nvlink & (1 << gy.index) != 0)
     };
     a != b && (lists(a, b) || lists(b, a))
+}
+
+/// The positions of the whole GPUs of `node` that `gpu` names in its
+/// `nvlink` set.
+pub(crate) fn peer_positions<'n>(
+    node: &'n Node,
+    gpu: &'n crate::Gpu,
+) -> impl Iterator<Item = usize> + 'n {
+    node.gpus.iter().enumerate().filter_map(move |(p, other)| {
+        (gpu.mig.is_none()
+            && other.mig.is_none()
+            && other.index < 64
+            && gpu.nvlink & (1 << other.index) != 0)
+            .then_some(p)
+    })
 }
 
 /// The first set of `size` GPUs among `among` (positions, in the order

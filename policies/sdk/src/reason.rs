@@ -24,7 +24,9 @@ use crate::{Request, Sharing};
 /// at least 40960 MiB each`, `1 GPU(s) with 8192 MiB to share`, `1 MIG
 /// instance(s) of profile "1g.10gb"`.
 pub fn asked(request: &Request) -> String {
-    let r = request;
+    let Some(r) = crate::shape_of(request) else {
+        return "devices through DRA claims".to_owned();
+    };
     let model = r
         .model
         .as_deref()

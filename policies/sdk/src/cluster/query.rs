@@ -103,12 +103,15 @@ impl<'s> Cluster<'s> {
     }
 
     /// The value of the node's label `key`, if it has it.
+    ///
+    /// Only labels the policy asked for in `describe()` (`info.label-keys`)
+    /// reach it: any other key reads as missing.
     pub fn label(&self, node: u32, key: &str) -> Option<&'s str> {
+        let at = self.snapshot.label_keys.iter().position(|k| k == key)?;
         self.snapshot.nodes[node as usize]
             .labels
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+            .get(at)?
+            .as_deref()
     }
 
     /// For each value of node label `key` (a zone, a rack), how many GPUs
@@ -139,7 +142,7 @@ impl<'s> Cluster<'s> {
     /// ```
     pub fn free_by_label(&self, key: &str, want: &Want) -> BTreeMap<&'s str, u32> {
         let mut per_value: BTreeMap<&'s str, u32> = BTreeMap::new();
-        for &node in self.eligible(want.request) {
+        for node in self.eligible(want.request) {
             if (node as usize) >= self.nodes.len() {
                 continue;
             }
