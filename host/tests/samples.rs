@@ -103,7 +103,7 @@ fn samples_are_valid_and_their_pods_wait_for_gpus() {
     let mut waiting: Vec<String> = index
         .snapshots(1)
         .values()
-        .flat_map(|s| s.pending.iter().map(|r| r.pod.clone()))
+        .flat_map(|s| s.snapshot.pending.iter().map(|r| r.pod.clone()))
         .collect();
     waiting.sort();
     pods.sort();

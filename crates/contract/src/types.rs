@@ -571,3 +571,13 @@ macro_rules! lift {
 lift!(Sharing { 0 => Exclusive, 1 => Shared });
 lift!(Publisher { 0 => Agent, 1 => DraDriver, 2 => Both });
 lift!(PreemptionPolicy { 0 => PreemptLowerPriority, 1 => Never });
+
+impl Snapshot {
+    /// The namespace at `index` of `namespaces` (a request's or running
+    /// pod's `namespace`); empty when out of range.
+    pub fn namespace(&self, index: u32) -> &str {
+        self.namespaces
+            .get(index as usize)
+            .map_or("", String::as_str)
+    }
+}

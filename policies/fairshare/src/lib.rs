@@ -65,7 +65,7 @@ pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
             }
             _ => Unit::Pod(request),
         };
-        let t = tenants.of_namespace(&request.namespace);
+        let t = tenants.of_namespace(snapshot.namespace(request.namespace));
         if queues.len() <= t {
             queues.resize_with(tenants.all.len(), VecDeque::new);
         }
@@ -175,8 +175,9 @@ mod tests {
 
     use super::*;
     use wasmgpu_policy_sdk::Sharing::{Exclusive, Shared};
-    use wasmgpu_policy_sdk::Usage;
-    use wasmgpu_policy_sdk::testing::{assigned, decision_for, gang, node, request, snapshot};
+    use wasmgpu_policy_sdk::testing::{
+        assigned, decision_for, gang, node, request, running, snapshot,
+    };
 
     /// `nodes` nodes of 4 H100s.
     fn nodes(nodes: u32) -> Vec<wasmgpu_policy_sdk::Node> {
@@ -234,12 +235,10 @@ mod tests {
             r.created_ms += 100;
         }
         let mut snap = snapshot(busy, [pods("a", 8), b].concat());
-        snap.usage = vec![Usage {
-            namespace: "a".into(),
-            exclusive_gpus: 4,
-            shared_mib: 0,
-            mig_instances: 0,
-        }];
+        for gpu in &mut snap.nodes[0].gpus {
+            gpu.held = false;
+        }
+        running(&mut snap, "a/held", 0, 0, &[0, 1, 2, 3], 0);
         assert_eq!(placed(&snap), per(&[("b", 4)]));
     }
 
@@ -259,20 +258,14 @@ mod tests {
         for gpu in &mut snap.nodes[1].gpus[..2] {
             gpu.held = true;
         }
-        snap.usage = vec![
-            Usage {
-                namespace: "a".into(),
-                exclusive_gpus: 0,
-                shared_mib: 3 * 81920,
-                mig_instances: 0,
-            },
-            Usage {
-                namespace: "b".into(),
-                exclusive_gpus: 2,
-                shared_mib: 0,
-                mig_instances: 0,
-            },
-        ];
+        running(&mut snap, "b/held", 0, 1, &[0, 1], 0);
+        let share = running(&mut snap, "a/shares", 0, 0, &[0, 1, 2], 0) as usize;
+        for gpu in &mut snap.nodes[0].gpus[..3] {
+            gpu.held = false;
+            gpu.shared_owners = 1;
+            gpu.allocated_mib = 81920;
+        }
+        snap.running[share].shared_mib = 81920;
         assert_eq!(placed(&snap), per(&[("a", 1), ("b", 2)]));
         // A shared request costs its memory: a's 20,480 MiB notebook counts
         // a quarter of a GPU.
@@ -387,10 +380,10 @@ mod tests {
         for d in &decisions {
             if let Decision::Assign(a) = d {
                 let r = &snap.pending[a.pod as usize];
-                if r.sharing == Exclusive {
+                if wasmgpu_policy_sdk::shape_of(r).is_some_and(|s| s.sharing == Exclusive) {
                     exclusive.extend(a.gpus.iter().map(|&g| (a.node, g)));
                 }
-                if r.namespace == "team-0" {
+                if snap.namespace(r.namespace) == "team-0" {
                     team0.add(Holding::of_request(r));
                 }
             }

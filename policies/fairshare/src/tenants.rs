@@ -32,7 +32,7 @@ pub struct Holding {
 }
 
 impl Holding {
-    /// What a namespace holds now, from `snapshot.usage`.
+    /// What a namespace holds now, from [`wasmgpu_policy_sdk::usage`].
     pub fn of_usage(usage: &wasmgpu_policy_sdk::Usage) -> Holding {
         Holding {
             gpus: f64::from(usage.exclusive_gpus) + f64::from(usage.mig_instances) / MIG_SLICES,
@@ -42,6 +42,9 @@ impl Holding {
 
     /// What `request` takes once placed.
     pub fn of_request(request: &Request) -> Holding {
+        let Some(request) = wasmgpu_policy_sdk::shape_of(request) else {
+            return Holding::default();
+        };
         let count = f64::from(request.count);
         match (request.sharing, &request.mig_profile) {
             (_, Some(_)) => Holding {
@@ -206,8 +209,8 @@ pub struct Tenants<'c> {
 }
 
 impl<'c> Tenants<'c> {
-    /// The configured tenants, holding what `snapshot.usage` says their
-    /// namespaces hold.
+    /// The configured tenants, holding what the snapshot's running pods of
+    /// their namespaces hold.
     pub fn new(config: &'c Config, snapshot: &Snapshot) -> Self {
         let all = config
             .tenants
@@ -227,9 +230,9 @@ impl<'c> Tenants<'c> {
             all,
             namespace_to_tenant: BTreeMap::new(),
         };
-        for usage in &snapshot.usage {
+        for usage in wasmgpu_policy_sdk::usage(snapshot) {
             let t = tenants.of_namespace(&usage.namespace);
-            tenants.all[t].held.add(Holding::of_usage(usage));
+            tenants.all[t].held.add(Holding::of_usage(&usage));
         }
         tenants
     }

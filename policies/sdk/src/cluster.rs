@@ -1208,7 +1208,8 @@ impl UnionFind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{node, request, restrict, snapshot};
+    use crate::shape_of;
+    use crate::testing::{node, request, restrict, shape, snapshot};
 
     #[test]
     fn a_mig_request_takes_only_instances_with_the_memory_asked_for() {
@@ -1219,7 +1220,7 @@ mod tests {
             &[("1g.10gb", 9856), ("1g.10gb", 12000)],
         );
         let mut wants = request("ns/m", 1, Sharing::Exclusive, 10000);
-        wants.mig_profile = Some("1g.10gb".into());
+        shape(&mut wants).mig_profile = Some("1g.10gb".into());
         let snap = snapshot(vec![n], vec![wants]);
         let cluster = Cluster::new(&snap);
         let want = cluster.want(&snap.pending[0]);
@@ -1228,7 +1229,7 @@ mod tests {
             Some(vec![2])
         );
         let mut more = snap.clone();
-        more.pending[0].memory_mib = 20000;
+        shape(&mut more.pending[0]).memory_mib = 20000;
         let cluster = Cluster::new(&more);
         let want = cluster.want(&more.pending[0]);
         assert!(!cluster.fits(0, &want));
@@ -1261,14 +1262,16 @@ mod tests {
         let snap = snapshot(
             vec![node("a", 2, "NVIDIA A100-SXM4-40GB", 40960)],
             vec![
-                Request {
-                    model: Some("NVIDIA H100*".into()),
-                    ..request("ns/h", 1, Sharing::Exclusive, 0)
+                {
+                    let mut r = request("ns/h", 1, Sharing::Exclusive, 0);
+                    shape(&mut r).model = Some("NVIDIA H100*".into());
+                    r
                 },
                 request("ns/big", 1, Sharing::Exclusive, 81920),
-                Request {
-                    model: Some("*A100*".into()),
-                    ..request("ns/a", 2, Sharing::Exclusive, 40960)
+                {
+                    let mut r = request("ns/a", 2, Sharing::Exclusive, 40960);
+                    shape(&mut r).model = Some("*A100*".into());
+                    r
                 },
             ],
         );
@@ -1314,8 +1317,8 @@ mod tests {
         // GPUs 0-1 and 2-3 are NVLink pairs; 0 is taken, so a pair must be 2-3.
         let mut n = node("a", 4, "NVIDIA H100", 81920);
         for (i, j) in [(0u32, 1u32), (2, 3)] {
-            n.gpus[i as usize].nvlink_peers.push(j);
-            n.gpus[j as usize].nvlink_peers.push(i);
+            n.gpus[i as usize].nvlink |= 1 << j;
+            n.gpus[j as usize].nvlink |= 1 << i;
         }
         n.gpus[0].held = true;
         let snap = snapshot(vec![n], vec![request("ns/p", 2, Sharing::Exclusive, 0)]);
@@ -1457,8 +1460,7 @@ mod tests {
                 if n % 4 == 0 {
                     for (i, gpu) in node.gpus.iter_mut().enumerate() {
                         let i = i as u32;
-                        gpu.nvlink_peers = vec![(i + 7) % 8, (i + 1) % 8];
-                        gpu.nvlink_peers.sort_unstable();
+                        gpu.nvlink = crate::bits::nvlink_of([(i + 7) % 8, (i + 1) % 8]);
                     }
                 }
             }
@@ -1473,7 +1475,8 @@ mod tests {
                 for d in &decisions {
                     if let Decision::Assign(a) = d
                         && a.gpus.len() > 1
-                        && snap.pending[a.pod as usize].sharing == Sharing::Exclusive
+                        && shape_of(&snap.pending[a.pod as usize])
+                            .is_some_and(|s| s.sharing == Sharing::Exclusive)
                     {
                         let gpus: Vec<usize> = a.gpus.iter().map(|&g| g as usize).collect();
                         assert!(cluster.is_nvlink_clique(a.node, &gpus), "{fit:?} {a:?}");
@@ -1556,9 +1559,10 @@ mod tests {
     }
 
     fn mig_request(pod: &str, count: u32) -> Request {
-        Request {
-            mig_profile: Some("1g.10gb".into()),
-            ..request(pod, count, Sharing::Exclusive, 0)
+        {
+            let mut r = request(pod, count, Sharing::Exclusive, 0);
+            shape(&mut r).mig_profile = Some("1g.10gb".into());
+            r
         }
     }
 
@@ -1605,13 +1609,11 @@ mod tests {
         n.gpus[1].held = true;
         let snap = snapshot(
             vec![n],
-            vec![
-                mig_request("ns/m", 1),
-                Request {
-                    mig_profile: Some("7g.80gb".into()),
-                    ..request("ns/big", 1, Sharing::Exclusive, 0)
-                },
-            ],
+            vec![mig_request("ns/m", 1), {
+                let mut r = request("ns/big", 1, Sharing::Exclusive, 0);
+                shape(&mut r).mig_profile = Some("7g.80gb".into());
+                r
+            }],
         );
         let cluster = Cluster::new(&snap);
         let [m, big] = [0, 1].map(|i| cluster.want(&snap.pending[i]));
@@ -1699,9 +1701,10 @@ mod tests {
     #[test]
     fn a_member_that_can_never_fit_is_rejected_alone_when_the_rest_reach_min_member() {
         // 2 of 3 suffice; w-amd asks for a model no node has.
-        let amd = Request {
-            model: Some("AMD*".into()),
-            ..request("ns/w-amd", 1, Sharing::Exclusive, 0)
+        let amd = {
+            let mut r = request("ns/w-amd", 1, Sharing::Exclusive, 0);
+            shape(&mut r).model = Some("AMD*".into());
+            r
         };
         let pending = vec![
             request("ns/w-0", 2, Sharing::Exclusive, 0),
@@ -1733,6 +1736,7 @@ mod tests {
                 Decision::Assign(a) => ("assign", a.pod),
                 Decision::Wait(w) => ("wait", w.pod),
                 Decision::Reject(r) => ("reject", r.pod),
+                Decision::Preempt(p) => ("preempt", p.assignment.pod),
             })
             .collect();
         assert_eq!(
@@ -1790,17 +1794,24 @@ mod tests {
         pending.sort_by(|(_, a), (_, b)| {
             (b.priority, &a.created_ms, &a.pod).cmp(&(a.priority, &b.created_ms, &b.pod))
         });
-        let model_ok =
-            |r: &Request, g: &G| r.model.as_deref().is_none_or(|p| glob_match(p, &g.model));
+        let model_ok = |r: &Request, g: &G| {
+            shape_of(r)
+                .unwrap()
+                .model
+                .as_deref()
+                .is_none_or(|p| glob_match(p, &g.model))
+        };
         let fits = |r: &Request, g: &G| {
             g.healthy
                 && !g.exclusive
                 && model_ok(r, g)
-                && match r.sharing {
+                && match shape_of(r).unwrap().sharing {
                     Sharing::Exclusive => {
-                        g.shares == 0 && g.free == g.memory && g.memory >= r.memory_mib
+                        g.shares == 0
+                            && g.free == g.memory
+                            && g.memory >= shape_of(r).unwrap().memory_mib
                     }
-                    Sharing::Shared => g.free >= r.memory_mib,
+                    Sharing::Shared => g.free >= shape_of(r).unwrap().memory_mib,
                 }
         };
         let mut decisions = Vec::new();
@@ -1809,17 +1820,19 @@ mod tests {
             let eligible: Vec<usize> = snapshot
                 .eligible_sets
                 .get(r.eligible_set as usize)
-                .map_or(vec![], |set| set.iter().map(|&n| n as usize).collect())
+                .map_or(vec![], |set| {
+                    crate::bits::indices(set).map(|n| n as usize).collect()
+                })
                 .into_iter()
                 .filter(|&n| n < nodes.len())
                 .collect();
             let mut best: Option<(u64, usize)> = None;
             for &n in &eligible {
                 let fitting: Vec<&G> = nodes[n].iter().filter(|g| fits(r, g)).collect();
-                if fitting.len() < r.count as usize {
+                if fitting.len() < shape_of(r).unwrap().count as usize {
                     continue;
                 }
-                let room = match r.sharing {
+                let room = match shape_of(r).unwrap().sharing {
                     Sharing::Exclusive => nodes[n]
                         .iter()
                         .filter(|g| {
@@ -1838,11 +1851,13 @@ mod tests {
                 }
             }
             let Some((_, n)) = best else {
-                let count = r.count as usize;
+                let count = shape_of(r).unwrap().count as usize;
                 let shortfall = if eligible.is_empty() {
                     Shortfall::NoEligibleNode
                 } else if eligible.iter().any(|&n| {
-                    let ever = |g: &&G| g.healthy && model_ok(r, g) && g.memory >= r.memory_mib;
+                    let ever = |g: &&G| {
+                        g.healthy && model_ok(r, g) && g.memory >= shape_of(r).unwrap().memory_mib
+                    };
                     nodes[n].iter().filter(ever).count() >= count
                 }) {
                     Shortfall::NotNow(describe)
@@ -1858,8 +1873,8 @@ mod tests {
             };
             let gpus = &mut nodes[n];
             let mut picked: Vec<usize> = (0..gpus.len()).filter(|&i| fits(r, &gpus[i])).collect();
-            match r.sharing {
-                Sharing::Exclusive if prefer_nvlink && r.count > 1 => {
+            match shape_of(r).unwrap().sharing {
+                Sharing::Exclusive if prefer_nvlink && shape_of(r).unwrap().count > 1 => {
                     let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
                     for &i in &picked {
                         match groups.iter_mut().find(|(g, _)| *g == gpus[i].group) {
@@ -1869,7 +1884,7 @@ mod tests {
                     }
                     let mut chosen: Option<Vec<usize>> = None;
                     for (_, members) in groups {
-                        if members.len() < r.count as usize {
+                        if members.len() < shape_of(r).unwrap().count as usize {
                             continue;
                         }
                         let better = chosen.as_ref().is_none_or(|c| match fit {
@@ -1890,18 +1905,18 @@ mod tests {
                     Fit::Loosest => picked.sort_by_key(|&i| std::cmp::Reverse(gpus[i].free)),
                 },
             }
-            picked.truncate(r.count as usize);
+            picked.truncate(shape_of(r).unwrap().count as usize);
             picked.sort_unstable();
             for &i in &picked {
                 let g = &mut gpus[i];
-                match r.sharing {
+                match shape_of(r).unwrap().sharing {
                     Sharing::Exclusive => {
                         g.exclusive = true;
                         g.free = 0;
                     }
                     Sharing::Shared => {
                         g.shares += 1;
-                        g.free = g.free.saturating_sub(r.memory_mib);
+                        g.free = g.free.saturating_sub(shape_of(r).unwrap().memory_mib);
                     }
                 }
             }
@@ -1925,16 +1940,18 @@ mod tests {
             }
         }
         snap.eligible_sets.push(vec![]);
-        snap.eligible_sets.push(vec![2, 5, 9, 40, nodes + 3]);
+        let len = snap.nodes.len();
+        snap.eligible_sets
+            .push(crate::bits::from_indices(len, [2, 5, 9, 40]));
         let empty = snap.eligible_sets.len() as u32 - 2;
         for (p, r) in snap.pending.iter_mut().enumerate() {
             match p % 23 {
-                3 if r.sharing == Sharing::Shared => r.count = 2,
-                5 if r.sharing == Sharing::Shared => r.count = 3,
-                7 => r.model = Some("NVIDIA B200*".into()),
+                3 if shape(r).sharing == Sharing::Shared => shape(r).count = 2,
+                5 if shape(r).sharing == Sharing::Shared => shape(r).count = 3,
+                7 => shape(r).model = Some("NVIDIA B200*".into()),
                 11 => r.eligible_set = empty,
                 13 | 17 => r.eligible_set = empty + 1,
-                19 => r.memory_mib = 79000,
+                19 => shape(r).memory_mib = 79000,
                 _ => {}
             }
         }
@@ -1987,7 +2004,7 @@ mod tests {
                 for request in cluster.pending_in_order() {
                     let want = cluster.want(request);
                     let mut expected: Option<(u64, u32)> = None;
-                    for &n in cluster.eligible(request) {
+                    for n in cluster.eligible(request) {
                         if !cluster.fits(n, &want) {
                             continue;
                         }

@@ -26,7 +26,7 @@
 //!     let mut decisions = Vec::new();
 //!     for request in cluster.pending_in_order() {
 //!         let want = cluster.want(request);
-//!         let node = cluster.eligible(request).iter().copied().find(|&n| cluster.fits(n, &want));
+//!         let node = cluster.eligible(request).find(|&n| cluster.fits(n, &want));
 //!         let placed = node.and_then(|n| cluster.place(n, &want, Fit::Tightest, true));
 //!         decisions.push(placed.unwrap_or_else(|| cluster.unplaced(&want)));
 //!     }

@@ -160,7 +160,7 @@ mod tests {
         assert_eq!(clique(&ring, &[], 1), None);
         // A link listed on one end only still joins both.
         let mut one_sided = node("o", 2, "NVIDIA A100", 40960);
-        one_sided.gpus[1].nvlink_peers.push(0);
+        one_sided.gpus[1].nvlink |= 1;
         assert!(linked(&one_sided, 0, 1) && linked(&one_sided, 1, 0));
         assert!(!linked(&one_sided, 0, 0));
     }

@@ -74,7 +74,7 @@ impl<'s> Cluster<'s> {
     ///
     /// let mut n = node("a", 3, "NVIDIA H100 80GB HBM3", 81559);
     /// n.gpus[0].held = true;
-    /// n.gpus.push(gpu("GPU-a-l4", 3, "NVIDIA L4", 23034));
+    /// n.gpus.push(gpu(3, "NVIDIA L4", 23034));
     /// let snap = snapshot(vec![n], vec![]);
     /// let cluster = Cluster::new(&snap);
     /// assert_eq!(cluster.free_gpus(0, None), [1, 2, 3]);
@@ -218,8 +218,10 @@ impl<'s> Cluster<'s> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{node, request, restrict, snapshot, with_labels, with_mig, with_nvlink};
-    use crate::{Fit, Request, Sharing};
+    use crate::testing::{
+        node, request, restrict, shape, snapshot, with_labels, with_mig, with_nvlink,
+    };
+    use crate::{Fit, Sharing};
 
     const ZONE: &str = "topology.kubernetes.io/zone";
 
@@ -234,9 +236,10 @@ mod tests {
             vec![
                 request("ns/x", 3, Sharing::Exclusive, 0),
                 request("ns/s", 1, Sharing::Shared, 10000),
-                Request {
-                    model: Some("NVIDIA H100*".into()),
-                    ..request("ns/h", 1, Sharing::Exclusive, 0)
+                {
+                    let mut r = request("ns/h", 1, Sharing::Exclusive, 0);
+                    shape(&mut r).model = Some("NVIDIA H100*".into());
+                    r
                 },
             ],
         );
