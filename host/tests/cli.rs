@@ -7,7 +7,15 @@ use std::process::{Command, Output, Stdio};
 
 use common::{json_schema, padded, policy_dir};
 use serde_json::Value;
-use wasmgpu::engine::types::Snapshot;
+use wasmgpu_contract::HostSnapshot;
+
+/// A snapshot file, read.
+fn read_host(path: impl AsRef<std::path::Path>) -> HostSnapshot {
+    let text = std::fs::read_to_string(path).unwrap();
+    wasmgpu_contract::snapshot_file::read(&text)
+        .unwrap()
+        .snapshot
+}
 
 fn wasmgpu(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_wasmgpu"))
@@ -122,12 +130,12 @@ fn run_prints_decisions_with_the_hosts_verdict() {
 fn run_shows_gangs_and_what_each_namespace_holds_and_gets() {
     use wasmgpu::engine::types::Gang;
     let demo = repo("policies/snapshots/demo.json");
-    let mut snapshot: Snapshot =
-        serde_json::from_str(&std::fs::read_to_string(&demo).unwrap()).unwrap();
+    let mut host = read_host(&demo);
+    let snapshot = &mut host.snapshot;
     let of = |namespace: &str| -> Vec<u32> {
         let positions = snapshot.pending.iter().enumerate();
         positions
-            .filter(|(_, r)| r.namespace == namespace)
+            .filter(|(_, r)| snapshot.namespace(r.namespace) == namespace)
             .map(|(i, _)| i as u32)
             .collect()
     };
@@ -142,10 +150,13 @@ fn run_shows_gangs_and_what_each_namespace_holds_and_gets() {
         min_member: ml.len() as u32 + 1,
         bound: 0,
         pending: ml.clone(),
+        running: Vec::new(),
     });
     let snap = temp_file(
         "gang-snapshot.json",
-        serde_json::to_string(&snapshot).unwrap().as_bytes(),
+        wasmgpu_contract::snapshot_file::to_json(&host)
+            .unwrap()
+            .as_bytes(),
     );
     let args = [
         "policy",
@@ -187,12 +198,14 @@ fn run_shows_gangs_and_what_each_namespace_holds_and_gets() {
 fn refused_decisions_can_fail_the_command() {
     let demo = repo("policies/snapshots/demo.json");
     // The hostile policy reads its misbehaviour from the snapshot's config.
-    let mut snapshot: Snapshot =
-        serde_json::from_str(&std::fs::read_to_string(&demo).unwrap()).unwrap();
+    let mut host = read_host(&demo);
+    let snapshot = &mut host.snapshot;
     snapshot.config = "ghost-gpu".into();
     let snap = temp_file(
         "ghost-snapshot.json",
-        serde_json::to_string(&snapshot).unwrap().as_bytes(),
+        wasmgpu_contract::snapshot_file::to_json(&host)
+            .unwrap()
+            .as_bytes(),
     );
     let args = [
         "policy",
@@ -226,12 +239,14 @@ fn refused_decisions_can_fail_the_command() {
 #[test]
 fn a_failing_policy_fails_the_command_with_the_typed_reason() {
     let demo = repo("policies/snapshots/demo.json");
-    let mut snapshot: Snapshot =
-        serde_json::from_str(&std::fs::read_to_string(&demo).unwrap()).unwrap();
+    let mut host = read_host(&demo);
+    let snapshot = &mut host.snapshot;
     snapshot.config = "loop".into();
     let snap = temp_file(
         "loop-snapshot.json",
-        serde_json::to_string(&snapshot).unwrap().as_bytes(),
+        wasmgpu_contract::snapshot_file::to_json(&host)
+            .unwrap()
+            .as_bytes(),
     );
     let out = wasmgpu(&[
         "policy",
@@ -331,8 +346,8 @@ fn snapshot_schema_and_generated_snapshots_agree() {
         path.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    let snapshot: Snapshot =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let host = read_host(&path);
+    let snapshot = &host.snapshot;
     assert_eq!((snapshot.nodes.len(), snapshot.pending.len()), (10, 5));
 }
 
@@ -426,12 +441,14 @@ fn every_json_output_matches_its_published_schema() {
         "{kinds:?}"
     );
     // Refusals too (the hostile policy names GPUs that do not exist).
-    let mut snapshot: Snapshot =
-        serde_json::from_str(&std::fs::read_to_string(&demo).unwrap()).unwrap();
+    let mut host = read_host(&demo);
+    let snapshot = &mut host.snapshot;
     snapshot.config = "ghost-gpu".into();
     let ghost = temp_file(
         "schema-ghost.json",
-        serde_json::to_string(&snapshot).unwrap().as_bytes(),
+        wasmgpu_contract::snapshot_file::to_json(&host)
+            .unwrap()
+            .as_bytes(),
     );
     let run = assert_output_matches_schema(
         "run",
@@ -583,35 +600,39 @@ fn a_full_stdout_is_an_error_not_a_panic() {
 #[test]
 fn a_snapshot_that_no_controller_would_build_is_refused_naming_the_entry() {
     let demo = std::fs::read_to_string(repo("policies/snapshots/demo.json")).unwrap();
-    let base: Snapshot = serde_json::from_str(&demo).unwrap();
-    type Change = Box<dyn Fn(&mut Snapshot)>;
+    let base = wasmgpu_contract::snapshot_file::read(&demo)
+        .unwrap()
+        .snapshot;
+    type Change = Box<dyn Fn(&mut HostSnapshot)>;
     let cases: Vec<(Change, &str)> = vec![
         (
-            Box::new(|s| s.pending[0].count = 0),
-            "pending[0] (\"research/finetune-0\").count: must be 1 to 16, got 0",
+            Box::new(|s| wasmgpu_contract::testing::shape(&mut s.snapshot.pending[0]).count = 0),
+            "pending[0] (\"research/finetune-0\").ask.gpus.count: must be 1 to 16, got 0",
         ),
         (
-            Box::new(|s| s.eligible_sets[0].push(7)),
-            "eligibleSets[0][3]: node index 7 is out of range (3 nodes)",
+            Box::new(|s| wasmgpu_contract::bits::insert(&mut s.snapshot.eligible_sets[0], 7)),
+            "eligibleSets[0]: node index 7 is out of range (3 nodes)",
         ),
         (
             Box::new(|s| {
-                let uuid = s.nodes[0].gpus[0].uuid.clone();
-                s.nodes[2].gpus[0].uuid = uuid;
+                let uuid = s.nodes[0].uuids[0].clone();
+                s.nodes[2].uuids[0] = uuid;
             }),
             ".uuid: repeats nodes[0] (\"gpu-h100-0\").gpus[0].uuid",
         ),
         (
-            Box::new(|s| s.nodes[1].gpus[0].nvlink_peers = vec![9]),
-            "nvlinkPeers[0]: 9 is out of range",
+            Box::new(|s| s.snapshot.nodes[1].gpus[0].nvlink = 1 << 9),
+            "nvlink: 9 is not the index of a whole GPU of the node",
         ),
     ];
     for (i, (change, want)) in cases.into_iter().enumerate() {
-        let mut snapshot = base.clone();
-        change(&mut snapshot);
+        let mut host = base.clone();
+        change(&mut host);
         let path = temp_file(
             &format!("invalid-{i}.json"),
-            serde_json::to_string(&snapshot).unwrap().as_bytes(),
+            wasmgpu_contract::snapshot_file::to_json(&host)
+                .unwrap()
+                .as_bytes(),
         );
         let out = wasmgpu(&[
             "policy",
@@ -632,12 +653,14 @@ fn a_snapshot_that_no_controller_would_build_is_refused_naming_the_entry() {
 #[test]
 fn a_policys_long_reason_is_cut_before_it_is_shown() {
     let demo = repo("policies/snapshots/demo.json");
-    let mut snapshot: Snapshot =
-        serde_json::from_str(&std::fs::read_to_string(&demo).unwrap()).unwrap();
+    let mut host = read_host(&demo);
+    let snapshot = &mut host.snapshot;
     snapshot.config = "long-reason:100000".into();
     let path = temp_file(
         "long-reason.json",
-        serde_json::to_string(&snapshot).unwrap().as_bytes(),
+        wasmgpu_contract::snapshot_file::to_json(&host)
+            .unwrap()
+            .as_bytes(),
     );
     let args = [
         "policy",

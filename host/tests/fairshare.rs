@@ -1,6 +1,6 @@
 //! The fairshare policy over many rounds, through the real Wasm engine and
 //! the host's validator: the cluster between rounds is what applying the
-//! validated decisions leaves (GPUs held, usage per namespace), some running
+//! validated decisions leaves (GPUs held, the pods running), some running
 //! pods finish every round and new ones replace them, and at each quiet point
 //! the tenants hold their fair shares. The native build of the policy decides
 //! the same every round.
@@ -17,9 +17,11 @@ use common::policy_bytes;
 use wasmgpu::engine::types::{Decision, Snapshot as HostSnapshot};
 use wasmgpu::engine::{Engine, LoadedPolicy, PolicyError};
 use wasmgpu_contract::Sharing::Exclusive;
-use wasmgpu_contract::testing::{node, request, snapshot, with_full_nvlink};
+use wasmgpu_contract::Snapshot;
+use wasmgpu_contract::testing::{
+    namespace, node, refresh_tables, request, snapshot, with_full_nvlink,
+};
 use wasmgpu_contract::validate::validate;
-use wasmgpu_contract::{Snapshot, Usage};
 
 const TENANTS: [&str; 3] = ["team-a", "team-b", "team-c"];
 const PENDING_PER_TENANT: usize = 100;
@@ -106,32 +108,33 @@ impl Simulation {
                 .snapshot
                 .pending
                 .iter()
-                .filter(|r| r.namespace == *tenant)
+                .filter(|r| self.snapshot.namespace(r.namespace) == tenant)
                 .count();
             for _ in pending..PENDING_PER_TENANT {
                 self.created += 1;
-                self.snapshot.pending.push(wasmgpu_contract::Request {
-                    created_ms: self.created,
-                    ..request(&format!("{tenant}/job-{}", self.created), 1, Exclusive, 0)
-                });
+                let mut r = request(&format!("{tenant}/job-{}", self.created), 1, Exclusive, 0);
+                r.created_ms = self.created;
+                self.snapshot.pending.push(r);
             }
         }
-        self.snapshot.usage = TENANTS
+        self.snapshot.running = self
+            .running
             .iter()
-            .enumerate()
-            .map(|(t, tenant)| Usage {
-                namespace: (*tenant).into(),
-                exclusive_gpus: self
-                    .running
-                    .iter()
-                    .filter(|r| r.tenant == t)
-                    .map(|r| r.gpus.len() as u32)
-                    .sum(),
+            .map(|r| wasmgpu_contract::Running {
+                pod: r.pod.clone(),
+                namespace: namespace(TENANTS[r.tenant]),
+                tenant: None,
+                priority: 0,
+                node: r.node as u32,
+                gpus: r.gpus.clone(),
                 shared_mib: 0,
-                mig_instances: 0,
+                started_ms: 0,
+                gang: None,
+                evictable: true,
+                protected_ms: 0,
             })
-            .filter(|u| u.exclusive_gpus > 0)
             .collect();
+        refresh_tables(&mut self.snapshot);
     }
 
     /// One round: the Wasm policy decides, the host validates, the accepted
@@ -165,7 +168,7 @@ impl Simulation {
             assert_eq!(request.pod, placement.pod);
             let tenant = TENANTS
                 .iter()
-                .position(|t| *t == request.namespace)
+                .position(|t| *t == self.snapshot.namespace(request.namespace))
                 .expect("a known tenant");
             self.running.push(Running {
                 pod: placement.pod.clone(),

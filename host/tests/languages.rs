@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use common::{policy_bytes, policy_dir};
 use wasmgpu::engine::types::{Decision, Snapshot};
 use wasmgpu::engine::{Engine, Limits, LoadedPolicy};
+use wasmgpu_contract::HostSnapshot;
 use wasmgpu_contract::Sharing::Exclusive;
-use wasmgpu_contract::testing::{gang, large, refresh_tables, request, with_mig};
+use wasmgpu_contract::testing::{gang, large, refresh_tables, request, shape, with_mig};
 use wasmgpu_contract::validate::validate;
 
 /// The components of the other languages' binpack ports, by language.
@@ -62,9 +63,18 @@ fn engine() -> Engine {
     .unwrap()
 }
 
+/// A snapshot as binpack is given it: without node labels (it asks for none).
+fn as_given(mut host: HostSnapshot) -> Snapshot {
+    host.for_policy(&[]).clone()
+}
+
 fn demo() -> Snapshot {
     let text = include_str!("../../policies/snapshots/demo.json");
-    serde_json::from_str(text).expect("policies/snapshots/demo.json is a snapshot")
+    let read = wasmgpu_contract::snapshot_file::read(text);
+    as_given(
+        read.expect("policies/snapshots/demo.json is a snapshot")
+            .snapshot,
+    )
 }
 
 /// What `wasmgpu policy generate-snapshot --nodes 200 --pods 200` writes.
@@ -85,7 +95,9 @@ fn generated_200() -> Snapshot {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("generate-snapshot writes a snapshot")
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    let read = wasmgpu_contract::snapshot_file::read(&text);
+    as_given(read.expect("generate-snapshot writes a snapshot").snapshot)
 }
 
 /// A generated snapshot with what it lacks: MIG instances on a few nodes
@@ -94,8 +106,8 @@ fn generated_200() -> Snapshot {
 fn varied() -> Snapshot {
     let mut snap = large(40, 120);
     for n in [3usize, 8, 13] {
-        // Carve GPUs 1 and 4 into instances (inserted after each parent),
-        // then point NVLink peers at the whole GPUs' new positions.
+        // Carve GPUs 1 and 4 into instances (inserted after each parent);
+        // NVLink names GPUs by index, so the links stay as they are.
         let node = with_mig(
             snap.nodes[n].clone(),
             1,
@@ -116,15 +128,6 @@ fn varied() -> Snapshot {
                 at.unwrap() as u32
             })
             .collect();
-        for gpu in &mut node.gpus {
-            if gpu.mig.is_none() {
-                gpu.nvlink_peers = gpu
-                    .nvlink_peers
-                    .iter()
-                    .map(|&p| position_of_index[p as usize])
-                    .collect();
-            }
-        }
         for gpu in [1, position_of_index[4] as usize] {
             // A carved GPU is not used whole.
             node.gpus[gpu].held = false;
@@ -142,16 +145,16 @@ fn varied() -> Snapshot {
         (29, "1g.10gb"),
         (41, "7g.80gb"),
     ] {
-        snap.pending[i].mig_profile = Some(profile.into());
-        snap.pending[i].sharing = Exclusive;
-        snap.pending[i].count = 1 + (i as u32 % 2);
+        let shape = shape(&mut snap.pending[i]);
+        shape.mig_profile = Some(profile.into());
+        shape.sharing = Exclusive;
+        shape.count = 1 + (i as u32 % 2);
     }
     let at = snap.pending.len() as u32;
     for k in 0..7 {
-        snap.pending.push(wasmgpu_contract::Request {
-            created_ms: 5 + k as u64,
-            ..request(&format!("train/w-{k}"), 2, Exclusive, 0)
-        });
+        let mut r = request(&format!("train/w-{k}"), 2, Exclusive, 0);
+        r.created_ms = 5 + k as u64;
+        snap.pending.push(r);
     }
     gang(&mut snap, "train/small", 3, &[at, at + 1, at + 2]);
     gang(
@@ -160,9 +163,10 @@ fn varied() -> Snapshot {
         4,
         &[at + 3, at + 4, at + 5, at + 6],
     );
-    snap.pending[at as usize + 6].count = 16;
+    shape(&mut snap.pending[at as usize + 6]).count = 16;
+    refresh_tables(&mut snap);
     snap.config = r#"{"preferNvlink": false}"#.into();
-    snap.clone()
+    as_given(HostSnapshot::from_snapshot(snap))
 }
 
 /// The Rust binpack and every port that is built, loaded once per test

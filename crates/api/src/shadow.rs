@@ -309,6 +309,7 @@ mod tests {
             gpus: gpus.iter().map(|g| g.to_string()).collect(),
             request: 0,
             at: (0, Vec::new()),
+            claims: Vec::new(),
         }
     }
 

@@ -635,22 +635,23 @@ mod tests {
     use wasmgpu_contract::Sharing::Exclusive;
     use wasmgpu_contract::testing::{node, request, snapshot};
     use wasmgpu_contract::types::{Assignment, Deferral};
-    use wasmgpu_contract::validate::validate;
+    use wasmgpu_contract::validate::validate_host as validate;
 
     #[test]
     fn decisions_are_tagged_by_kind_and_paired_with_their_verdict() {
-        let snap = snapshot(
+        let snap = HostSnapshot::from_snapshot(snapshot(
             vec![node("a", 2, "NVIDIA L4", 23034)],
             vec![
                 request("ns/x", 1, Exclusive, 0),
                 request("ns/y", 1, Exclusive, 0),
                 request("ns/z", 1, Exclusive, 0),
             ],
-        );
+        ));
         let assign = Decision::Assign(Assignment {
             pod: 0,
             node: 0,
             gpus: vec![0],
+            claims: Vec::new(),
         });
         // The same decision twice: the second is the refused one.
         let decided = vec![
@@ -705,13 +706,16 @@ mod tests {
                     request("ns/x", 1, Exclusive, 0),
                 ],
             );
-            snap.pending[0].memory_mib = share_mib;
-            snap.usage.push(wasmgpu_contract::types::Usage {
-                namespace: "ns".into(),
-                exclusive_gpus: held_gpus,
-                mig_instances: 0,
-                shared_mib: held_mib,
-            });
+            wasmgpu_contract::testing::shape(&mut snap.pending[0]).memory_mib = share_mib;
+            // What the namespace holds: a share of `held_mib` and `held_gpus`
+            // GPUs (positions past the node's: counted, not checked).
+            let r = wasmgpu_contract::testing::running(&mut snap, "ns/held", 0, 0, &[], 0);
+            snap.running[r as usize].shared_mib = held_mib;
+            snap.running[r as usize].gpus = vec![0];
+            let r = wasmgpu_contract::testing::running(&mut snap, "ns/whole", 0, 0, &[], 0);
+            snap.running[r as usize].gpus = vec![1; held_gpus.min(64) as usize];
+            let held_gpus = held_gpus.min(64);
+            let snap = HostSnapshot::from_snapshot(snap);
             // The verdict as if the host had accepted both (the summary
             // counts what it is given).
             let mut verdict = validate(&snap, &[]);
@@ -722,6 +726,7 @@ mod tests {
                     node: "a".into(),
                     gpus: vec!["GPU-a-0".into(), "GPU-a-1".into()],
                     at: (0, vec![0, 1]),
+                    claims: Vec::new(),
                 },
                 wasmgpu_contract::validate::Placement {
                     request: 1,
@@ -729,6 +734,7 @@ mod tests {
                     node: "a".into(),
                     gpus: vec!["GPU-a-0".into()],
                     at: (0, vec![0]),
+                    claims: Vec::new(),
                 },
             ];
             let ns = &NamespaceHoldings::of(&snap, &verdict)[0];

@@ -37,6 +37,7 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<HostSnapshot> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use wasmgpu_contract::testing::shape;
     use wasmgpu_contract::types::Sharing;
     use wasmgpu_support::testing::arbitrary_json;
 
@@ -45,7 +46,12 @@ mod tests {
         "nodes",
         "pending",
         "eligibleSets",
-        "usage",
+        "namespaces",
+        "running",
+        "tenants",
+        "ask",
+        "gpus",
+        "nvlink",
         "config",
         "name",
         "labels",
@@ -84,7 +90,10 @@ mod tests {
     /// with contents anywhere from valid to nonsense.
     fn demo_with(changes: &[(u8, u64)]) -> String {
         let demo = include_str!("../../../policies/snapshots/demo.json");
-        let mut snapshot: Snapshot = serde_json::from_str(demo).unwrap();
+        let mut host = wasmgpu_contract::snapshot_file::read(demo)
+            .unwrap()
+            .snapshot;
+        let snapshot = &mut host.snapshot;
         for &(what, value) in changes {
             let small = (value % 24) as u32;
             let nodes = snapshot.nodes.len().max(1);
@@ -100,25 +109,30 @@ mod tests {
                 (3, Some(gpu), _) => {
                     gpu.held = !gpu.held;
                 }
-                (4, Some(gpu), _) => gpu.nvlink_peers.push(small % 12),
-                (5, _, _) => snapshot.eligible_sets[0].push(small % 6),
-                (6, _, Some(request)) => request.count = small,
+                (4, Some(gpu), _) => gpu.nvlink |= 1 << (small % 12),
+                (5, _, _) => {
+                    wasmgpu_contract::bits::insert(&mut snapshot.eligible_sets[0], small % 6)
+                }
+                (6, _, Some(request)) => shape(request).count = small,
                 (7, _, Some(request)) => request.eligible_set = small % 4,
-                (8, _, Some(request)) => request.memory_mib = value,
+                (8, _, Some(request)) => shape(request).memory_mib = value,
                 (9, _, Some(request)) => {
-                    request.sharing = match request.sharing {
+                    let shape = shape(request);
+                    shape.sharing = match shape.sharing {
                         Sharing::Exclusive => Sharing::Shared,
                         Sharing::Shared => Sharing::Exclusive,
                     }
                 }
                 (10, _, _) => {
-                    snapshot.nodes.remove(value as usize % nodes);
+                    let at = value as usize % nodes;
+                    snapshot.nodes.remove(at);
+                    host.nodes.remove(at);
                 }
                 (11, Some(gpu), _) => gpu.memory_mib = value,
                 _ => {}
             }
         }
-        serde_json::to_string(&snapshot).unwrap()
+        wasmgpu_contract::snapshot_file::to_json(&host).unwrap()
     }
 
     proptest! {
@@ -142,9 +156,10 @@ mod tests {
                 (any::<u8>(), prop_oneof![0u64..100_000, any::<u64>()]), 0..4),
         ) {
             if let Ok(read) = parse(&demo_with(&changes)) {
-                let snapshot = read.snapshot;
-                for decisions in [wasmgpu_binpack::allocate(&snapshot), wasmgpu_spread::allocate(&snapshot)] {
-                    wasmgpu_contract::validate::validate(&snapshot, &decisions);
+                let host = read.snapshot;
+                let snapshot = &host.snapshot;
+                for decisions in [wasmgpu_binpack::allocate(snapshot), wasmgpu_spread::allocate(snapshot)] {
+                    wasmgpu_contract::validate::validate_host(&host, &decisions);
                 }
             }
         }

@@ -6,7 +6,6 @@ use std::process::Command;
 use anyhow::Result;
 use serde_json::Value;
 use wasmgpu::api::Sharing;
-use wasmgpu::engine::types::Snapshot;
 use wasmgpu_test_harness::TestContext;
 
 use super::operate::free_port;
@@ -101,12 +100,13 @@ async fn the_live_snapshot_holds_the_next_round_and_runs_offline() -> Result<()>
             .is_some_and(|c| c.starts_with("wasmgpu:policy@")),
         "{json}"
     );
-    let snapshot: Snapshot = serde_json::from_value(json)?;
+    let host = wasmgpu_contract::snapshot_file::read(&json.to_string())?.snapshot;
+    let snapshot = &host.snapshot;
     let ours = |pod: &str| format!("{}/{pod}", ctx.namespace);
     let mut pending: Vec<&str> = snapshot
         .pending
         .iter()
-        .filter(|r| r.namespace == ctx.namespace)
+        .filter(|r| snapshot.namespace(r.namespace) == ctx.namespace)
         .map(|r| r.pod.as_str())
         .collect();
     pending.sort();
@@ -254,8 +254,13 @@ async fn a_policy_asking_for_it_has_its_last_rounds_recorded_and_readable() -> R
         ],
     );
     assert!(out.status.success(), "{}", text(&out));
-    let snapshot: Snapshot = serde_json::from_str(&std::fs::read_to_string(file)?)?;
-    let pending: Vec<&str> = snapshot.pending.iter().map(|r| r.pod.as_str()).collect();
+    let host = wasmgpu_contract::snapshot_file::read(&std::fs::read_to_string(file)?)?.snapshot;
+    let pending: Vec<&str> = host
+        .snapshot
+        .pending
+        .iter()
+        .map(|r| r.pod.as_str())
+        .collect();
     assert_eq!(pending, [format!("{}/r3", ctx.namespace)]);
     let run = wasmgpu(
         &ctx,

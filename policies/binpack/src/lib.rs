@@ -122,8 +122,8 @@ mod tests {
         // n1's only NVLink pair is GPUs 2 and 3; the pod may run on n1 only,
         // though n0 (all GPUs linked) is the fullest-fit candidate otherwise.
         let mut n1 = node("n1", 4, "NVIDIA H100", 81920);
-        n1.gpus[2].nvlink_peers = vec![3];
-        n1.gpus[3].nvlink_peers = vec![2];
+        n1.gpus[2].nvlink = 1 << 3;
+        n1.gpus[3].nvlink = 1 << 2;
         let mut snap = snapshot(
             vec![with_full_nvlink(node("n0", 8, "NVIDIA H100", 81920)), n1],
             vec![request("ns/p", 2, Exclusive, 0)],

@@ -46,11 +46,11 @@ pub fn usage(snapshot: &Snapshot) -> Vec<Usage> {
                 .and_then(|n| n.gpus.get(g as usize))
                 .is_some_and(|gpu| gpu.mig.is_some());
             if pod.shared_mib > 0 {
-                usage.shared_mib += pod.shared_mib;
+                usage.shared_mib = usage.shared_mib.saturating_add(pod.shared_mib);
             } else if mig {
-                usage.mig_instances += 1;
+                usage.mig_instances = usage.mig_instances.saturating_add(1);
             } else {
-                usage.exclusive_gpus += 1;
+                usage.exclusive_gpus = usage.exclusive_gpus.saturating_add(1);
             }
         }
     }

@@ -29,7 +29,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use wasmgpu_policy_sdk::{Decision, Info, Policy, Snapshot, assign, info, log, wait};
+use wasmgpu_policy_sdk::{Decision, Info, Policy, Snapshot, assign, info, log, shape_of, wait};
 
 struct Hostile;
 
@@ -74,7 +74,11 @@ impl Policy for Hostile {
                 vec![wait(first_pod(), "x".repeat(number(other)))]
             }
             "ghost-gpu" => {
-                let count = snapshot.pending.first().map_or(1, |r| r.count);
+                let count = snapshot
+                    .pending
+                    .first()
+                    .and_then(shape_of)
+                    .map_or(1, |s| s.count);
                 // Positions past the end of the node's GPU list.
                 let ghosts = (0..count).map(|i| 1_000 + i).collect();
                 vec![assign(first_pod(), first_node(), ghosts)]
@@ -84,7 +88,10 @@ impl Policy for Hostile {
                     let g = node.gpus.iter().position(|g| g.held)?;
                     Some((n as u32, g as u32))
                 });
-                let single = snapshot.pending.iter().position(|r| r.count == 1);
+                let single = snapshot
+                    .pending
+                    .iter()
+                    .position(|r| shape_of(r).is_some_and(|s| s.count == 1));
                 match (taken, single) {
                     (Some((n, g)), Some(r)) => vec![assign(r as u32, n, vec![g])],
                     _ => Vec::new(),
