@@ -8,7 +8,7 @@
 //! Parameters (`config.json`, all optional):
 //!
 //! ```json
-//! { "nvlink": "prefer" }
+//! { "nvlink": "prefer", "preemption": true }
 //! ```
 //!
 //! `nvlink`: `"prefer"` (the default) keeps a multi-GPU exclusive request in
@@ -18,6 +18,10 @@
 //! on the node that has such a set free, and leaves it waiting otherwise;
 //! `"ignore"` disregards NVLink. The older `"preferNvlink": true | false`
 //! still reads as `"prefer"` | `"ignore"`.
+//!
+//! `preemption` (default `true`): a pod that fits nowhere now evicts the
+//! fewest pods of lower priority that make room (lowest priority first,
+//! then youngest), as kube-scheduler does; `false` leaves it waiting.
 #![forbid(unsafe_code)]
 
 use wasmgpu_policy_sdk::{Decision, Fit, Info, Policy, Snapshot, info, place_each};
@@ -97,6 +101,41 @@ mod tests {
         assert!(
             matches!(of("ns/huge"), Decision::Reject(d) if d.reason.contains("even when idle"))
         );
+    }
+
+    #[test]
+    fn a_pod_of_higher_priority_preempts_the_fewest_lower_ones_unless_told_not_to() {
+        // 8 GPUs held by 8 pods of priority 100; a pod of 1000 asks for 4.
+        let mut snap = snapshot(
+            vec![node("a", 8, "NVIDIA H100", 81920)],
+            vec![request("ml/urgent", 4, Exclusive, 0)],
+        );
+        snap.pending[0].priority = 1000;
+        for g in 0..8 {
+            wasmgpu_policy_sdk::testing::running(
+                &mut snap,
+                &format!("batch/p{g}"),
+                100,
+                0,
+                &[g],
+                0,
+            );
+        }
+        let decisions = allocate(&snap);
+        let Decision::Preempt(p) = &decisions[0] else {
+            panic!("{decisions:?}");
+        };
+        assert_eq!(p.victims.len(), 4);
+        let verdict = wasmgpu_policy_sdk::testing::validate(&snap, &decisions);
+        assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+        assert_eq!(verdict.preempting.len(), 1);
+        // Equal priority: nobody goes.
+        snap.pending[0].priority = 100;
+        assert!(matches!(allocate(&snap)[0], Decision::Wait(_)));
+        // Turned off in the config: it waits.
+        snap.pending[0].priority = 1000;
+        snap.config = r#"{"preemption": false}"#.into();
+        assert!(matches!(allocate(&snap)[0], Decision::Wait(_)));
     }
 
     #[test]

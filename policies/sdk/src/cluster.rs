@@ -16,6 +16,7 @@ use crate::{
     reason, reject, wait,
 };
 
+mod preempt;
 mod query;
 
 pub use query::GpuNow;
@@ -284,6 +285,21 @@ pub struct Cluster<'s> {
     touched: Vec<u32>,
     /// Built lazily by `&self` methods, hence the cell.
     shapes: RefCell<ShapeIndexes<'s>>,
+    /// Per node: its running pods, as positions in `snapshot.running`.
+    running_on: Vec<Vec<u32>>,
+    /// Running pods already named as victims this round.
+    victim_taken: Vec<bool>,
+}
+
+/// Per node, the positions in `snapshot.running` of the pods there.
+fn running_on(snapshot: &Snapshot) -> Vec<Vec<u32>> {
+    let mut on = vec![Vec::new(); snapshot.nodes.len()];
+    for (r, pod) in snapshot.running.iter().enumerate() {
+        if let Some(list) = on.get_mut(pod.node as usize) {
+            list.push(r as u32);
+        }
+    }
+    on
 }
 
 // === impl Cluster ===
@@ -423,6 +439,8 @@ impl<'s> Cluster<'s> {
             eligible_bits,
             touched: Vec::new(),
             shapes: RefCell::default(),
+            running_on: running_on(snapshot),
+            victim_taken: vec![false; snapshot.running.len()],
         }
     }
 

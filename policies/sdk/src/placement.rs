@@ -8,12 +8,14 @@ use crate::{Cluster, Decision, Fit, Nvlink, Snapshot, fail, parse_config};
 /// Parameters understood by [`place_each`] (`config.json`, all optional):
 ///
 /// ```json
-/// { "nvlink": "prefer" }
+/// { "nvlink": "prefer", "preemption": true }
 /// ```
 ///
 /// `nvlink` is `"prefer"` (the default), `"require"` or `"ignore"`; see
 /// [`Nvlink`]. The older `"preferNvlink": true | false` means `"prefer"` |
-/// `"ignore"`; when both are given, `nvlink` wins.
+/// `"ignore"`; when both are given, `nvlink` wins. `preemption` (default
+/// `true`) lets a pod that fits nowhere now evict lower-priority pods, as
+/// kube-scheduler does ([`Cluster::preempt`]); `false` leaves it waiting.
 #[derive(Debug, Deserialize, Clone, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct PlacementParams {
@@ -23,6 +25,8 @@ pub struct PlacementParams {
     /// How multi-GPU exclusive requests use NVLink; overrides
     /// `prefer_nvlink` when set.
     pub nvlink: Option<Nvlink>,
+    /// Preempt lower-priority pods for a pod that fits nowhere now.
+    pub preemption: bool,
 }
 
 impl Default for PlacementParams {
@@ -30,6 +34,7 @@ impl Default for PlacementParams {
         PlacementParams {
             prefer_nvlink: true,
             nvlink: None,
+            preemption: true,
         }
     }
 }
@@ -45,7 +50,9 @@ impl PlacementParams {
 /// eligible node [`Cluster::choose_node`] picks for `fit`, on the GPUs
 /// [`Cluster::pick_gpus`] picks for the same `fit`. A gang is served whole,
 /// all or nothing ([`Cluster::place_gang`]), when its first member's turn
-/// comes. Requests that fit nowhere get `wait` or `reject` with the reason.
+/// comes. A request that fits nowhere now preempts lower-priority pods when
+/// the config allows it ([`Cluster::preempt`]); the others that fit nowhere
+/// get `wait` or `reject` with the reason.
 /// Multi-GPU exclusive requests follow the config's NVLink mode
 /// ([`PlacementParams::nvlink`]). An invalid `config.json` fails the round
 /// (see [`fail`]).
@@ -67,7 +74,13 @@ pub fn place_each(snapshot: &Snapshot, fit: Fit) -> Vec<Decision> {
         let want = cluster.want(request);
         let placed = cluster
             .choose_node_with(&want, fit, nvlink)
-            .and_then(|node| cluster.place(node, &want, fit, nvlink));
+            .and_then(|node| cluster.place(node, &want, fit, nvlink))
+            .or_else(|| {
+                let now = !cluster.shortfall_with(&want, nvlink).is_permanent();
+                (params.preemption && now)
+                    .then(|| cluster.preempt(&want, fit, nvlink))
+                    .flatten()
+            });
         decisions.push(placed.unwrap_or_else(|| cluster.unplaced_with(&want, nvlink)));
     }
     decisions

@@ -8,7 +8,7 @@
 //! Parameters (`config.json`, all optional):
 //!
 //! ```json
-//! { "nvlink": "prefer" }
+//! { "nvlink": "prefer", "preemption": true }
 //! ```
 //!
 //! `nvlink`: `"prefer"` (the default) keeps a multi-GPU exclusive request in
@@ -18,6 +18,10 @@
 //! on the node that has such a set free, and leaves it waiting otherwise;
 //! `"ignore"` disregards NVLink. The older `"preferNvlink": true | false`
 //! still reads as `"prefer"` | `"ignore"`.
+//!
+//! `preemption` (default `true`): a pod that fits nowhere now evicts the
+//! fewest pods of lower priority that make room (lowest priority first,
+//! then youngest), as kube-scheduler does; `false` leaves it waiting.
 #![forbid(unsafe_code)]
 
 use wasmgpu_policy_sdk::{Decision, Fit, Info, Policy, Snapshot, info, place_each};

@@ -1,0 +1,258 @@
+//! Preemption by priority: when a pending pod fits nowhere now, find the
+//! node where evicting the fewest lower-priority pods makes room, and name
+//! exactly those pods (the host refuses a needless victim).
+//!
+//! ```text
+//!   eligible node ── running pods there: lower priority, evictable, past
+//!        │           their minimum runtime, in no gang, not yet a victim
+//!        │           (lowest priority first, then youngest)
+//!        ▼
+//!   release them one by one on a copy of the node until the pod fits
+//!        ▼
+//!   victims = those holding a GPU the pod is given (or its MIG parent or
+//!   instance); best node: fewest victims, then lowest priorities, then
+//!   lowest position
+//! ```
+//!
+//! Exclusive and MIG requests preempt; shared requests (which take part of a
+//! GPU) and gang members do not, nor pods whose `preemptionPolicy` is
+//! `Never`.
+
+use super::{Cluster, GpuState, Want};
+use crate::{Decision, Fit, Nvlink, PreemptionPolicy, Running, preempt};
+
+/// One node's best preemption: `(victims, sum of their priorities, node,
+/// GPUs)`.
+type Choice = (Vec<u32>, i64, u32, Vec<usize>);
+
+impl<'s> Cluster<'s> {
+    /// A `preempt` decision for `want` (see the module docs), committed to
+    /// this round's state: its GPUs are taken, its victims may not be named
+    /// again. `None` when the pod may not preempt or no eviction makes room.
+    pub fn preempt(&mut self, want: &Want<'s>, fit: Fit, nvlink: Nvlink) -> Option<Decision> {
+        let request = want.request;
+        if want.is_dra()
+            || request.preemption == PreemptionPolicy::Never
+            || request.gang.is_some()
+            || !want.exclusive()
+        {
+            return None;
+        }
+        let mut best: Option<Choice> = None;
+        let nodes: Vec<u32> = self.eligible(request).collect();
+        for node in nodes {
+            if (node as usize) >= self.nodes.len() {
+                continue;
+            }
+            let Some(option) = self.preempt_on(node, want, fit, nvlink) else {
+                continue;
+            };
+            let better = best
+                .as_ref()
+                .is_none_or(|b| (option.0.len(), option.1, option.2) < (b.0.len(), b.1, b.2));
+            if better {
+                best = Some(option);
+            }
+        }
+        let (victims, _, node, gpus) = best?;
+        self.commit(node, &gpus, want);
+        for &v in &victims {
+            self.victim_taken[v as usize] = true;
+        }
+        Some(preempt(
+            want.position,
+            node,
+            gpus.iter().map(|&g| g as u32).collect(),
+            victims,
+        ))
+    }
+
+    /// The running pods `want` may evict on `node`, in eviction order.
+    fn candidates(&self, node: u32, want: &Want<'s>) -> Vec<u32> {
+        let running = &self.snapshot.running;
+        let mut found: Vec<u32> = self.running_on[node as usize]
+            .iter()
+            .copied()
+            .filter(|&r| {
+                let pod = &running[r as usize];
+                pod.priority < want.request.priority
+                    && pod.evictable
+                    && pod.protected_ms == 0
+                    && pod.gang.is_none()
+                    && !self.victim_taken[r as usize]
+            })
+            .collect();
+        found.sort_by(|&a, &b| {
+            let (a, b) = (&running[a as usize], &running[b as usize]);
+            (a.priority, std::cmp::Reverse(a.started_ms), &a.pod).cmp(&(
+                b.priority,
+                std::cmp::Reverse(b.started_ms),
+                &b.pod,
+            ))
+        });
+        found
+    }
+
+    /// The preemption on `node`, if evicting candidates makes room.
+    fn preempt_on(
+        &mut self,
+        node: u32,
+        want: &Want<'s>,
+        fit: Fit,
+        nvlink: Nvlink,
+    ) -> Option<Choice> {
+        let candidates = self.candidates(node, want);
+        if candidates.is_empty() {
+            return None;
+        }
+        let saved = self.nodes[node as usize].gpus.clone();
+        let mut picked = None;
+        for (k, &victim) in candidates.iter().enumerate() {
+            release(
+                &mut self.nodes[node as usize].gpus,
+                &self.snapshot.running[victim as usize],
+            );
+            if let Some(gpus) = self.pick(node, want, fit, nvlink) {
+                picked = Some((k, gpus));
+                break;
+            }
+        }
+        self.nodes[node as usize].gpus = saved;
+        let (last, gpus) = picked?;
+        let node_gpus = &self.snapshot.nodes[node as usize].gpus;
+        let victims: Vec<u32> = candidates[..=last]
+            .iter()
+            .copied()
+            .filter(|&v| touches(node_gpus, &self.snapshot.running[v as usize], &gpus))
+            .collect();
+        let priorities = victims
+            .iter()
+            .map(|&v| i64::from(self.snapshot.running[v as usize].priority))
+            .sum();
+        Some((victims, priorities, node, gpus))
+    }
+}
+
+/// Frees what `pod` holds in `gpus` (a node's state).
+fn release(gpus: &mut [GpuState], pod: &Running) {
+    for &g in &pod.gpus {
+        let Some(gpu) = gpus.get_mut(g as usize) else {
+            continue;
+        };
+        if pod.shared_mib > 0 {
+            gpu.shares = gpu.shares.saturating_sub(1);
+            gpu.free_mib = gpu
+                .free_mib
+                .saturating_add(pod.shared_mib)
+                .min(gpu.memory_mib);
+            continue;
+        }
+        gpu.exclusive = false;
+        gpu.free_mib = gpu.memory_mib;
+        match gpu.mig {
+            Some((parent, _)) => {
+                if let Some(parent) = gpus.get_mut(parent as usize) {
+                    parent.mig_held = parent.mig_held.saturating_sub(1);
+                }
+            }
+            None => {
+                for other in gpus.iter_mut() {
+                    if other.mig.is_some_and(|(p, _)| p == g) {
+                        other.parent_busy = false;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether `pod` holds one of `picked` (positions on the node), the parent
+/// of a picked MIG instance, or an instance of a picked whole GPU.
+fn touches(node: &[crate::Gpu], pod: &Running, picked: &[usize]) -> bool {
+    let parent_of = |g: usize| {
+        node.get(g)
+            .and_then(|gpu| gpu.mig)
+            .map(|m| m.parent as usize)
+    };
+    pod.gpus.iter().any(|&held| {
+        let held = held as usize;
+        picked
+            .iter()
+            .any(|&p| p == held || parent_of(p) == Some(held) || parent_of(held) == Some(p))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{node, request, running, snapshot, validate};
+    use crate::{Cluster, Decision, Fit, Nvlink, Sharing, preempt};
+
+    /// Node "n": 8 GPUs each held by a pod of priority 100 (started 0–7);
+    /// node "m": 4 GPUs, two held by priority-10 pods.
+    fn full() -> crate::Snapshot {
+        let mut snap = snapshot(
+            vec![
+                node("n", 8, "NVIDIA H100", 81920),
+                node("m", 4, "NVIDIA H100", 81920),
+            ],
+            vec![request("ml/urgent", 4, Sharing::Exclusive, 0)],
+        );
+        snap.pending[0].priority = 1000;
+        for g in 0..8 {
+            running(
+                &mut snap,
+                &format!("batch/p{g}"),
+                100,
+                0,
+                &[g],
+                u64::from(g),
+            );
+        }
+        snap
+    }
+
+    fn decide(snap: &crate::Snapshot) -> Option<Decision> {
+        let mut cluster = Cluster::new(snap);
+        let want = cluster.want(&snap.pending[0]);
+        cluster.preempt(&want, Fit::Tightest, Nvlink::Ignore)
+    }
+
+    #[test]
+    fn the_fewest_lowest_youngest_pods_go_and_the_host_accepts_them() {
+        let mut snap = full();
+        // m has 2 GPUs free and 2 held by priority-10 pods: 2 victims there.
+        running(&mut snap, "batch/m0", 10, 1, &[0], 0);
+        running(&mut snap, "batch/m1", 10, 1, &[1], 0);
+        let decision = decide(&snap).expect("a preemption");
+        assert_eq!(decision, preempt(0, 1, vec![0, 1, 2, 3], vec![8, 9]));
+        assert!(validate(&snap, &[decision]).refused.is_empty());
+        // Without m, n's youngest four go.
+        let snap = full();
+        let decision = decide(&snap).expect("a preemption");
+        assert_eq!(decision, preempt(0, 0, vec![4, 5, 6, 7], vec![7, 6, 5, 4]));
+        let verdict = validate(&snap, &[decision]);
+        assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+    }
+
+    #[test]
+    fn nobody_is_preempted_for_equal_priority_never_or_protected() {
+        let mut snap = full();
+        snap.pending[0].priority = 100;
+        assert_eq!(decide(&snap), None);
+        let mut snap = full();
+        snap.pending[0].preemption = crate::PreemptionPolicy::Never;
+        assert_eq!(decide(&snap), None);
+        let mut snap = full();
+        for r in &mut snap.running[..6] {
+            r.protected_ms = 1;
+        }
+        assert_eq!(decide(&snap), None, "only 2 GPUs could be freed");
+        for r in &mut snap.running[..2] {
+            r.protected_ms = 0;
+            r.evictable = true;
+        }
+        let decision = decide(&snap).expect("4 unprotected pods");
+        let verdict = validate(&snap, &[decision]);
+        assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+    }
+}
