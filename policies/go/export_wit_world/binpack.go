@@ -2,9 +2,13 @@
 // fills the fullest node that still fits, so pods land on as few nodes as
 // possible and whole nodes stay free for large jobs. Within a node, a
 // multi-GPU exclusive request takes the smallest NVLink group that holds it; a
-// shared request takes the GPUs with the least free memory that fits.
+// shared request takes the GPUs with the least free memory that fits. It
+// reads no node labels. DRA requests (ask claims) get no decision (the pod
+// waits), and it never preempts.
 //
-// Parameters (config.json, all optional): {"preferNvlink": true}
+// Parameters (config.json, all optional): {"preferNvlink": true,
+// "preemption": true}; "preemption" is accepted (a boolean) but changes
+// nothing yet.
 package export_wit_world
 
 import (
@@ -19,9 +23,9 @@ func init() {
 	sdk.SetLogSink(wit_world.Log)
 }
 
-// Describe says who the policy is.
+// Describe says who the policy is (no label keys: binpack reads none).
 func Describe() Info {
-	return sdk.NewInfo("binpack", "0.2.0", "Fill the fullest node that fits first; fewest nodes touched")
+	return sdk.NewInfo("binpack", "0.3.0", "Fill the fullest node that fits first; fewest nodes touched")
 }
 
 // Allocate decides one round.

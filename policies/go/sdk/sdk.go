@@ -3,11 +3,18 @@
 // places pods (Cluster), the placement loop most policies share (PlaceEach),
 // and the standard wait and reject wording.
 //
-// The contract's types are generated from wit/policy.wit by `wit-bindgen go`
-// into package wasmgpu_policy_types. Decisions name pods, nodes and GPUs by
-// position: Assign(pod, node, gpus) takes the pod's index in
-// snapshot.Pending, the node's in snapshot.Nodes and the GPUs' in that node's
-// Gpus list.
+// The contract's types are generated from wit/policy.wit
+// (wasmgpu:policy@0.3.0) by `wit-bindgen go` into package
+// wasmgpu_policy_types. Decisions name pods, nodes and GPUs by position:
+// Assign(pod, node, gpus) takes the pod's index in snapshot.Pending, the
+// node's in snapshot.Nodes and the GPUs' in that node's Gpus list. Names
+// cross once, in tables: namespaces (NamespaceName), label values by the
+// keys the policy asked for (Label), NVLink peers and node sets as bit sets
+// (NvlinkPeers, InSet).
+//
+// The SDK places GPUResource requests (ask gpus) only: a DRA request (ask
+// claims) gets no decision from Cluster or PlaceEach, so the pod waits. It
+// never preempts.
 //
 // The package does not touch the component's imports, so it compiles and is
 // tested natively (`go test ./sdk/`); the component's entry point
@@ -48,15 +55,29 @@ func Fail(message string) {
 	panic(PolicyError{message})
 }
 
-// NewInfo builds an Info.
-func NewInfo(name, version, description string) Info {
-	return Info{Name: name, Version: version, Description: description}
+// NewInfo builds an Info; labelKeys are the node label keys the policy reads
+// (exact keys, at most 32): each node in a snapshot then carries its values
+// for these, read with Label. None: nodes carry no labels.
+func NewInfo(name, version, description string, labelKeys ...string) Info {
+	keys := append([]string{}, labelKeys...)
+	return Info{Name: name, Version: version, Description: description, LabelKeys: keys}
 }
 
-// Assign places pending position pod on node position node, on the GPUs at
-// positions gpus.
+// Assign places the GPUResource request at pending position pod on node
+// position node, on the GPUs at positions gpus.
 func Assign(pod, node uint32, gpus []uint32) Decision {
-	return MakeDecisionAssign(Assignment{Pod: pod, Node: node, Gpus: gpus})
+	return MakeDecisionAssign(Assignment{Pod: pod, Node: node, Gpus: gpus, Claims: []ClaimChoice{}})
+}
+
+// Preempt evicts the running pods at positions victims (in
+// snapshot.Running) and places pending position pod on node, on the GPUs at
+// positions gpus, once they are gone. The SDK's own placement never builds
+// one.
+func Preempt(pod, node uint32, gpus []uint32, victims []uint32) Decision {
+	return MakeDecisionPreempt(Preemption{
+		Assignment: Assignment{Pod: pod, Node: node, Gpus: gpus, Claims: []ClaimChoice{}},
+		Victims:    victims,
+	})
 }
 
 // Wait leaves pending position pod for a later round, with a reason shown to users.
@@ -76,9 +97,138 @@ func PodOf(d Decision) uint32 {
 		return d.Assign().Pod
 	case Decision_Wait:
 		return d.Wait().Pod
+	case Decision_Preempt:
+		return d.Preempt().Assignment.Pod
 	default:
 		return d.Reject().Pod
 	}
+}
+
+// Shape is what a GPUResource request (ask gpus) asks for; ok is false for a
+// DRA request (ask claims), which the SDK does not place.
+func Shape(r *Request) (shape GpuShape, ok bool) {
+	if r.Ask.Tag() != Ask_Gpus {
+		return GpuShape{}, false
+	}
+	defer func() {
+		// A Request built without its Ask (the zero value) asks for nothing.
+		if recover() != nil {
+			shape, ok = GpuShape{}, false
+		}
+	}()
+	return r.Ask.Gpus(), true
+}
+
+// Claims is the DRA claims a request asks for; nil for a GPUResource request.
+func Claims(r *Request) []Claim {
+	if r.Ask.Tag() != Ask_Claims {
+		return nil
+	}
+	return r.Ask.Claims()
+}
+
+// NamespaceName is the namespace at index (a request's or running pod's
+// Namespace) in snapshot.Namespaces; "" when out of range.
+func NamespaceName(s *Snapshot, index uint32) string {
+	if int(index) < len(s.Namespaces) {
+		return s.Namespaces[index]
+	}
+	return ""
+}
+
+// TenantOf is the tenant a tenant index (a request's or running pod's
+// Tenant) names in snapshot.Tenants; nil when none or out of range.
+func TenantOf(s *Snapshot, tenant witTypes.Option[uint32]) *Tenant {
+	if tenant.IsSome() && int(tenant.Some()) < len(s.Tenants) {
+		return &s.Tenants[tenant.Some()]
+	}
+	return nil
+}
+
+// Label is node's value for the label key (one of the keys the policy named
+// in Info.LabelKeys, so one of snapshot.LabelKeys); ok is false when the node
+// lacks the label or the key was not asked for.
+func Label(s *Snapshot, node *Node, key string) (value string, ok bool) {
+	for i, k := range s.LabelKeys {
+		if k == key {
+			if i < len(node.Labels) && node.Labels[i].IsSome() {
+				return node.Labels[i].Some(), true
+			}
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// NvlinkIndices is the GPU indices in an NVLink bit set (a Gpu's Nvlink: bit
+// i is the whole GPU whose Index is i), ascending.
+func NvlinkIndices(set uint64) []uint32 {
+	var out []uint32
+	for i := uint32(0); i < 64; i++ {
+		if set&(1<<i) != 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// NvlinkPeers is the whole GPUs of node the GPU at position gpu has an NVLink
+// to, as positions in node.Gpus, ascending: its Nvlink bits name GPUs by
+// Index, not by position (they differ once a GPU has MIG instances).
+func NvlinkPeers(node *Node, gpu uint32) []uint32 {
+	if int(gpu) >= len(node.Gpus) {
+		return nil
+	}
+	at := wholeByIndex(node)
+	var out []uint32
+	for _, index := range NvlinkIndices(node.Gpus[gpu].Nvlink) {
+		if p := at[index]; p >= 0 {
+			out = append(out, uint32(p))
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a] < out[b] })
+	return out
+}
+
+// wholeByIndex is, for each GPU index below 64, the position of the node's
+// whole GPU with that index (the first, should two share one); -1 for none.
+func wholeByIndex(node *Node) [64]int {
+	var at [64]int
+	for i := range at {
+		at[i] = -1
+	}
+	for p := range node.Gpus {
+		g := &node.Gpus[p]
+		if !isMigInstance(node, g) && g.Index < 64 && at[g.Index] < 0 {
+			at[g.Index] = p
+		}
+	}
+	return at
+}
+
+// isMigInstance: an instance naming a parent out of range reads as a whole GPU.
+func isMigInstance(node *Node, g *Gpu) bool {
+	return g.Mig.IsSome() && int(g.Mig.Some().Parent) < len(node.Gpus)
+}
+
+// InSet reports whether member (a node position) is in a node bit set (an
+// entry of snapshot.EligibleSets: bit i of word i/64 is node i).
+func InSet(set []uint64, member uint32) bool {
+	word := int(member / 64)
+	return word < len(set) && set[word]&(1<<(member%64)) != 0
+}
+
+// SetMembers is the members of a node bit set, ascending.
+func SetMembers(set []uint64) []uint32 {
+	var out []uint32
+	for w, word := range set {
+		for b := uint32(0); b < 64; b++ {
+			if word&(1<<b) != 0 {
+				out = append(out, uint32(w)*64+b)
+			}
+		}
+	}
+	return out
 }
 
 // GlobMatch reports whether text matches the model glob pattern: `*` matches
@@ -121,12 +271,12 @@ func ParseConfig(config string, out any) error {
 	if err := json.Unmarshal([]byte(config), &fields); err != nil {
 		return fmt.Errorf("invalid policy config.json: %v", err)
 	}
-	known := map[string]bool{}
+	known := map[string]reflect.Type{}
 	var names []string
 	st := reflect.TypeOf(out).Elem()
 	for i := 0; i < st.NumField(); i++ {
 		name, _, _ := strings.Cut(st.Field(i).Tag.Get("json"), ",")
-		known[name] = true
+		known[name] = st.Field(i).Type
 		names = append(names, "`"+name+"`")
 	}
 	keys := make([]string, 0, len(fields))
@@ -135,8 +285,18 @@ func ParseConfig(config string, out any) error {
 	}
 	sort.Strings(keys)
 	for _, key := range keys {
-		if !known[key] {
+		t, ok := known[key]
+		if !ok {
 			return fmt.Errorf("invalid policy config.json: unknown field `%s`, expected one of %s", key, strings.Join(names, ", "))
+		}
+		// Go's decoder leaves a field as it was on null; only a pointer,
+		// slice, map or interface field may take null.
+		if strings.TrimSpace(string(fields[key])) == "null" {
+			switch t.Kind() {
+			case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+			default:
+				return fmt.Errorf("invalid policy config.json: `%s` is null, expected a %s", key, t.Kind())
+			}
 		}
 	}
 	if err := json.Unmarshal([]byte(config), out); err != nil {
@@ -190,6 +350,15 @@ func (s Shortfall) Reason() string {
 
 // DescribeRequest is what the request asks for, in words (used in reasons).
 func DescribeRequest(r *Request) string {
+	shape, ok := Shape(r)
+	if !ok {
+		return fmt.Sprintf("%d DRA claim(s)", len(Claims(r)))
+	}
+	return DescribeShape(&shape)
+}
+
+// DescribeShape is what a GPUResource shape asks for, in words.
+func DescribeShape(r *GpuShape) string {
 	model := ""
 	if r.Model.IsSome() {
 		model = fmt.Sprintf(" matching \"%s\"", r.Model.Some())
@@ -214,10 +383,13 @@ const (
 	mig
 )
 
-// Want is a pending request prepared for the fit checks (see Cluster.Want).
+// Want is a pending GPUResource request prepared for the fit checks (see
+// Cluster.Want).
 type Want struct {
 	Pod     uint32
 	Request *Request
+	// What it asks for (the request's ask gpus).
+	Shape   GpuShape
 	kind    kind
 	count   int
 	memory  uint64
@@ -232,6 +404,7 @@ type unit struct {
 	held     bool
 	shares   uint32
 	healthy  bool
+	agent    bool // published by the wasmgpu agent (alone or with a DRA driver)
 	group    int
 	parent   int // -1: a whole GPU
 	profile  int
@@ -239,7 +412,7 @@ type unit struct {
 }
 
 func (u *unit) wholeFree() bool {
-	return u.healthy && !u.held && u.shares == 0 && u.free == u.memory && u.kidsHeld == 0
+	return u.healthy && u.agent && !u.held && u.shares == 0 && u.free == u.memory && u.kidsHeld == 0
 }
 
 type nodeState struct {
@@ -254,6 +427,9 @@ type nodeState struct {
 // in its round. A node's Gpus list holds whole GPUs, each followed by its MIG
 // instances; a whole-GPU request takes whole GPUs none of whose instances is
 // held, a MIG request free instances of its profile whose parent is not used.
+// A GPUResource request takes only GPUs the wasmgpu agent publishes
+// (PublishedBy agent or both): a GPU published only by a DRA driver is
+// invisible to it, as if absent.
 type Cluster struct {
 	Snapshot     *Snapshot
 	nodes        []nodeState
@@ -272,7 +448,7 @@ func NewCluster(s *Snapshot) *Cluster {
 	}
 	for _, set := range s.EligibleSets {
 		var out []uint32
-		for _, n := range set {
+		for _, n := range SetMembers(set) {
 			if int(n) < len(s.Nodes) {
 				out = append(out, n)
 			}
@@ -295,10 +471,12 @@ func newNodeState(node *Node, models int) nodeState {
 		}
 		return i
 	}
+	// NVLink bits name whole GPUs by Index; a link joins both ends.
+	at := wholeByIndex(node)
 	for i := range gpus {
-		for _, peer := range gpus[i].NvlinkPeers {
-			if int(peer) < len(gpus) {
-				a, b := find(i), find(int(peer))
+		for _, index := range NvlinkIndices(gpus[i].Nvlink) {
+			if peer := at[index]; peer >= 0 {
+				a, b := find(i), find(peer)
 				if a != b {
 					up[max(a, b)] = min(a, b)
 				}
@@ -308,8 +486,7 @@ func newNodeState(node *Node, models int) nodeState {
 	st := nodeState{units: make([]unit, len(gpus)), uniform: len(gpus) > 0}
 	for i := range gpus {
 		g := &gpus[i]
-		// An instance naming a parent out of range reads as a whole GPU.
-		isMig := g.Mig.IsSome() && int(g.Mig.Some().Parent) < len(gpus)
+		isMig := isMigInstance(node, g)
 		free := uint64(0)
 		if g.MemoryMib > g.AllocatedMib {
 			free = g.MemoryMib - g.AllocatedMib
@@ -321,6 +498,7 @@ func newNodeState(node *Node, models int) nodeState {
 			held:    g.Held,
 			shares:  g.SharedOwners,
 			healthy: g.Healthy,
+			agent:   g.PublishedBy != Publisher_DraDriver,
 			group:   find(i),
 			parent:  -1,
 			profile: -1,
@@ -341,7 +519,7 @@ func newNodeState(node *Node, models int) nodeState {
 	}
 	for i := range st.units {
 		if u := &st.units[i]; u.parent < 0 {
-			if u.healthy {
+			if u.healthy && u.agent {
 				st.healthyWhole++
 			}
 			if u.wholeFree() {
@@ -368,13 +546,24 @@ func compareRequests(a, b *Request) int {
 	return strings.Compare(a.Pod, b.Pod)
 }
 
-// PendingInOrder is the pending positions in the order they should be served:
-// higher priority first, then older, then by pod name (a total order).
-func (c *Cluster) PendingInOrder() []uint32 {
+// PendingInOrder is the pending positions of the GPUResource requests in the
+// order they should be served: higher priority first, then older, then by
+// pod name (a total order). DRA requests (ask claims) are left out: see
+// DraPending.
+func (c *Cluster) PendingInOrder() []uint32 { return c.pendingInOrder(true) }
+
+// DraPending is the pending positions of the DRA requests (ask claims), in
+// the order of PendingInOrder. The SDK does not place them: a policy that
+// does not decide them leaves them waiting.
+func (c *Cluster) DraPending() []uint32 { return c.pendingInOrder(false) }
+
+func (c *Cluster) pendingInOrder(gpus bool) []uint32 {
 	p := c.Snapshot.Pending
-	order := make([]uint32, len(p))
-	for i := range order {
-		order[i] = uint32(i)
+	var order []uint32
+	for i := range p {
+		if _, ok := Shape(&p[i]); ok == gpus {
+			order = append(order, uint32(i))
+		}
 	}
 	sort.SliceStable(order, func(a, b int) bool { return compareRequests(&p[order[a]], &p[order[b]]) < 0 })
 	return order
@@ -398,20 +587,26 @@ func (c *Cluster) ModelMask(glob witTypes.Option[string]) []bool {
 	return mask
 }
 
-// Want prepares pending request pod (a position) for the checks below.
+// Want prepares the GPUResource request at pending position pod for the
+// checks below; nil for a DRA request (ask claims), which the SDK leaves
+// undecided (the pod waits).
 func (c *Cluster) Want(pod uint32) *Want {
 	r := &c.Snapshot.Pending[pod]
-	w := &Want{Pod: pod, Request: r, count: int(r.Count), memory: r.MemoryMib, profile: -1, modelOk: c.ModelMask(r.Model)}
+	shape, ok := Shape(r)
+	if !ok {
+		return nil
+	}
+	w := &Want{Pod: pod, Request: r, Shape: shape, count: int(shape.Count), memory: shape.MemoryMib, profile: -1, modelOk: c.ModelMask(shape.Model)}
 	switch {
-	case r.MigProfile.IsSome():
+	case shape.MigProfile.IsSome():
 		w.kind = mig
 		for i, p := range c.Snapshot.MigProfiles {
-			if p == r.MigProfile.Some() {
+			if p == shape.MigProfile.Some() {
 				w.profile = i
 				break
 			}
 		}
-	case r.Sharing == Sharing_Shared:
+	case shape.Sharing == Sharing_Shared:
 		w.kind = shared
 	default:
 		w.kind = exclusive
@@ -429,15 +624,24 @@ func (c *Cluster) Eligible(w *Want) []uint32 {
 	return c.eligibleSets[set]
 }
 
+// IsEligible reports whether w may run on node (a position): it is in the
+// request's eligible set.
+func (c *Cluster) IsEligible(w *Want, node uint32) bool {
+	sets := c.Snapshot.EligibleSets
+	set := int(w.Request.EligibleSet)
+	return set < len(sets) && int(node) < len(c.nodes) && InSet(sets[set], node)
+}
+
 // FreeWhole is the number of whole GPUs on node nobody holds any part of.
 func (c *Cluster) FreeWhole(node uint32) int { return c.nodes[node].freeWhole }
 
-// Healthy is the number of healthy whole GPUs on node.
+// Healthy is the number of healthy whole GPUs on node a GPUResource request
+// may take (published by the agent).
 func (c *Cluster) Healthy(node uint32) int { return c.nodes[node].healthyWhole }
 
 func (c *Cluster) unitFits(st *nodeState, i int, w *Want) bool {
 	u := &st.units[i]
-	if !u.healthy || u.held || !w.modelOk[u.model] {
+	if !u.healthy || !u.agent || u.held || !w.modelOk[u.model] {
 		return false
 	}
 	if w.kind == mig {
@@ -660,8 +864,8 @@ func (c *Cluster) Clone() *Cluster {
 func (c *Cluster) Shortfall(w *Want) Shortfall {
 	r := w.Request
 	model := "\x00"
-	if r.Model.IsSome() {
-		model = r.Model.Some()
+	if w.Shape.Model.IsSome() {
+		model = w.Shape.Model.Some()
 	}
 	key := fmt.Sprintf("%d\x00%d\x00%s\x00%d\x00%d\x00%d", r.EligibleSet, w.kind, model, w.memory, w.count, w.profile)
 	ever, ok := c.everFits[key]
@@ -673,9 +877,9 @@ func (c *Cluster) Shortfall(w *Want) Shortfall {
 	case 0:
 		return Shortfall{Kind: NoEligibleNode}
 	case 2:
-		return Shortfall{Kind: NotNow, What: DescribeRequest(r)}
+		return Shortfall{Kind: NotNow, What: DescribeShape(&w.Shape)}
 	default:
-		return Shortfall{Kind: Never, What: DescribeRequest(r)}
+		return Shortfall{Kind: Never, What: DescribeShape(&w.Shape)}
 	}
 }
 
@@ -688,7 +892,7 @@ func (c *Cluster) computeEverFits(w *Want) int {
 		could := 0
 		for i := range c.nodes[n].units {
 			u := &c.nodes[n].units[i]
-			if !u.healthy || !w.modelOk[u.model] {
+			if !u.healthy || !u.agent || !w.modelOk[u.model] {
 				continue
 			}
 			var ok bool
@@ -734,7 +938,8 @@ type left struct {
 // with the reason. A member that can never fit is rejected on its own reason;
 // when without such members the gang could never reach MinMember, every
 // member is rejected, naming the one that fits nowhere. The host applies a
-// gang's assignments on the same rule.
+// gang's assignments on the same rule. A DRA member (ask claims) gets no
+// decision and is not placed; it counts as a member that may fit later.
 func (c *Cluster) PlaceGang(gang uint32, fit Fit, preferNvlink bool) []Decision {
 	if int(gang) >= len(c.Snapshot.Gangs) {
 		return nil
@@ -742,9 +947,14 @@ func (c *Cluster) PlaceGang(gang uint32, fit Fit, preferNvlink bool) []Decision 
 	g := &c.Snapshot.Gangs[gang]
 	pending := c.Snapshot.Pending
 	var members []uint32
+	dra := 0
 	for _, p := range g.Pending {
 		if int(p) < len(pending) {
-			members = append(members, p)
+			if _, ok := Shape(&pending[p]); ok {
+				members = append(members, p)
+			} else {
+				dra++
+			}
 		}
 	}
 	sort.SliceStable(members, func(a, b int) bool {
@@ -781,7 +991,7 @@ func (c *Cluster) PlaceGang(gang uint32, fit Fit, preferNvlink bool) []Decision 
 		}
 	}
 	short := fmt.Sprintf("gang %s: %d of the %d more members needed fit now (%d bound, minMember %d); all or nothing, so none is placed yet", g.Name, len(placed), need, g.Bound, g.MinMember)
-	if len(placed)+len(later) < need {
+	if len(placed)+len(later)+dra < need {
 		reason := short
 		if len(never) > 0 {
 			reason = fmt.Sprintf("gang %s can never be placed: member %s fits nowhere (%s)", g.Name, never[0].want.Request.Pod, never[0].shortfall.Reason())
@@ -821,15 +1031,19 @@ func (c *Cluster) PlaceGang(gang uint32, fit Fit, preferNvlink bool) []Decision 
 type PlacementParams struct {
 	// Keep multi-GPU exclusive requests on GPUs joined by NVLink when possible.
 	PreferNvlink bool `json:"preferNvlink"`
+	// Whether the policy may preempt (default true). Accepted for the Rust
+	// binpack's config; the SDK does not preempt yet, so it changes nothing.
+	Preemption bool `json:"preemption"`
 }
 
 // PlaceEach serves the requests by priority then age; each goes to the
 // eligible node ChooseNode picks for fit, on the GPUs PickGpus picks. A gang
 // is served whole, all or nothing (PlaceGang), when its first member's turn
-// comes. Requests that fit nowhere get wait or reject with the reason. An
+// comes. Requests that fit nowhere get wait or reject with the reason. DRA
+// requests (ask claims) get no decision: they wait. Nothing is preempted. An
 // invalid config.json fails the round.
 func PlaceEach(s *Snapshot, fit Fit) []Decision {
-	params := PlacementParams{PreferNvlink: true}
+	params := PlacementParams{PreferNvlink: true, Preemption: true}
 	if err := ParseConfig(s.Config, &params); err != nil {
 		Fail(err.Error())
 	}
