@@ -31,6 +31,7 @@ mod crd;
 mod gpu_request;
 mod gpunode;
 mod gpuresource;
+mod nomination;
 mod podgroup;
 pub mod policy;
 pub mod shadow;
@@ -45,6 +46,7 @@ pub use gpuresource::{
     Allocation, Device, GPUResource, GPUResourceSpec, GPUResourceStatus, InvalidSpec, MAX_COUNT,
     Phase, PolicyRef, Sharing,
 };
+pub use nomination::{NOMINATION_ANNOTATION, Nomination, UnreadableNomination, Victim};
 pub use podgroup::{
     GANG_RESERVATION_ANNOTATION, GangReservation, POD_GROUP_LABEL, PodGroup, PodGroupSpec,
     ReservedMember,

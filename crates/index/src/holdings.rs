@@ -66,6 +66,17 @@ pub struct PendingBinding {
     pub allocation: PodAllocation,
 }
 
+/// A victim of a nomination to evict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Eviction {
+    /// The pod the GPUs are nominated for.
+    pub preemptor: ObjectKey,
+    /// The pod to evict.
+    pub victim: ObjectKey,
+    /// Its UID (the eviction is for this pod, not a namesake).
+    pub uid: String,
+}
+
 /// A binding this controller sent whose result the pod watch has not shown
 /// yet. It holds its GPUs meanwhile.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,6 +100,8 @@ pub(crate) enum Source {
     Ledger,
     /// A gang member reserved on its PodGroup, not bound yet.
     Reservation,
+    /// A preemptor's nomination: its GPUs wait for it while its victims go.
+    Nomination,
 }
 
 /// What holders keep on one GPU.
@@ -157,6 +170,19 @@ impl Index {
                     &pod.uid,
                     allocation,
                     Source::Pod,
+                );
+            }
+        }
+        for (key, pod) in &self.key_to_pod {
+            if let Some(nomination) = pod.nomination()
+                && !holdings.holders.contains(key)
+            {
+                holdings.hold_allocation(
+                    Cow::Borrowed(key),
+                    &key.namespace,
+                    &pod.uid,
+                    &nomination.allocation,
+                    Source::Nomination,
                 );
             }
         }
@@ -318,7 +344,12 @@ impl Index {
                 .live
                 .iter()
                 .filter(|h| {
-                    matches!(h.source, Source::Ledger | Source::Reservation) && unplaced(&h.pod)
+                    let ready = match h.source {
+                        Source::Ledger | Source::Reservation => true,
+                        Source::Nomination => self.victims_gone(&h.pod),
+                        Source::Pod | Source::InFlight => false,
+                    };
+                    ready && unplaced(&h.pod)
                 })
                 .map(|h| PendingBinding {
                     pod: h.pod.clone().into_owned(),
@@ -327,6 +358,45 @@ impl Index {
                 }),
         );
         bindings
+    }
+
+    /// Whether every victim of `pod`'s nomination is gone: deleted,
+    /// finished, or recreated under another UID.
+    fn victims_gone(&self, pod: &ObjectKey) -> bool {
+        let Some(nomination) = self.key_to_pod.get(pod).and_then(|p| p.nomination()) else {
+            return false;
+        };
+        nomination.victims.iter().all(|v| {
+            self.key_to_pod
+                .get(&ObjectKey::new(&v.namespace, &v.name))
+                .is_none_or(|p| p.uid != v.uid || p.terminal)
+        })
+    }
+
+    /// The victims of every nomination that are still there and not yet
+    /// going away: to evict (again, after a restart), with their preemptor.
+    pub fn evictions(&self) -> Vec<Eviction> {
+        let mut evictions = Vec::new();
+        for (preemptor, pod) in &self.key_to_pod {
+            let Some(nomination) = pod.nomination() else {
+                continue;
+            };
+            for v in &nomination.victims {
+                let victim = ObjectKey::new(&v.namespace, &v.name);
+                let live = self
+                    .key_to_pod
+                    .get(&victim)
+                    .is_some_and(|p| p.uid == v.uid && !p.terminal && !p.deleting);
+                if live {
+                    evictions.push(Eviction {
+                        preemptor: preemptor.clone(),
+                        victim,
+                        uid: v.uid.clone(),
+                    });
+                }
+            }
+        }
+        evictions
     }
 
     /// Bound pods that hold GPUs through a ledger entry of an earlier

@@ -57,7 +57,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 
 pub use drift::{OutdatedHoldings, UnhealthyHolding};
 pub use eligibility::Ineligible;
-pub use holdings::{GpuState, PendingBinding, Release, ReleaseReason};
+pub use holdings::{Eviction, GpuState, PendingBinding, Release, ReleaseReason};
 pub use key::ObjectKey;
 pub use problem::{Problem, Subject};
 pub use watch::IndexResource;
@@ -516,6 +516,8 @@ pub struct RoundStart {
     pub resources: Vec<ResourceView>,
     /// PodGroups whose gang reservation is fully applied (or moot).
     pub reservations_done: Vec<ObjectKey>,
+    /// Victims of nominations still to evict.
+    pub evictions: Vec<Eviction>,
 }
 
 /// What a round reports, read from one view of the holdings.
@@ -546,6 +548,7 @@ impl Index {
             resources: self.resources(),
             releases: holdings.releases,
             reservations_done: self.reservations_to_clear(),
+            evictions: self.evictions(),
         }
     }
 

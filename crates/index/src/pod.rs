@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, Pod, Toleration};
 
 use wasmgpu_api::{
-    self as api, GPURESOURCE_ANNOTATION, POD_GROUP_LABEL, PodAllocation, SCHEDULER_NAME,
-    UnreadableAllocation, UnreadableGpuLimit,
+    self as api, GPURESOURCE_ANNOTATION, Nomination, POD_GROUP_LABEL, PodAllocation,
+    SCHEDULER_NAME, UnreadableAllocation, UnreadableGpuLimit, UnreadableNomination,
 };
 
 /// The facts about a pod that decide whether it waits, holds GPUs, and where
@@ -26,6 +26,9 @@ pub(crate) struct PodFacts {
     /// The allocation recorded on the pod (`wasmgpu.io/allocation`), read
     /// or not; it holds GPUs while the pod is bound and not finished.
     pub allocation: Option<Result<PodAllocation, UnreadableAllocation>>,
+    /// GPUs nominated for the pod by a preemption (`wasmgpu.io/nomination`),
+    /// read or not; they are its while it waits for its victims to go.
+    pub nomination: Option<Result<Nomination, UnreadableNomination>>,
     pub created_ms: u64,
     /// When it started running (`status.startTime`), else when it was
     /// created; milliseconds since the Unix epoch.
@@ -90,6 +93,7 @@ impl PodFacts {
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
             deleting: meta.deletion_timestamp.is_some(),
             allocation: PodAllocation::from_annotations(meta.annotations.as_ref()),
+            nomination: Nomination::from_annotations(meta.annotations.as_ref()),
             created_ms,
             started_ms: pod
                 .status
@@ -117,5 +121,14 @@ impl PodFacts {
     /// The pod still needs a node: not bound, not finished, not going away.
     pub fn unplaced(&self) -> bool {
         self.node_name.is_none() && !self.terminal && !self.deleting
+    }
+
+    /// The nomination the pod waits on: readable and made for this pod
+    /// (not an earlier one of its name), while it is unplaced.
+    pub fn nomination(&self) -> Option<&Nomination> {
+        match &self.nomination {
+            Some(Ok(n)) if n.uid == self.uid && self.unplaced() => Some(n),
+            _ => None,
+        }
     }
 }

@@ -403,7 +403,8 @@ impl Index {
 
     /// The pods holding GPUs on the candidate nodes, by node then pod, and
     /// their keys (namespaces are set by the caller). Gang members reserved
-    /// but not bound yet hold GPUs without running: they are not listed.
+    /// and preemptors nominated hold GPUs without running: they are not
+    /// listed.
     fn running(
         &self,
         candidates: &[Candidate<'_>],
@@ -417,7 +418,7 @@ impl Index {
             .collect();
         let mut found: Vec<(u32, ObjectKey, Running)> = Vec::new();
         for holding in &holdings.live {
-            if holding.source == Source::Reservation {
+            if matches!(holding.source, Source::Reservation | Source::Nomination) {
                 continue;
             }
             let allocation = &holding.allocation;

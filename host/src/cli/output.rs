@@ -714,7 +714,6 @@ mod tests {
             snap.running[r as usize].gpus = vec![0];
             let r = wasmgpu_contract::testing::running(&mut snap, "ns/whole", 0, 0, &[], 0);
             snap.running[r as usize].gpus = vec![1; held_gpus.min(64) as usize];
-            let held_gpus = held_gpus.min(64);
             let snap = HostSnapshot::from_snapshot(snap);
             // The verdict as if the host had accepted both (the summary
             // counts what it is given).

@@ -332,7 +332,9 @@ impl<'s> Cluster<'s> {
                         free_mib: g.memory_mib.saturating_sub(g.allocated_mib),
                         exclusive: g.held,
                         shares: g.shared_owners,
-                        healthy: g.healthy,
+                        // A GPU only a DRA driver publishes is not for a
+                        // GPUResource request: these helpers never give it.
+                        healthy: g.healthy && g.published_by != crate::Publisher::DraDriver,
                         group: groups.find(i) as u32,
                         mig: g
                             .mig
@@ -1114,6 +1116,10 @@ impl<'s> Cluster<'s> {
             .filter_map(|&p| self.snapshot.pending.get(p as usize))
             .collect();
         sort_in_order(&mut members);
+        // Members asking through DRA claims get no decision here; they count
+        // as members that may still come.
+        let dra = members.iter().filter(|m| shape_of(m).is_none()).count();
+        members.retain(|m| shape_of(m).is_some());
         let need = g.min_member.saturating_sub(g.bound) as usize;
         let mut trial = self.clone();
         let mut placed = Vec::new();
@@ -1137,7 +1143,7 @@ impl<'s> Cluster<'s> {
         // `min_member`.
         let (never, later): (Vec<_>, Vec<_>) =
             left.into_iter().partition(|(_, s)| s.is_permanent());
-        let could = placed.len() + later.len();
+        let could = placed.len() + later.len() + dra;
         if could < need {
             let reason = match never.first() {
                 Some((w, s)) => reason::gang_never(name, &w.request.pod, &s.reason()),

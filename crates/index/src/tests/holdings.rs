@@ -281,3 +281,67 @@ fn pods_holding_an_earlier_shape_are_found() {
     let outdated = &index.outdated_holdings()[&ObjectKey::new("ml", "r")];
     assert_eq!(outdated.now, "1 shared GPU(s), 1000 MiB each");
 }
+
+/// `ml/urgent`, nominated for `GPU-n-0` while `ml/run` (its victim) goes.
+fn nominated(index: &mut Index) {
+    let nomination = wasmgpu_api::Nomination {
+        uid: "uid-urgent".into(),
+        allocation: binding("urgent", "n", &["GPU-n-0"]).allocation,
+        victims: vec![wasmgpu_api::Victim {
+            namespace: "ml".into(),
+            name: "run".into(),
+            uid: "uid-run".into(),
+        }],
+    };
+    let (key, value) = nomination.annotation();
+    index.apply_pod(
+        &pod("ml", "urgent")
+            .uid("uid-urgent")
+            .resource("r")
+            .annotation(&key, &value)
+            .build(),
+    );
+}
+
+#[test]
+fn nominated_gpus_are_the_preemptors_until_its_victims_are_gone_then_it_is_bound() {
+    let mut index = cluster();
+    index.apply_pod(
+        &pod("ml", "run")
+            .uid("uid-run")
+            .resource("r")
+            .holds("n", &["GPU-n-0"], Sharing::Exclusive, H100_MIB)
+            .build(),
+    );
+    nominated(&mut index);
+    // Not pending: it waits for its victim, not for a policy.
+    assert!(pending(&index).is_empty(), "{:?}", pending(&index));
+    // Its victim is to be evicted, and nothing is bound yet.
+    let evictions = index.evictions();
+    assert_eq!(evictions.len(), 1);
+    assert_eq!(evictions[0].victim, ObjectKey::new("ml", "run"));
+    assert_eq!(evictions[0].preemptor, ObjectKey::new("ml", "urgent"));
+    assert!(index.bindings_to_finish().is_empty());
+    // The victim going away is evicted no more, but still holds the GPU.
+    index.apply_pod(
+        &pod("ml", "run")
+            .uid("uid-run")
+            .resource("r")
+            .holds("n", &["GPU-n-0"], Sharing::Exclusive, H100_MIB)
+            .deleting()
+            .build(),
+    );
+    assert!(index.evictions().is_empty());
+    assert!(index.bindings_to_finish().is_empty());
+    assert!(owner(&index, "GPU-n-0").is_some());
+    // Gone: the preemptor is bound to the nominated GPU.
+    index.delete_pod("ml", "run");
+    let bindings = index.bindings_to_finish();
+    assert_eq!(bindings.len(), 1);
+    assert_eq!(bindings[0].pod, ObjectKey::new("ml", "urgent"));
+    assert_eq!(bindings[0].allocation.devices[0].uuid, "GPU-n-0");
+    // Meanwhile nobody else was given it.
+    index.apply_pod(&pod("ml", "other").resource("r").build());
+    let snapshot = default_host(&index);
+    assert!(gpu_by_uuid(&snapshot, "GPU-n-0").held);
+}
