@@ -46,6 +46,8 @@ use wasmgpu_contract::types::{Ask, Sharing as WitSharing};
 use wasmgpu_contract::validate::Placement;
 use wasmgpu_index::{ObjectKey, PendingBinding, Release, ResourceView};
 
+mod preempt;
+
 /// Field manager of the controller's writes.
 pub const FIELD_MANAGER: &str = "wasmgpu-controller";
 
@@ -173,50 +175,8 @@ impl Applier {
         let bindings = {
             let index = self.writer.shared.index();
             accepted
-                .into_iter()
-                .filter_map(|placement| {
-                    // Validated: the pod is pending in the snapshot, its
-                    // GPUs exist. A pod gone since is skipped.
-                    let request = snapshot.snapshot.pending.get(placement.request)?;
-                    let (n, ref positions) = placement.at;
-                    let node = snapshot.snapshot.nodes.get(n)?;
-                    let pod = ObjectKey::parse(&request.pod)?;
-                    let resource = ObjectKey::parse(snapshot.resource(placement.request)?)?;
-                    let uid = index.pod_uid(&pod)?.to_string();
-                    // A DRA pod has no GPUResource: it never gets here.
-                    let Ask::Gpus(shape) = &request.ask else {
-                        return None;
-                    };
-                    let sharing = match shape.sharing {
-                        WitSharing::Exclusive => Sharing::Exclusive,
-                        WitSharing::Shared => Sharing::Shared,
-                    };
-                    let devices = positions
-                        .iter()
-                        .filter_map(|&g| {
-                            let gpu = node.gpus.get(g as usize)?;
-                            Some(Device {
-                                uuid: snapshot.uuid(n as u32, g)?.to_owned(),
-                                index: gpu.index,
-                                memory_mib: match sharing {
-                                    Sharing::Exclusive => gpu.memory_mib,
-                                    Sharing::Shared => shape.memory_mib,
-                                },
-                            })
-                        })
-                        .collect();
-                    Some(PendingBinding {
-                        pod,
-                        uid,
-                        allocation: PodAllocation {
-                            resource: resource.name,
-                            node: placement.node,
-                            sharing,
-                            devices,
-                            policy: policy.reference(),
-                        },
-                    })
-                })
+                .iter()
+                .filter_map(|placement| binding_of(policy, snapshot, placement, &index))
                 .collect::<Vec<_>>()
         };
         let started = bindings.len();
@@ -724,7 +684,55 @@ fn result_label<T>(result: &Result<T, ApplyError>) -> String {
     }
 }
 
-/// Parameters of the controller's merge patches.
+/// The binding of an accepted `placement` (validated against `snapshot`,
+/// decided by `policy`): the pod, its UID and what it gets. `None` for a pod
+/// gone since, or a DRA pod (not bound through a GPUResource).
+fn binding_of(
+    policy: &ActivePolicy,
+    snapshot: &HostSnapshot,
+    placement: &Placement,
+    index: &wasmgpu_index::Index,
+) -> Option<PendingBinding> {
+    let request = snapshot.snapshot.pending.get(placement.request)?;
+    let (n, ref positions) = placement.at;
+    let node = snapshot.snapshot.nodes.get(n)?;
+    let pod = ObjectKey::parse(&request.pod)?;
+    let resource = ObjectKey::parse(snapshot.resource(placement.request)?)?;
+    let uid = index.pod_uid(&pod)?.to_string();
+    let Ask::Gpus(shape) = &request.ask else {
+        return None;
+    };
+    let sharing = match shape.sharing {
+        WitSharing::Exclusive => Sharing::Exclusive,
+        WitSharing::Shared => Sharing::Shared,
+    };
+    let devices = positions
+        .iter()
+        .filter_map(|&g| {
+            let gpu = node.gpus.get(g as usize)?;
+            Some(Device {
+                uuid: snapshot.uuid(n as u32, g)?.to_owned(),
+                index: gpu.index,
+                memory_mib: match sharing {
+                    Sharing::Exclusive => gpu.memory_mib,
+                    Sharing::Shared => shape.memory_mib,
+                },
+            })
+        })
+        .collect();
+    Some(PendingBinding {
+        pod,
+        uid,
+        allocation: PodAllocation {
+            resource: resource.name,
+            node: placement.node.clone(),
+            sharing,
+            devices,
+            policy: policy.reference(),
+        },
+    })
+}
+
 /// Splits `bindings` into gangs (by PodGroup, from the snapshot's requests)
 /// and the rest.
 fn by_gang(
@@ -759,6 +767,7 @@ fn by_gang(
     (gangs, singles)
 }
 
+/// Parameters of the controller's merge patches.
 pub fn merge_params() -> PatchParams {
     PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),

@@ -89,6 +89,12 @@ reasons! {
     GangTimedOut = "GangTimedOut",
     /// Pod: [`Problem::Unsatisfiable`].
     Unsatisfiable = "Unsatisfiable",
+    /// Pod: GPUs are nominated for it and its victims are being evicted.
+    Preempting = "Preempting",
+    /// Pod: evicted so that a pod of higher priority can take its GPUs.
+    Preempted = "Preempted",
+    /// Pod: its preemption was dropped, an eviction being refused (a PDB).
+    PreemptionBlocked = "PreemptionBlocked",
 }
 
 // === impl Reason ===

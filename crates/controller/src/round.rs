@@ -124,7 +124,9 @@ impl Rounds {
             policies,
             resources: views,
             reservations_done,
+            evictions,
         } = self.shared.index().round_start();
+        self.applier.evict(evictions);
         self.applier.clear_reservations(reservations_done).await;
         self.applier.finalize(&views).await;
         self.applier.move_allocations(moves).await;
@@ -215,13 +217,14 @@ impl Rounds {
         self.metrics.policy_call(&policy.name, round.stats.call);
         self.metrics.phase("policy-call", round.stats.call);
         let validated = Instant::now();
-        let verdict = validate_host(&snapshot, &round.decisions);
+        let mut verdict = validate_host(&snapshot, &round.decisions);
         self.metrics.phase("validation", validated.elapsed());
         for (outcome, count) in [
             ("accepted", verdict.accepted.len()),
             ("waiting", verdict.waiting.len()),
             ("rejected", verdict.rejected.len()),
             ("refused", verdict.refused.len()),
+            ("preempting", verdict.preempting.len()),
         ] {
             self.metrics.decisions(&policy.name, outcome, count);
         }
@@ -250,6 +253,8 @@ impl Rounds {
         let shadows = self.policies.shadows_of(&policy.name);
         let for_shadows = (!shadows.is_empty()).then(|| verdict.accepted.clone());
         let writes = Instant::now();
+        let preempting = std::mem::take(&mut verdict.preempting);
+        self.applier.preempt(policy, &snapshot, preempting).await;
         let started = self.applier.assign(policy, &snapshot, verdict.accepted);
         self.metrics.phase("writes", writes.elapsed());
         // Only now, and in the background: the bindings never wait for a
