@@ -1,9 +1,12 @@
 """binpack: fills the fullest node that still fits, so pods land on as few
 nodes as possible and whole nodes stay free for large jobs. Within a node, a
 multi-GPU exclusive request takes the smallest NVLink group that holds it; a
-shared request takes the GPUs with the least free memory that fits.
+shared request takes the GPUs with the least free memory that fits. It reads
+no node labels. DRA requests (ask `claims`) get no decision (the pod waits),
+and it never preempts.
 
-Parameters (config.json, all optional): {"preferNvlink": true}
+Parameters (config.json, all optional): {"preferNvlink": true, "preemption": true};
+"preemption" is accepted (a boolean) but changes nothing yet.
 """
 
 from typing import List
@@ -13,7 +16,8 @@ from wit_world.imports import types as t
 
 
 def describe() -> t.Info:
-    return info("binpack", "0.2.0", "Fill the fullest node that fits first; fewest nodes touched")
+    # No label keys: binpack reads none.
+    return info("binpack", "0.3.0", "Fill the fullest node that fits first; fewest nodes touched")
 
 
 def allocate(snapshot: t.Snapshot) -> List[t.Decision]:
