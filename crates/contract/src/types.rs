@@ -550,6 +550,7 @@ pub struct Info {
     /// The node label keys it reads (exact keys, at most 32); each node in
     /// a snapshot carries its values for these and no others.
     #[serde(default)]
+    #[cfg_attr(feature = "wasmtime", component(name = "label-keys"))]
     pub label_keys: Vec<String>,
 }
 
