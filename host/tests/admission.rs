@@ -168,6 +168,19 @@ async fn only_the_controller_records_what_a_pod_holds() -> Result<()> {
         message.contains("cannot be set, changed or removed"),
         "{message}"
     );
+    // Nor may anyone nominate GPUs for a pod (a preemption's nomination).
+    let message = refusal(pods.patch(
+        "plain",
+        &params,
+        &annotate("wasmgpu.io/nomination", Some("{}")),
+    ))
+    .await?
+    .context("a nomination set by an admin")?;
+    assert!(
+        message.contains("wasmgpu.io/nomination")
+            && message.contains("cannot be set, changed or removed"),
+        "{message}"
+    );
     assert_eq!(
         refusal(pods.patch("plain", &params, &annotate("team", Some("ml")))).await?,
         None

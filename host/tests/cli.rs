@@ -79,7 +79,7 @@ fn check_describes_a_policy_and_explains_what_is_not_one() {
     let wrong = temp_file("wrong.wasm", &wat::parse_str("(component)").unwrap());
     assert_check_refuses(
         wrong.to_str().unwrap(),
-        "not a wasmgpu:policy@0.2.0 component",
+        &format!("not a {} component", wasmgpu_contract::CONTRACT),
     );
 }
 
@@ -1033,10 +1033,14 @@ async fn publish_into_a_missing_namespace_says_what_to_do_and_list_says_not_yet_
 }
 
 #[test]
-fn a_snapshot_file_of_the_first_form_is_read_with_a_warning_until_upgraded() {
-    let demo = std::fs::read_to_string(repo("policies/snapshots/demo.json")).unwrap();
-    let old = wasmgpu_contract::testing::first_form(&demo);
+fn snapshot_files_of_older_forms_are_read_with_a_warning_until_upgraded() {
+    let demo = read_host(repo("policies/snapshots/demo.json"));
+    let previous = wasmgpu_contract::testing::previous_form(&demo);
+    assert!(previous.contains("\"nvlinkPeers\"") && previous.contains("\"usage\""));
+    let old = wasmgpu_contract::testing::first_form(&previous);
     assert!(old.contains("\"eligible_sets\"") && old.contains("\"memory_mib\""));
+    let previous_path = temp_file("previous-form.json", previous.as_bytes());
+    let previous_path = previous_path.to_str().unwrap();
     let path = temp_file("first-form.json", old.as_bytes());
     let path = path.to_str().unwrap();
     let run = |snapshot: &str| {
@@ -1057,8 +1061,15 @@ fn a_snapshot_file_of_the_first_form_is_read_with_a_warning_until_upgraded() {
     let first = run(path);
     let warning = String::from_utf8_lossy(&first.stderr);
     assert!(
-        warning.contains("is a snapshot file of the first form")
+        warning.contains("is a snapshot file of the first snapshot form")
             && warning.contains(&format!("wasmgpu policy upgrade-snapshot {path}")),
+        "{warning}"
+    );
+    let previous_run = run(previous_path);
+    let warning = String::from_utf8_lossy(&previous_run.stderr);
+    assert!(
+        warning.contains("is a snapshot file of contract 0.2 (wasmgpu:policy@0.2.0), read as wasmgpu:policy@0.3.0")
+            && warning.contains(&format!("wasmgpu policy upgrade-snapshot {previous_path}")),
         "{warning}"
     );
     // The same round as on today's file.
@@ -1067,6 +1078,7 @@ fn a_snapshot_file_of_the_first_form_is_read_with_a_warning_until_upgraded() {
         json["decisions"].clone()
     };
     assert_eq!(decisions(&first), decisions(&today));
+    assert_eq!(decisions(&previous_run), decisions(&today));
     assert!(decisions(&today).as_array().is_some_and(|d| d.len() == 10));
 
     let out = wasmgpu(&["policy", "upgrade-snapshot", path]);

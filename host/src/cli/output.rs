@@ -286,11 +286,10 @@ pub(crate) enum VerdictKind {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Refusal {
-    /// A stable, lower-case label: `unknown-pod`, `decided-twice`,
-    /// `unknown-node`, `not-eligible`, `no-gpus`, `wrong-count`,
-    /// `duplicate-gpu`, `unknown-gpu`, `unhealthy-gpu`, `model-mismatch`,
-    /// `not-enough-memory`, `gpu-taken`, `shared-full`, `wrong-kind`,
-    /// `profile-mismatch`, or `gang-incomplete` (verdict `held`).
+    /// A stable, lower-case label: one of the host's refusal codes
+    /// (`gpu-taken`, `victim-not-lower`, …; every one is listed in
+    /// docs/POLICIES.md, "What the host refuses"), or `gang-incomplete`
+    /// (verdict `held`).
     pub code: String,
     /// The reason in words.
     pub message: String,
@@ -354,6 +353,8 @@ pub(crate) struct DecisionCounts {
     pub waiting: usize,
     /// Valid rejections.
     pub rejected: usize,
+    /// Valid preemptions (their pods are bound once the victims are gone).
+    pub preempting: usize,
     /// Decisions the host refused.
     pub refused: usize,
     /// Pending pods no decision names (they wait too).
@@ -368,6 +369,7 @@ impl DecisionCounts {
             assigned: verdict.accepted.len(),
             waiting: verdict.waiting.len(),
             rejected: verdict.rejected.len(),
+            preempting: verdict.preempting.len(),
             refused: verdict.refused.len(),
             not_mentioned: (0..snapshot.pending.len() as u32)
                 .filter(|p| !named.contains(p))
@@ -677,7 +679,7 @@ mod tests {
         let summary = serde_json::to_value(DecisionCounts::of(&snap, &decided, &verdict)).unwrap();
         assert_eq!(
             summary,
-            serde_json::json!({"assigned": 1, "waiting": 1, "rejected": 0, "refused": 1, "notMentioned": 1})
+            serde_json::json!({"assigned": 1, "waiting": 1, "rejected": 0, "preempting": 0, "refused": 1, "notMentioned": 1})
         );
     }
 

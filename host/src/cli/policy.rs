@@ -226,9 +226,9 @@ pub(crate) enum PolicyCommand {
     },
     /// Print the JSON Schema of snapshot files.
     SnapshotSchema,
-    /// Rewrite a snapshot file in today's form (camelCase keys, labels as a
-    /// map): a file of the first form (snake_case keys, labels as pairs) is
-    /// read with a warning until it is rewritten.
+    /// Rewrite a snapshot file in today's form (contract 0.3): a file of
+    /// contract 0.2, or of the first form (snake_case keys, labels as
+    /// pairs), is read with a warning until it is rewritten.
     UpgradeSnapshot {
         /// The snapshot file.
         file: PathBuf,

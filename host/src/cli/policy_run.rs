@@ -106,8 +106,13 @@ fn run_table(run: &RunOutput) -> String {
     }
     text += &table.render();
     text += &format!(
-        "\n{} assigned, {} waiting, {} rejected by the policy, {} refused by the host; {} pod(s) not mentioned\n",
-        summary.assigned, summary.waiting, summary.rejected, summary.refused, summary.not_mentioned,
+        "\n{} assigned, {} waiting, {} rejected by the policy, {} preempting, {} refused by the host; {} pod(s) not mentioned\n",
+        summary.assigned,
+        summary.waiting,
+        summary.rejected,
+        summary.preempting,
+        summary.refused,
+        summary.not_mentioned,
     );
     text += &gangs_table(&run.gangs);
     text += &namespaces_table(&run.namespaces);

@@ -12,6 +12,7 @@ mod oci;
 mod operate;
 mod oras;
 mod outage;
+mod preemption;
 mod scale;
 mod shadow;
 mod snapshot;

@@ -8,7 +8,7 @@
 //! (below-quota tenants first, then by weighted dominant share beyond the
 //! quota), places that tenant's next pod (higher priority first, then older
 //! first), adds what the pod took to the tenant's holdings and picks again.
-//! Holdings start from `snapshot.usage`. A gang is one unit of its tenant,
+//! Holdings start from what the running pods hold (`usage`). A gang is one unit of its tenant,
 //! placed all or nothing. Nothing is taken back from running pods: a tenant
 //! above its fair share keeps its GPUs until its pods finish. See
 //! docs/POLICIES.md ("fairshare") for the formula.

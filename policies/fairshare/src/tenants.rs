@@ -2,7 +2,7 @@
 //! order tenants are served in.
 //!
 //! ```text
-//!  snapshot.usage ─┐                                  ┌─▶ below quota?  (GPU-equivalents < quota)
+//!  usage(snapshot)─┐                                  ┌─▶ below quota?  (GPU-equivalents < quota)
 //!                  ├─▶ Holding per tenant ─▶ Capacity ┤
 //!  round's placements ┘  (gpus, shared MiB)           └─▶ dominant share ─▶ weighted share beyond quota
 //! ```
@@ -124,7 +124,7 @@ pub struct Tenant {
     pub limit: Option<u32>,
     /// Its weight.
     pub weight: f64,
-    /// What it holds: the snapshot's usage plus the round's placements.
+    /// What it holds: what its running pods hold plus the round's placements.
     pub held: Holding,
 }
 

@@ -1,0 +1,156 @@
+//! Preemption on the real API server: a pod of higher priority that fits
+//! nowhere evicts exactly the pods it needs (through the Eviction API), is
+//! bound to their GPUs once they are gone, and a pod whose
+//! `preemptionPolicy` is `Never` evicts nobody. The test plays the kubelet:
+//! an evicted pod is gone once its deletion is requested.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use wasmgpu::api::Sharing;
+use wasmgpu_test_harness::TestContext;
+
+use super::{devices, node_of, wait_bound};
+use crate::support::*;
+
+/// Creates PriorityClass `{namespace}-{name}` of `value`.
+async fn priority_class(ctx: &TestContext, name: &str, value: i32, never: bool) -> Result<String> {
+    let name = format!("{}-{name}", ctx.namespace);
+    let class = PriorityClass {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        value,
+        preemption_policy: never.then(|| "Never".to_owned()),
+        ..Default::default()
+    };
+    Api::<PriorityClass>::all(ctx.client.clone())
+        .create(&PostParams::default(), &class)
+        .await?;
+    Ok(name)
+}
+
+/// Creates pod `name` of GPUResource `resource` and PriorityClass `class`.
+async fn pod_of_class(ctx: &TestContext, name: &str, resource: &str, class: &str) -> Result<Pod> {
+    let mut pod = pod(ctx, name, resource);
+    pod.spec.as_mut().expect("a spec").priority_class_name = Some(class.to_owned());
+    Ok(ctx
+        .api::<Pod>()
+        .create(&PostParams::default(), &pod)
+        .await?)
+}
+
+/// The kubelet's part: pods whose deletion was requested (evicted) are
+/// gone at once. Returns their names.
+async fn finish_evicted(pods: &Api<Pod>) -> Result<Vec<String>> {
+    let mut gone = Vec::new();
+    for pod in pods.list(&ListParams::default()).await? {
+        if pod.metadata.deletion_timestamp.is_some() {
+            let name = pod.name_any();
+            pods.delete(&name, &DeleteParams::default().grace_period(0))
+                .await?;
+            gone.push(name);
+        }
+    }
+    Ok(gone)
+}
+
+#[tokio::test]
+async fn a_higher_priority_pod_evicts_exactly_what_it_needs_and_never_means_never() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("preempt").await?;
+    install_crds(&ctx).await?;
+    let node = format!("{}-n0", ctx.namespace);
+    gpu_node(&ctx, &node, 8).await?;
+    gpuresource(&ctx, "one", 1, Sharing::Exclusive, 0, None).await?;
+    gpuresource(&ctx, "four", 4, Sharing::Exclusive, 0, None).await?;
+    let low = priority_class(&ctx, "low", 100, false).await?;
+    let high = priority_class(&ctx, "high", 1000, false).await?;
+    let polite = priority_class(&ctx, "polite", 1000, true).await?;
+    let controller = Controller::start(&ctx).await?;
+    let pods = ctx.api::<Pod>();
+
+    // 8 pods of priority 100 hold the node's 8 GPUs.
+    let fillers: Vec<String> = (0..8).map(|i| format!("low-{i}")).collect();
+    for name in &fillers {
+        pod_of_class(&ctx, name, "one", &low).await?;
+    }
+    for name in &fillers {
+        wait_bound(&ctx, name).await?;
+    }
+
+    // Priority 1000 but preemptionPolicy Never: nobody is evicted.
+    pod_of_class(&ctx, "never", "four", &polite).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let evicted = pods
+        .list(&ListParams::default())
+        .await?
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_some())
+        .count();
+    ensure!(evicted == 0, "{evicted} pod(s) evicted for a Never pod");
+    ensure!(node_of(&pods.get("never").await?).is_none());
+    pods.delete("never", &DeleteParams::default()).await?;
+
+    // Priority 1000, may preempt: exactly 4 go, and it gets their GPUs.
+    let created = Instant::now();
+    pod_of_class(&ctx, "urgent", "four", &high).await?;
+    let mut gone = Vec::new();
+    let deadline = Instant::now() + ACT;
+    let urgent = loop {
+        gone.extend(finish_evicted(&pods).await?);
+        let pod = pods.get("urgent").await?;
+        if node_of(&pod).is_some() {
+            break pod;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "urgent not bound; evicted {gone:?}\n{}",
+            controller.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let bound_after = created.elapsed();
+    gone.sort();
+    ensure!(gone.len() == 4, "evicted {gone:?}");
+    let left: Vec<String> = fillers
+        .iter()
+        .filter(|f| !gone.contains(f))
+        .cloned()
+        .collect();
+    let mut held: Vec<String> = Vec::new();
+    for name in &left {
+        let pod = pods.get(name).await?;
+        ensure!(node_of(&pod).is_some(), "{name} still runs");
+        held.extend(devices(&pod));
+    }
+    let taken = devices(&urgent);
+    ensure!(taken.len() == 4, "{taken:?}");
+    ensure!(
+        taken.iter().all(|d| !held.contains(d)),
+        "a GPU held twice: urgent {taken:?}, the others {held:?}"
+    );
+    let nomination = urgent.annotations().get("wasmgpu.io/nomination").cloned();
+    ensure!(
+        nomination.is_some(),
+        "the nomination is recorded on the preemptor"
+    );
+    println!(
+        "preemption: 8 x priority 100 holding 8 GPUs, a priority-1000 pod asking 4: evicted {gone:?}, bound {:.2}s after its creation",
+        bound_after.as_secs_f64()
+    );
+    drop(controller);
+    remove_nodes(&ctx, &[node]).await?;
+    for class in [low, high, polite] {
+        Api::<PriorityClass>::all(ctx.client.clone())
+            .delete(&class, &DeleteParams::default())
+            .await?;
+    }
+    Ok(())
+}
