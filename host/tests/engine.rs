@@ -549,18 +549,19 @@ fn patched(bytes: &[u8], from: &str, to: &str) -> Vec<u8> {
 fn a_component_of_another_contract_version_is_refused_naming_both() {
     let engine = engine();
     let bytes = policy_bytes("binpack");
+    // A component built for the previous contract, as 0.2 SDKs built them.
     let old = patched(
         &bytes,
+        "wasmgpu:policy/types@0.3.0",
         "wasmgpu:policy/types@0.2.0",
-        "wasmgpu:policy/types@0.1.0",
     );
-    let error = engine.load(&old).expect_err("0.1.0 is refused");
+    let error = engine.load(&old).expect_err("0.2.0 is refused");
     assert_eq!(error.kind(), "wrong-contract");
     let message = error.to_string();
     assert!(
-        message.contains("wasmgpu:policy@0.1.0") && message.contains("wasmgpu:policy@0.2.0"),
+        message.contains("wasmgpu:policy@0.2.0") && message.contains("wasmgpu:policy@0.3.0"),
         "{message}"
     );
     // This version loads.
-    engine.load(&bytes).expect("0.2.0 loads");
+    engine.load(&bytes).expect("0.3.0 loads");
 }

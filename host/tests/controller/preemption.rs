@@ -26,7 +26,7 @@ async fn priority_class(ctx: &TestContext, name: &str, value: i32, never: bool) 
             name: Some(name.clone()),
             ..Default::default()
         },
-        value,
+        value: Some(value),
         preemption_policy: never.then(|| "Never".to_owned()),
         ..Default::default()
     };
