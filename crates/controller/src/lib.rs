@@ -266,7 +266,8 @@ pub async fn run(
 }
 
 /// Starts the watches that feed the index: Nodes, GPUNodes, GPUResources,
-/// the pods of this scheduler, and PodGroups when the API server serves them.
+/// the pods of this scheduler, PodDisruptionBudgets, and PodGroups when the
+/// API server serves them.
 async fn watch_cluster(
     client: &Client,
     shared: &Arc<WatchedIndex>,
@@ -297,6 +298,13 @@ async fn watch_cluster(
         pods,
         shared.clone(),
         links.link("Pod"),
+    ));
+    // Which running pods a preemption may evict now (`running.evictable`).
+    watches.spawn(feed(
+        Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::all(client.clone()),
+        watcher::Config::default(),
+        shared.clone(),
+        links.link("PodDisruptionBudget"),
     ));
     if podgroups_served(client).await {
         tracing::info!(

@@ -36,6 +36,7 @@
 //! client, no tokio. The controller feeds it; the CLI's `allocations` reads it.
 #![forbid(unsafe_code)]
 
+mod budgets;
 mod drift;
 mod eligibility;
 mod gangs;
@@ -94,6 +95,8 @@ pub struct Index {
     key_to_written_version: HashMap<ObjectKey, String>,
     /// PodGroups (gangs), when their CRD is installed.
     key_to_gang: BTreeMap<ObjectKey, GangFacts>,
+    /// PodDisruptionBudgets: which running pods may be evicted now.
+    key_to_budget: BTreeMap<ObjectKey, budgets::BudgetFacts>,
 }
 
 /// What the index keeps of a PodGroup.
@@ -173,6 +176,7 @@ impl Index {
             pods_listed: false,
             key_to_written_version: HashMap::new(),
             key_to_gang: BTreeMap::new(),
+            key_to_budget: BTreeMap::new(),
         }
     }
 

@@ -36,6 +36,8 @@ pub(crate) struct PodFacts {
     pub priority: i32,
     /// `spec.preemptionPolicy` is `Never`.
     pub never_preempts: bool,
+    /// The pod's labels (what PodDisruptionBudgets select by).
+    pub labels: BTreeMap<String, String>,
     pub node_selector: BTreeMap<String, String>,
     /// The terms of the required node affinity (ORed); `None`: no required
     /// node affinity.
@@ -104,6 +106,7 @@ impl PodFacts {
                 }),
             priority: spec.priority.unwrap_or(0),
             never_preempts: spec.preemption_policy.as_deref() == Some("Never"),
+            labels: meta.labels.clone().unwrap_or_default(),
             node_selector,
             required_terms,
             tolerations,

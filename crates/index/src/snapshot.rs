@@ -439,6 +439,7 @@ impl Index {
             };
             let key = holding.pod.clone().into_owned();
             let pod = key.to_string();
+            let evictable = facts.is_some_and(|p| self.evictable(&key, &p.labels));
             found.push((
                 node,
                 key,
@@ -452,7 +453,7 @@ impl Index {
                     shared_mib,
                     started_ms: facts.map_or(0, |p| p.started_ms),
                     gang: None,
-                    evictable: facts.is_some(),
+                    evictable,
                     protected_ms: 0,
                 },
             ));

@@ -100,3 +100,20 @@ impl IndexResource<PodGroup> for Index {
         self.reset_podgroups(groups);
     }
 }
+
+impl IndexResource<k8s_openapi::api::policy::v1::PodDisruptionBudget> for Index {
+    fn apply(&mut self, budget: &k8s_openapi::api::policy::v1::PodDisruptionBudget) {
+        self.apply_budget(budget);
+    }
+
+    fn delete(&mut self, budget: &k8s_openapi::api::policy::v1::PodDisruptionBudget) {
+        let meta = &budget.metadata;
+        if let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) {
+            self.delete_budget(ns, name);
+        }
+    }
+
+    fn reset(&mut self, budgets: &[k8s_openapi::api::policy::v1::PodDisruptionBudget]) {
+        self.reset_budgets(budgets);
+    }
+}

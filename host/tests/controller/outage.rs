@@ -22,14 +22,14 @@ const OUTAGE: Duration = Duration::from_secs(15);
 /// for a loaded machine.
 const RECOVERY_BOUND: Duration = Duration::from_secs(10);
 /// The watches' lines an outage shorter than 30 s may cost: each watch logs
-/// its first failure (then a summary each 30 s). Five watches, six once the
+/// its first failure (then a summary each 30 s). Six watches, seven once the
 /// PodGroup CRD is installed (the gang tests install it on the same API
 /// server).
-const WATCH_LINES: usize = 6;
+const WATCH_LINES: usize = 7;
 /// All lines the outage may cost: the watches', kube's notice of each
 /// watch stream cut, and the rounds' failed writes (a round each 2 s
 /// resync). Retried requests logged one by one would be ~100.
-const OUTAGE_LINES: usize = 45;
+const OUTAGE_LINES: usize = 48;
 
 /// A `wasmgpu controller` process on a kubeconfig of the test's choosing,
 /// serving `/readyz` on `port`; killed when dropped.
@@ -207,7 +207,14 @@ async fn binds_within_seconds_after_the_api_server_returns_and_is_unready_meanwh
         during.lines().count()
     );
     let after = controller.log()[logged_before + during.len()..].to_string();
-    for kind in ["Node", "GPUNode", "GPUResource", "Pod", "ConfigMap"] {
+    for kind in [
+        "Node",
+        "GPUNode",
+        "GPUResource",
+        "Pod",
+        "PodDisruptionBudget",
+        "ConfigMap",
+    ] {
         assert!(
             after.contains(&format!("Watch connected again kind=\"{kind}\"")),
             "no reconnection of the {kind} watch logged:\n{after}"

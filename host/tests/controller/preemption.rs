@@ -1,13 +1,15 @@
 //! Preemption on the real API server: a pod of higher priority that fits
 //! nowhere evicts exactly the pods it needs (through the Eviction API), is
 //! bound to their GPUs once they are gone, and a pod whose
-//! `preemptionPolicy` is `Never` evicts nobody. The test plays the kubelet:
+//! `preemptionPolicy` is `Never` evicts nobody, nor does one whose victims a
+//! PodDisruptionBudget protects. The test plays the kubelet:
 //! an evicted pod is gone once its deletion is requested.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -36,10 +38,12 @@ async fn priority_class(ctx: &TestContext, name: &str, value: i32, never: bool) 
     Ok(name)
 }
 
-/// Creates pod `name` of GPUResource `resource` and PriorityClass `class`.
+/// Creates pod `name` of GPUResource `resource` and PriorityClass `class`,
+/// labelled `tier: {class}`.
 async fn pod_of_class(ctx: &TestContext, name: &str, resource: &str, class: &str) -> Result<Pod> {
     let mut pod = pod(ctx, name, resource);
     pod.spec.as_mut().expect("a spec").priority_class_name = Some(class.to_owned());
+    pod.metadata.labels = Some([("tier".to_owned(), class.to_owned())].into());
     Ok(ctx
         .api::<Pod>()
         .create(&PostParams::default(), &pod)
@@ -144,6 +148,30 @@ async fn a_higher_priority_pod_evicts_exactly_what_it_needs_and_never_means_neve
     println!(
         "preemption: 8 x priority 100 holding 8 GPUs, a priority-1000 pod asking 4: evicted {gone:?}, bound {:.2}s after its creation",
         bound_after.as_secs_f64()
+    );
+
+    // A PodDisruptionBudget that allows no disruption over the 4 left:
+    // another pod of priority 1000 evicts nobody and waits.
+    let budget: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "keep-low"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"tier": low}}},
+    }))?;
+    ctx.api::<PodDisruptionBudget>()
+        .create(&PostParams::default(), &budget)
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    pod_of_class(&ctx, "blocked", "four", &high).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for name in &left {
+        let pod = pods.get(name).await?;
+        ensure!(
+            pod.metadata.deletion_timestamp.is_none(),
+            "{name} evicted despite its PodDisruptionBudget"
+        );
+    }
+    ensure!(
+        node_of(&pods.get("blocked").await?).is_none(),
+        "blocked is not bound"
     );
     drop(controller);
     remove_nodes(&ctx, &[node]).await?;
