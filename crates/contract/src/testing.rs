@@ -217,6 +217,22 @@ pub fn running(
     (snapshot.running.len() - 1) as u32
 }
 
+/// Fills node `node` with running pods `{prefix}{g}` of `priority`, one per
+/// GPU `g` (exclusive), each started at `g` milliseconds: a full node a
+/// preemption may free.
+pub fn running_on_each_gpu(snapshot: &mut Snapshot, node: u32, prefix: &str, priority: i32) {
+    for g in 0..snapshot.nodes[node as usize].gpus.len() as u32 {
+        running(
+            snapshot,
+            &format!("{prefix}{g}"),
+            priority,
+            node,
+            &[g],
+            u64::from(g),
+        );
+    }
+}
+
 /// The assignments among `decisions`, by name: `(pod, node, GPU names)`,
 /// GPUs named as in the module docs. Positions out of range read as `?`.
 pub fn assigned(

@@ -581,4 +581,17 @@ impl Snapshot {
             .get(index as usize)
             .map_or("", String::as_str)
     }
+
+    /// The running pods at `positions` of `running`, by name (`#N` for a
+    /// position that names none).
+    pub fn running_names(&self, positions: &[u32]) -> Vec<String> {
+        positions
+            .iter()
+            .map(|&r| {
+                self.running
+                    .get(r as usize)
+                    .map_or(format!("#{r}"), |pod| pod.pod.clone())
+            })
+            .collect()
+    }
 }

@@ -240,16 +240,7 @@ impl DecisionBody {
             }
             Decision::Preempt(p) => {
                 let (pod, node, gpus) = placed(&p.assignment);
-                let victims = p
-                    .victims
-                    .iter()
-                    .map(|&v| {
-                        snapshot
-                            .running
-                            .get(v as usize)
-                            .map_or(format!("#{v}"), |r| r.pod.clone())
-                    })
-                    .collect();
+                let victims = snapshot.running_names(&p.victims);
                 DecisionBody::Preempt {
                     pod,
                     node,

@@ -111,16 +111,7 @@ mod tests {
             vec![request("ml/urgent", 4, Exclusive, 0)],
         );
         snap.pending[0].priority = 1000;
-        for g in 0..8 {
-            wasmgpu_policy_sdk::testing::running(
-                &mut snap,
-                &format!("batch/p{g}"),
-                100,
-                0,
-                &[g],
-                0,
-            );
-        }
+        wasmgpu_policy_sdk::testing::running_on_each_gpu(&mut snap, 0, "batch/p", 100);
         let decisions = allocate(&snap);
         let Decision::Preempt(p) = &decisions[0] else {
             panic!("{decisions:?}");

@@ -198,16 +198,7 @@ fn describe_named(snapshot: &Snapshot, decision: &Decision, names: Names) -> Str
         Decision::Wait(d) => format!("wait for {}", pod(d.pod)),
         Decision::Reject(d) => format!("reject {}", pod(d.pod)),
         Decision::Preempt(p) => {
-            let victims: Vec<String> = p
-                .victims
-                .iter()
-                .map(|&v| {
-                    snapshot
-                        .running
-                        .get(v as usize)
-                        .map_or(format!("#{v}"), |r| r.pod.clone())
-                })
-                .collect();
+            let victims = snapshot.running_names(&p.victims);
             format!("{}, evicting {}", placed(&p.assignment), victims.join(","))
         }
     }

@@ -69,10 +69,7 @@ pub(super) fn check(
         {
             return Err(Invalid::GangSplit {
                 gang: gang.name.clone(),
-                missing: snapshot
-                    .running
-                    .get(missing as usize)
-                    .map_or(format!("#{missing}"), |r| r.pod.clone()),
+                missing: snapshot.running_names(&[missing]).remove(0),
             });
         }
     }

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::Sharing as S;
-use crate::testing::{gang, node, request, running, snapshot};
+use crate::testing::{gang, node, request, running_on_each_gpu, snapshot};
 use crate::types::{
     Alternative, Ask, AttributeValue, Claim, ClaimChoice, ClaimRequest, Constraint, GpuRef,
     PreemptionPolicy, Tenant,
@@ -17,16 +17,7 @@ fn full() -> Snapshot {
         vec![request("ml/urgent", 4, S::Exclusive, 0)],
     );
     snap.pending[0].priority = 1000;
-    for g in 0..8 {
-        running(
-            &mut snap,
-            &format!("batch/p{g}"),
-            100,
-            0,
-            &[g],
-            u64::from(g),
-        );
-    }
+    running_on_each_gpu(&mut snap, 0, "batch/p", 100);
     snap
 }
 

@@ -184,7 +184,7 @@ fn touches(node: &[crate::Gpu], pod: &Running, picked: &[usize]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use crate::testing::{node, request, running, snapshot, validate};
+    use crate::testing::{node, request, running, running_on_each_gpu, snapshot, validate};
     use crate::{Cluster, Decision, Fit, Nvlink, Sharing, preempt};
 
     /// Node "n": 8 GPUs each held by a pod of priority 100 (started 0–7);
@@ -198,16 +198,7 @@ mod tests {
             vec![request("ml/urgent", 4, Sharing::Exclusive, 0)],
         );
         snap.pending[0].priority = 1000;
-        for g in 0..8 {
-            running(
-                &mut snap,
-                &format!("batch/p{g}"),
-                100,
-                0,
-                &[g],
-                u64::from(g),
-            );
-        }
+        running_on_each_gpu(&mut snap, 0, "batch/p", 100);
         snap
     }
 
