@@ -22,6 +22,13 @@ pub const SPEC_CHANGED: &str = "SpecChanged";
 /// GPUNode: every GPU of the node is healthy (`reason` says why not).
 pub const GPUS_HEALTHY: &str = "GPUsHealthy";
 
+/// GPUTenant: it holds more GPUs than its `limit` (a limit lowered under
+/// what it held); its pods keep their GPUs, new ones wait.
+pub const OVER_LIMIT: &str = "OverLimit";
+/// GPUTenant: it holds more GPUs than its `quota`; what is beyond may be
+/// reclaimed by tenants under theirs.
+pub const OVER_QUOTA: &str = "OverQuota";
+
 /// Every condition type a GPUResource's status carries (docs/API.md lists
 /// them; `host/tests/docs.rs` fails when the two differ).
 pub const ON_GPURESOURCE: &[&str] = &[
@@ -35,6 +42,9 @@ pub const ON_GPURESOURCE: &[&str] = &[
 
 /// Every condition type a GPUNode's status carries (docs/API.md lists them).
 pub const ON_GPUNODE: &[&str] = &[READY, GPUS_HEALTHY];
+
+/// Every condition type a GPUTenant's status carries (docs/API.md lists them).
+pub const ON_GPUTENANT: &[&str] = &[INVALID, OVER_LIMIT, OVER_QUOTA];
 
 #[cfg(test)]
 mod tests {
@@ -54,8 +64,10 @@ mod tests {
         assert!(declared.len() >= 7, "read {declared:?}");
         for name in declared {
             assert!(
-                ON_GPURESOURCE.contains(&name) || ON_GPUNODE.contains(&name),
-                "condition type {name} is on neither ON_GPURESOURCE nor ON_GPUNODE in crates/api/src/conditions.rs: add it to the list of the kind that carries it (and to docs/API.md)"
+                ON_GPURESOURCE.contains(&name)
+                    || ON_GPUNODE.contains(&name)
+                    || ON_GPUTENANT.contains(&name),
+                "condition type {name} is on none of ON_GPURESOURCE, ON_GPUNODE and ON_GPUTENANT in crates/api/src/conditions.rs: add it to the list of the kind that carries it (and to docs/API.md)"
             );
         }
     }

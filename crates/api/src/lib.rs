@@ -11,6 +11,10 @@
 //!        ▲ annotation wasmgpu.io/gpuresource        ▲ devices by uuid
 //!  Pod (schedulerName: wasmgpu) ─── annotation wasmgpu.io/allocation
 //!                                   (written with the binding: node, devices, policy)
+//!        │ namespace matched by a glob
+//!        ▼
+//!  GPUTenant (cluster-scoped, `gput`): spec namespaces, quota, limit, weight;
+//!            status (controller) holding, waiting, OverLimit / OverQuota
 //! ```
 //!
 //! A GPU is held by the pod whose allocation names it, from the binding until
@@ -31,6 +35,7 @@ mod crd;
 mod gpu_request;
 mod gpunode;
 mod gpuresource;
+mod gputenant;
 mod nomination;
 mod podgroup;
 pub mod policy;
@@ -46,6 +51,7 @@ pub use gpuresource::{
     Allocation, Device, GPUResource, GPUResourceSpec, GPUResourceStatus, InvalidSpec, MAX_COUNT,
     Phase, PolicyRef, Sharing,
 };
+pub use gputenant::{GPUTenant, GPUTenantSpec, GPUTenantStatus};
 pub use nomination::{NOMINATION_ANNOTATION, Nomination, UnreadableNomination, Victim};
 pub use podgroup::{
     GANG_RESERVATION_ANNOTATION, GangReservation, POD_GROUP_LABEL, PodGroup, PodGroupSpec,

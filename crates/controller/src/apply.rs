@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -36,9 +36,12 @@ use tokio::task::JoinSet;
 use super::events::{EventSink, Reason, pod_ref};
 use super::metrics::Metrics;
 use super::policies::ActivePolicy;
+use super::status::StatusTarget;
+use super::wanted_status::WantedStatus;
+use super::wanted_tenant_status::WantedTenantStatus;
 use super::watch::WatchedIndex;
 use wasmgpu_api::{
-    Allocation, Device, GANG_RESERVATION_ANNOTATION, GPUResource, GangReservation, PodAllocation,
+    Allocation, Device, GANG_RESERVATION_ANNOTATION, GPUResource, GPUTenant, GangReservation, PodAllocation,
     PodGroup, RELEASE_FINALIZER, ReservedMember, Sharing,
 };
 use wasmgpu_contract::HostSnapshot;
@@ -84,14 +87,46 @@ pub struct StatusApi {
     writer: Arc<Writer>,
 }
 
-impl StatusApi {
+impl StatusTarget for StatusApi {
+    type Key = ObjectKey;
+    type Wanted = WantedStatus;
+    const KIND: &'static str = "GPUResource";
+
+    fn patch(wanted: &WantedStatus, conditions: &[Condition]) -> serde_json::Value {
+        wanted.patch(conditions)
+    }
+
     /// Writes a GPUResource's status (bounded by the write timeout, counted).
-    pub async fn write_status(
-        &self,
-        key: &ObjectKey,
-        patch: &serde_json::Value,
-    ) -> Result<(), ApplyError> {
+    async fn write(&self, key: &ObjectKey, patch: &serde_json::Value) -> Result<(), ApplyError> {
         self.writer.write_status(key, patch).await
+    }
+}
+
+/// Writes GPUTenant status; cheap to clone (see [`Applier::tenant_status_api`]).
+#[derive(Clone)]
+pub struct TenantStatusApi {
+    writer: Arc<Writer>,
+}
+
+impl StatusTarget for TenantStatusApi {
+    type Key = String;
+    type Wanted = WantedTenantStatus;
+    const KIND: &'static str = "GPUTenant";
+
+    fn patch(wanted: &WantedTenantStatus, conditions: &[Condition]) -> serde_json::Value {
+        wanted.patch(conditions)
+    }
+
+    /// Writes a GPUTenant's status (bounded by the write timeout, counted).
+    async fn write(&self, name: &String, patch: &serde_json::Value) -> Result<(), ApplyError> {
+        let api: Api<GPUTenant> = Api::all(self.writer.client.clone());
+        self.writer
+            .timed(
+                "status",
+                api.patch_status(name, &merge_params(), &Patch::Merge(patch)),
+            )
+            .await
+            .map(drop)
     }
 }
 
@@ -457,6 +492,13 @@ impl Applier {
     /// A handle that writes GPUResource status, for the status writer.
     pub fn status_api(&self) -> StatusApi {
         StatusApi {
+            writer: Arc::clone(&self.writer),
+        }
+    }
+
+    /// A handle that writes GPUTenant status, for its status writer.
+    pub fn tenant_status_api(&self) -> TenantStatusApi {
+        TenantStatusApi {
             writer: Arc::clone(&self.writer),
         }
     }

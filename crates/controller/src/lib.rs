@@ -52,6 +52,7 @@ mod round_plan;
 mod shadows;
 mod status;
 mod wanted_status;
+mod wanted_tenant_status;
 mod watch;
 
 use std::collections::HashMap;
@@ -83,7 +84,7 @@ use report::Reporter;
 use round::Rounds;
 use shadows::Shadows;
 use status::StatusWriter;
-use wasmgpu_api::{GPUNode, GPUResource, POD_GROUP_LABEL, PodGroup, SCHEDULER_NAME};
+use wasmgpu_api::{GPUNode, GPUResource, GPUTenant, POD_GROUP_LABEL, PodGroup, SCHEDULER_NAME};
 use wasmgpu_engine::{Engine, Limits};
 use wasmgpu_index::Index;
 use watch::{WatchedIndex, feed};
@@ -215,9 +216,16 @@ pub async fn run(
         config.writes,
     );
     let status = StatusWriter::start(applier.status_api());
+    let tenant_status = StatusWriter::start(applier.tenant_status_api());
     let rounds = Rounds {
         watched_kinds,
-        reporter: Reporter::new(shared.clone(), events.clone(), status, metrics.clone()),
+        reporter: Reporter::new(
+            shared.clone(),
+            events.clone(),
+            status,
+            tenant_status,
+            metrics.clone(),
+        ),
         applier,
         shared: shared.clone(),
         events,
@@ -266,7 +274,7 @@ pub async fn run(
 }
 
 /// Starts the watches that feed the index: Nodes, GPUNodes, GPUResources,
-/// the pods of this scheduler, PodDisruptionBudgets, and PodGroups when the
+/// GPUTenants, the pods of this scheduler, PodDisruptionBudgets, and PodGroups when the
 /// API server serves them.
 async fn watch_cluster(
     client: &Client,
@@ -298,6 +306,13 @@ async fn watch_cluster(
         pods,
         shared.clone(),
         links.link("Pod"),
+    ));
+    // Which namespaces share a quota (`snapshot.tenants`).
+    watches.spawn(feed(
+        Api::<GPUTenant>::all(client.clone()),
+        watcher::Config::default(),
+        shared.clone(),
+        links.link("GPUTenant"),
     ));
     // Which running pods a preemption may evict now (`running.evictable`).
     watches.spawn(feed(

@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Metric, Registry};
 
-use wasmgpu_index::GpuState;
+use wasmgpu_index::{GpuState, TenantView};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
@@ -89,6 +89,13 @@ struct GpuLabels {
     state: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabels {
+    tenant: String,
+    /// `holding`, `waiting`, `quota` or `limit`.
+    state: &'static str,
+}
+
 /// The prefix of every metric's name.
 const PREFIX: &str = "wasmgpu";
 
@@ -130,6 +137,7 @@ pub struct Metrics {
     policy_loads: Family<LoadLabels, Counter>,
     component_pulls: Family<LoadLabels, Counter>,
     gpus: Family<GpuLabels, Gauge>,
+    tenant_gpus: Family<TenantLabels, Gauge>,
     leader: Gauge,
     writes: Family<WriteLabels, Counter>,
     phases: Family<PhaseLabels, Histogram>,
@@ -192,6 +200,12 @@ impl Metrics {
         );
         let gpus = Family::<GpuLabels, Gauge>::default();
         registry.register("gpus", "GPUs by node, model and state", gpus.clone());
+        let tenant_gpus = Family::<TenantLabels, Gauge>::default();
+        registry.register(
+            "tenant_gpus",
+            "GPUs per GPUTenant: holding, waiting (asked by pending pods), quota and limit (when set)",
+            tenant_gpus.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -273,6 +287,7 @@ impl Metrics {
             policy_loads,
             component_pulls,
             gpus,
+            tenant_gpus,
             leader,
             watch_connected,
             watch_failures,
@@ -366,6 +381,29 @@ impl Metrics {
                     state: state.state,
                 })
                 .set(i64::from(state.count));
+        }
+    }
+
+    /// Replaces the tenant gauges with `tenants`.
+    pub fn tenants(&self, tenants: &[TenantView]) {
+        self.tenant_gpus.clear();
+        for t in tenants {
+            let states = [
+                ("holding", Some(t.holding)),
+                ("waiting", Some(t.waiting)),
+                ("quota", Some(t.quota)),
+                ("limit", t.limit),
+            ];
+            for (state, value) in states {
+                if let Some(value) = value {
+                    self.tenant_gpus
+                        .get_or_create(&TenantLabels {
+                            tenant: t.name.clone(),
+                            state,
+                        })
+                        .set(i64::from(value));
+                }
+            }
         }
     }
 
@@ -476,6 +514,11 @@ mod tests {
             state: "free",
             count: 2,
         }]);
+        metrics.tenants(&[TenantView {
+            name: "a".into(),
+            holding: 2,
+            ..TenantView::default()
+        }]);
         metrics.leader(true);
         metrics.write("binding", "ok");
         metrics.write("binding", "409");
@@ -533,6 +576,11 @@ mod tests {
             model: "H100".into(),
             state: "free",
             count: 1,
+        }]);
+        metrics.tenants(&[TenantView {
+            name: "a".into(),
+            holding: 2,
+            ..TenantView::default()
         }]);
         metrics.leader(true);
         metrics.write("binding", "ok");

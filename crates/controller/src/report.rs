@@ -1,5 +1,5 @@
 //! What users see of each round: the GPUResource status (phase, pods,
-//! conditions; written by the [`StatusWriter`]) and Events for problems
+//! conditions; written by the [`StatusWriter`]), the GPUTenant status and Events for problems
 //! they can fix.
 
 use std::collections::{HashMap, HashSet};
@@ -9,11 +9,14 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::events::{EventSink, Reason, gpuresource_ref, pod_ref};
 use super::metrics::Metrics;
+use super::apply::{StatusApi, TenantStatusApi};
 use super::status::StatusWriter;
 use super::wanted_status::WantedStatus;
+use super::wanted_tenant_status::WantedTenantStatus;
 use super::watch::WatchedIndex;
 use wasmgpu_index::{
-    ObjectKey, PodCounts, Problem, ResourceView, RoundReport, Subject, UnhealthyHolding,
+    ObjectKey, PodCounts, Problem, ResourceView, RoundReport, Subject, TenantView,
+    UnhealthyHolding,
 };
 
 /// Pods of one GPUResource told about a new policy error.
@@ -35,7 +38,9 @@ pub struct Reporter {
     events: EventSink,
     /// Writes the status each GPUResource should show, off the round's
     /// path.
-    status: StatusWriter,
+    status: StatusWriter<StatusApi>,
+    /// Writes the status each GPUTenant should show.
+    tenant_status: StatusWriter<TenantStatusApi>,
     /// The GPU gauges are set from the same reading as the status.
     metrics: Metrics,
     key_to_policy_error: HashMap<ObjectKey, (Reason, String)>,
@@ -50,17 +55,20 @@ pub struct Reporter {
 // === impl Reporter ===
 
 impl Reporter {
-    /// A reporter of what `shared` holds; status is written by `status`.
+    /// A reporter of what `shared` holds; status is written by `status`
+    /// (GPUResources) and `tenant_status` (GPUTenants).
     pub fn new(
         shared: Arc<WatchedIndex>,
         events: EventSink,
-        status: StatusWriter,
+        status: StatusWriter<StatusApi>,
+        tenant_status: StatusWriter<TenantStatusApi>,
         metrics: Metrics,
     ) -> Self {
         Self {
             shared,
             events,
             status,
+            tenant_status,
             metrics,
             key_to_policy_error: HashMap::new(),
             reported: HashSet::new(),
@@ -81,8 +89,10 @@ impl Reporter {
             unhealthy,
             outdated,
             gpus,
+            tenants,
         } = self.shared.index().round_report(now_ms());
         self.metrics.gpus(&gpus);
+        self.report_tenants(&tenants);
         let counts: Vec<PodCounts> = views
             .iter()
             .map(|v| key_to_counts.get(&v.key).copied().unwrap_or_default())
@@ -137,6 +147,17 @@ impl Reporter {
                     .map(|(reason, message)| (reason.as_str(), message.as_str())),
             );
             self.status.want(&view.key, summary);
+        }
+    }
+
+    /// The status every GPUTenant should show, and the tenant gauges.
+    fn report_tenants(&mut self, tenants: &[TenantView]) {
+        let names: HashSet<&String> = tenants.iter().map(|t| &t.name).collect();
+        self.tenant_status.retain(&names);
+        self.metrics.tenants(tenants);
+        for view in tenants {
+            self.tenant_status
+                .want(&view.name, WantedTenantStatus::of(view));
         }
     }
 

@@ -1,92 +1,114 @@
-//! GPUResource status, written off the round's path.
+//! Object status (GPUResources, GPUTenants), written off the round's path.
 //!
 //! ```text
-//!  round ─▶ Reporter: the status each GPUResource should show
+//!  round ─▶ Reporter: the status each object should show
 //!             └─▶ StatusWriter::want (queued; a newer one replaces it) ─┐
 //!  next round starts at once                                            │
 //!                                                                       ▼
-//!                        one task: write what is queued, one GPUResource
-//!                        at a time; remember what the server now holds
+//!                        one task per kind: write what is queued, one
+//!                        object at a time; remember what the server holds
 //! ```
 //!
 //! A round never waits for a status write: with thousands of bindings in
 //! flight the API server may take a while to answer, and the pods that
 //! arrive meanwhile must not wait for it. While a write is in flight, the
-//! statuses later rounds want replace each other, so a GPUResource's
-//! status is written as often as the server answers, not once per round.
-//! A failed write is not retried by itself: the next round wants the same
-//! status again and queues it.
+//! statuses later rounds want replace each other, so an object's status is
+//! written as often as the server answers, not once per round. A failed
+//! write is not retried by itself: the next round wants the same status
+//! again and queues it.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt::Display;
+use std::future::Future;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use tracing::Instrument;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use serde_json::json;
-use tokio::sync::Notify;
 
-use super::apply::StatusApi;
-use super::wanted_status::WantedStatus;
-use wasmgpu_index::ObjectKey;
+use super::apply::ApplyError;
+use super::wanted_status::Conditions;
 
-/// Queues GPUResource statuses; one task writes them. Dropping it stops
+/// A kind whose status the writer writes: how to patch it and where.
+pub trait StatusTarget: Send + Sync + 'static {
+    /// Names one object.
+    type Key: Clone + Eq + Hash + Display + Send + Sync + 'static;
+    /// The status it should show.
+    type Wanted: Conditions + Clone + PartialEq + Send + Sync + 'static;
+    /// The kind, for logs.
+    const KIND: &'static str;
+    /// The merge patch of `wanted` with its `conditions`.
+    fn patch(wanted: &Self::Wanted, conditions: &[Condition]) -> serde_json::Value;
+    /// Writes `patch` on `key`'s status subresource.
+    fn write(
+        &self,
+        key: &Self::Key,
+        patch: &serde_json::Value,
+    ) -> impl Future<Output = Result<(), ApplyError>> + Send;
+}
+
+/// Queues statuses of one kind; one task writes them. Dropping it stops
 /// the task once the write in flight (if any) ends.
-pub struct StatusWriter {
-    shared: Arc<Queue>,
+pub struct StatusWriter<T: StatusTarget> {
+    shared: Arc<Queue<T>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 /// What the rounds and the writing task share.
-#[derive(Default)]
-struct Queue {
-    state: Mutex<State>,
-    wake: Notify,
+struct Queue<T: StatusTarget> {
+    state: Mutex<State<T>>,
+    wake: tokio::sync::Notify,
 }
 
-#[derive(Default)]
-struct State {
+struct State<T: StatusTarget> {
     /// What the API server holds, as this controller last wrote it, with
     /// the conditions written (their transition times are kept while their
     /// status does not change).
-    written: HashMap<ObjectKey, (WantedStatus, Vec<Condition>)>,
+    written: HashMap<T::Key, (T::Wanted, Vec<Condition>)>,
     /// To write next, newest only.
-    queued: HashMap<ObjectKey, WantedStatus>,
+    queued: HashMap<T::Key, T::Wanted>,
 }
 
 // === impl StatusWriter ===
 
-impl StatusWriter {
+impl<T: StatusTarget> StatusWriter<T> {
     /// Starts the task that writes through `api`.
-    pub fn start(api: StatusApi) -> Self {
-        let shared = Arc::new(Queue::default());
+    pub fn start(api: T) -> Self {
+        let shared = Arc::new(Queue {
+            state: Mutex::new(State {
+                written: HashMap::new(),
+                queued: HashMap::new(),
+            }),
+            wake: tokio::sync::Notify::new(),
+        });
         let writing = write_queued(Arc::clone(&shared), api);
-        let task = tokio::spawn(writing.instrument(tracing::info_span!("status_writer")));
+        let task = tokio::spawn(writing.instrument(tracing::info_span!("status_writer", kind = T::KIND)));
         Self { shared, task }
     }
 
-    /// Asks for `summary` to be the status of `key`: queued unless it is
+    /// Asks for `wanted` to be the status of `key`: queued unless it is
     /// what the server holds already.
-    pub fn want(&self, key: &ObjectKey, summary: WantedStatus) {
+    pub fn want(&self, key: &T::Key, wanted: T::Wanted) {
         let mut state = self.shared.state();
-        if state.written.get(key).map(|(s, _)| s) == Some(&summary) {
+        if state.written.get(key).map(|(s, _)| s) == Some(&wanted) {
             state.queued.remove(key);
             return;
         }
-        state.queued.insert(key.clone(), summary);
+        state.queued.insert(key.clone(), wanted);
         drop(state);
         self.shared.wake.notify_one();
     }
 
-    /// Forgets every GPUResource but `keys` (the others are gone).
-    pub fn retain(&self, keys: &HashSet<&ObjectKey>) {
+    /// Forgets every object but `keys` (the others are gone).
+    pub fn retain(&self, keys: &HashSet<&T::Key>) {
         let mut state = self.shared.state();
         state.written.retain(|key, _| keys.contains(key));
         state.queued.retain(|key, _| keys.contains(key));
     }
 }
 
-impl Drop for StatusWriter {
+impl<T: StatusTarget> Drop for StatusWriter<T> {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -94,30 +116,38 @@ impl Drop for StatusWriter {
 
 // === impl Queue ===
 
-impl Queue {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+impl<T: StatusTarget> Queue<T> {
+    fn state(&self) -> std::sync::MutexGuard<'_, State<T>> {
         wasmgpu_support::lock(&self.state)
     }
 }
 
+/// One status to write: the key, what it should show, the conditions the
+/// server holds.
+type Batch<T> = Vec<(
+    <T as StatusTarget>::Key,
+    <T as StatusTarget>::Wanted,
+    Vec<Condition>,
+)>;
+
 /// Writes what is queued, whenever something is.
-async fn write_queued(queue: Arc<Queue>, api: StatusApi) {
+async fn write_queued<T: StatusTarget>(queue: Arc<Queue<T>>, api: T) {
     let mut failing = false;
     loop {
         queue.wake.notified().await;
         loop {
-            let batch: Vec<(ObjectKey, WantedStatus, Vec<Condition>)> = {
+            let batch: Batch<T> = {
                 let mut state = queue.state();
                 let queued = std::mem::take(&mut state.queued);
                 queued
                     .into_iter()
-                    .map(|(key, summary)| {
+                    .map(|(key, wanted)| {
                         let previous = state
                             .written
                             .get(&key)
                             .map(|(_, c)| c.clone())
                             .unwrap_or_default();
-                        (key, summary, previous)
+                        (key, wanted, previous)
                     })
                     .collect()
             };
@@ -125,37 +155,37 @@ async fn write_queued(queue: Arc<Queue>, api: StatusApi) {
                 break;
             }
             let mut failed = Vec::new();
-            for (key, summary, previous) in batch {
-                let conditions = to_conditions(&summary, &previous);
-                match api.write_status(&key, &patch(&summary, &conditions)).await {
+            for (key, wanted, previous) in batch {
+                let conditions = to_conditions(&wanted, &previous);
+                match api.write(&key, &T::patch(&wanted, &conditions)).await {
                     Ok(()) => {
-                        queue.state().written.insert(key, (summary, conditions));
+                        queue.state().written.insert(key, (wanted, conditions));
                     }
                     Err(error) => failed.push((key, error)),
                 }
             }
             // One line when writes start failing and one when they work
-            // again, however many GPUResources and rounds: during an
-            // outage every write fails, and the log must not grow with
-            // either.
+            // again, however many objects and rounds: during an outage
+            // every write fails, and the log must not grow with either.
+            let kind = T::KIND;
             match failed.first() {
                 Some((first, error)) if !failing => {
                     failing = true;
                     tracing::warn!(
-                        kind = "GPUResource",
+                        kind,
                         failed = failed.len(),
                         first = %first,
                         %error,
-                        "Cannot write the status of {} GPUResource(s); retrying each round",
+                        "Cannot write the status of {} {kind}(s); retrying each round",
                         failed.len()
                     );
                 }
                 Some((first, error)) => {
-                    tracing::debug!(kind = "GPUResource", failed = failed.len(), first = %first, %error, "Status writes still fail");
+                    tracing::debug!(kind, failed = failed.len(), first = %first, %error, "Status writes still fail");
                 }
                 None if failing => {
                     failing = false;
-                    tracing::info!(kind = "GPUResource", "Status writes work again");
+                    tracing::info!(kind, "Status writes work again");
                 }
                 None => {}
             }
@@ -163,26 +193,13 @@ async fn write_queued(queue: Arc<Queue>, api: StatusApi) {
     }
 }
 
-/// The status patch of `summary`.
-fn patch(summary: &WantedStatus, conditions: &[Condition]) -> serde_json::Value {
-    json!({
-        "status": {
-            "phase": summary.phase,
-            "holding": summary.counts.holding,
-            "asking": summary.counts.referencing,
-            "pods": format!("{}/{}", summary.counts.holding, summary.counts.referencing),
-            "observedGeneration": summary.observed_generation,
-            "conditions": conditions,
-        },
-    })
-}
-
-/// The summary's conditions, keeping the transition time of those whose
-/// status did not change.
-fn to_conditions(summary: &WantedStatus, previous: &[Condition]) -> Vec<Condition> {
+/// The wanted conditions, keeping the transition time of those whose status
+/// did not change.
+fn to_conditions(wanted: &impl Conditions, previous: &[Condition]) -> Vec<Condition> {
     let now = Time(Timestamp::now());
-    summary
-        .conditions
+    let observed_generation = wanted.observed_generation();
+    wanted
+        .conditions()
         .iter()
         .map(|(type_, status, reason, message)| {
             let status = if *status { "True" } else { "False" };
@@ -196,7 +213,7 @@ fn to_conditions(summary: &WantedStatus, previous: &[Condition]) -> Vec<Conditio
                 status: status.into(),
                 reason: reason.clone(),
                 message: message.clone(),
-                observed_generation: summary.observed_generation,
+                observed_generation,
                 last_transition_time,
             }
         })

@@ -20,9 +20,44 @@ pub struct WantedStatus {
 /// A condition to show: `(type, status, reason, message)`.
 pub type Condition = (&'static str, bool, String, String);
 
+/// A wanted status with conditions, as the status writer needs it.
+pub trait Conditions {
+    /// The conditions to show.
+    fn conditions(&self) -> &[Condition];
+    /// The generation they describe.
+    fn observed_generation(&self) -> Option<i64>;
+}
+
+impl Conditions for WantedStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+
+    fn observed_generation(&self) -> Option<i64> {
+        self.observed_generation
+    }
+}
+
 // === impl WantedStatus ===
 
 impl WantedStatus {
+    /// The merge patch that writes it, with `conditions` as written.
+    pub fn patch(
+        &self,
+        conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    ) -> serde_json::Value {
+        serde_json::json!({
+            "status": {
+                "phase": self.phase,
+                "holding": self.counts.holding,
+                "asking": self.counts.referencing,
+                "pods": format!("{}/{}", self.counts.holding, self.counts.referencing),
+                "observedGeneration": self.observed_generation,
+                "conditions": conditions,
+            },
+        })
+    }
+
     /// The status `view` should show: its phase and the `Ready` condition
     /// (the first rule that applies: invalid spec, unsatisfiable, GPU
     /// limit mismatch, gang timed out, no pods, all holding, waiting), then

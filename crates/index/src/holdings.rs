@@ -373,6 +373,16 @@ impl Index {
         })
     }
 
+    /// Every pod a nomination names as its victim (whatever its state).
+    pub(crate) fn nominated_victims(&self) -> std::collections::HashSet<ObjectKey> {
+        self.key_to_pod
+            .values()
+            .filter_map(|p| p.nomination())
+            .flat_map(|n| &n.victims)
+            .map(|v| ObjectKey::new(&v.namespace, &v.name))
+            .collect()
+    }
+
     /// The victims of every nomination that are still there and not yet
     /// going away: to evict (again, after a restart), with their preemptor.
     pub fn evictions(&self) -> Vec<Eviction> {

@@ -13,6 +13,7 @@
 //!  Pod ───────────▶ key_to_pod          (schedulerName wasmgpu only;
 //!                                        node, wasmgpu.io/allocation)
 //!  bindings sent ─▶ key_to_in_flight    (until the pod watch shows them)
+//!  GPUTenant ─────▶ name_to_tenant      (namespace globs, quota, limit)
 //!                          │
 //!                          ▼
 //!   holdings: bound pods' allocations + in flight (+ old ledgers)
@@ -47,6 +48,7 @@ mod node;
 mod pod;
 mod problem;
 mod snapshot;
+mod tenants;
 mod watch;
 
 #[cfg(test)]
@@ -60,6 +62,7 @@ pub use drift::{OutdatedHoldings, UnhealthyHolding};
 pub use eligibility::Ineligible;
 pub use holdings::{Eviction, GpuState, PendingBinding, Release, ReleaseReason};
 pub use key::ObjectKey;
+pub use tenants::TenantView;
 pub use problem::{Problem, Subject};
 pub use watch::IndexResource;
 
@@ -97,6 +100,8 @@ pub struct Index {
     key_to_gang: BTreeMap<ObjectKey, GangFacts>,
     /// PodDisruptionBudgets: which running pods may be evicted now.
     key_to_budget: BTreeMap<ObjectKey, budgets::BudgetFacts>,
+    /// GPUTenants by name: which namespaces share a quota.
+    name_to_tenant: BTreeMap<String, tenants::TenantFacts>,
 }
 
 /// What the index keeps of a PodGroup.
@@ -177,6 +182,7 @@ impl Index {
             key_to_written_version: HashMap::new(),
             key_to_gang: BTreeMap::new(),
             key_to_budget: BTreeMap::new(),
+            name_to_tenant: BTreeMap::new(),
         }
     }
 
@@ -539,6 +545,8 @@ pub struct RoundReport {
     pub outdated: BTreeMap<ObjectKey, OutdatedHoldings>,
     /// GPUs by node, model and state, for metrics.
     pub gpus: Vec<GpuState>,
+    /// Every GPUTenant with what it holds and waits for.
+    pub tenants: Vec<TenantView>,
 }
 
 impl Index {
@@ -567,6 +575,7 @@ impl Index {
             unhealthy: self.unhealthy_holdings_in(&holdings),
             outdated: self.outdated_holdings_in(&holdings),
             gpus: self.gpu_states_in(&holdings),
+            tenants: self.tenant_views_in(&holdings),
         }
     }
 }

@@ -11,6 +11,7 @@ use super::holdings::{GpuUse, Holdings, Source};
 use super::inventory::NodeInventory;
 use super::node::NodeFacts;
 use super::pod::PodFacts;
+use super::tenants::TenantTable;
 use super::{Index, ObjectKey, Problem};
 use wasmgpu_api::{GPUResourceSpec, Sharing as ApiSharing};
 use wasmgpu_contract::types::{
@@ -32,8 +33,8 @@ pub(crate) struct Waiting<'a> {
 
 /// What one pass over the pods finds.
 #[derive(Default)]
-struct Survey<'a> {
-    waiting: Vec<Waiting<'a>>,
+pub(crate) struct Survey<'a> {
+    pub(crate) waiting: Vec<Waiting<'a>>,
     problems: Vec<Problem>,
 }
 
@@ -54,6 +55,7 @@ impl Index {
     pub fn snapshots(&self, round: u64) -> BTreeMap<String, HostSnapshot> {
         let holdings = self.holdings();
         let survey = self.survey(&holdings);
+        let tenants = self.tenant_table(&holdings, &survey.waiting);
         let mut policy_to_waiting: BTreeMap<&str, Vec<Waiting<'_>>> = BTreeMap::new();
         for waiting in survey.waiting {
             policy_to_waiting
@@ -63,20 +65,24 @@ impl Index {
         }
         policy_to_waiting
             .into_iter()
-            .map(|(policy, waiting)| (policy.to_string(), self.build(round, &holdings, waiting)))
+            .map(|(policy, waiting)| {
+                let snapshot = self.build(round, &holdings, &tenants, waiting);
+                (policy.to_string(), snapshot)
+            })
             .collect()
     }
 
     /// The snapshot for one policy (with no requests when none wait for it).
     pub fn snapshot(&self, policy: &str, round: u64) -> HostSnapshot {
         let holdings = self.holdings();
-        let waiting = self
-            .survey(&holdings)
+        let survey = self.survey(&holdings);
+        let tenants = self.tenant_table(&holdings, &survey.waiting);
+        let waiting = survey
             .waiting
             .into_iter()
             .filter(|w| w.policy == policy)
             .collect();
-        self.build(round, &holdings, waiting)
+        self.build(round, &holdings, &tenants, waiting)
     }
 
     /// The policies that have pods waiting for them.
@@ -112,7 +118,7 @@ impl Index {
     }
 
     /// Sorts the pods: who waits (and for which policy), who has a problem.
-    fn survey(&self, holdings: &Holdings) -> Survey<'_> {
+    pub(crate) fn survey(&self, holdings: &Holdings) -> Survey<'_> {
         let mut survey = Survey::default();
         // Pods with the same constraints and GPUResource fit the same nodes.
         let mut fit_to_reason: HashMap<(&str, ObjectKey), Option<String>> = HashMap::new();
@@ -303,11 +309,13 @@ impl Index {
         ))
     }
 
-    /// The snapshot of `waiting` (already of one policy).
+    /// The snapshot of `waiting` (already of one policy); `tenants` is the
+    /// round's, over every policy.
     fn build(
         &self,
         round: u64,
         holdings: &Holdings,
+        tenants: &TenantTable,
         mut waiting: Vec<Waiting<'_>>,
     ) -> HostSnapshot {
         let candidates: Vec<Candidate<'_>> = self
@@ -372,9 +380,11 @@ impl Index {
         };
         for w in &mut waiting {
             w.request.namespace = position(&w.key.namespace);
+            w.request.tenant = tenants.of(&w.key.namespace);
         }
         for (r, key) in running.iter_mut().zip(&running_keys) {
             r.namespace = position(&key.namespace);
+            r.tenant = tenants.of(&key.namespace);
         }
         let resources = waiting
             .iter()
@@ -394,7 +404,7 @@ impl Index {
                 eligible_sets,
                 candidate_sets: Vec::new(),
                 gangs,
-                tenants: Vec::new(),
+                tenants: tenants.tenants.clone(),
                 config: String::new(),
             },
             nodes: host_nodes,
@@ -416,6 +426,7 @@ impl Index {
             .enumerate()
             .map(|(i, c)| (c.name, i as u32))
             .collect();
+        let victims = self.nominated_victims();
         let mut found: Vec<(u32, ObjectKey, Running)> = Vec::new();
         for holding in &holdings.live {
             if matches!(holding.source, Source::Reservation | Source::Nomination) {
@@ -439,7 +450,11 @@ impl Index {
             };
             let key = holding.pod.clone().into_owned();
             let pod = key.to_string();
-            let evictable = facts.is_some_and(|p| self.evictable(&key, &p.labels));
+            // A pod already going (evicted, deleted) or named a victim of a
+            // nomination is not named again: its GPUs are promised.
+            let evictable = facts.is_some_and(|p| {
+                !p.deleting && !victims.contains(&key) && self.evictable(&key, &p.labels)
+            });
             found.push((
                 node,
                 key,

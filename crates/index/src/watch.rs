@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::Index;
-use wasmgpu_api::{GPUNode, GPUResource, PodGroup};
+use wasmgpu_api::{GPUNode, GPUResource, GPUTenant, PodGroup};
 
 /// How watch events of kind `K` reach the index. A watcher's `Apply` and
 /// `InitApply` objects go to `apply` (or are gathered for `reset` at
@@ -115,5 +115,21 @@ impl IndexResource<k8s_openapi::api::policy::v1::PodDisruptionBudget> for Index 
 
     fn reset(&mut self, budgets: &[k8s_openapi::api::policy::v1::PodDisruptionBudget]) {
         self.reset_budgets(budgets);
+    }
+}
+
+impl IndexResource<GPUTenant> for Index {
+    fn apply(&mut self, tenant: &GPUTenant) {
+        self.apply_gputenant(tenant);
+    }
+
+    fn delete(&mut self, tenant: &GPUTenant) {
+        if let Some(name) = &tenant.metadata.name {
+            self.delete_gputenant(name);
+        }
+    }
+
+    fn reset(&mut self, tenants: &[GPUTenant]) {
+        self.reset_gputenants(tenants);
     }
 }

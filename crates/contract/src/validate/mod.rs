@@ -224,6 +224,8 @@ struct Replay<'s> {
     gpus: Vec<GpuLeft>,
     /// GPUs each tenant took this round.
     tenant_took: Vec<u32>,
+    /// GPUs each tenant's running pods lose to this round's preemptions.
+    tenant_lost: Vec<u32>,
     /// Running pods already named as victims this round.
     victim: Vec<bool>,
     verdict: Verdict,
@@ -259,6 +261,7 @@ impl<'s> Replay<'s> {
             node_start,
             gpus,
             tenant_took: vec![0; snapshot.tenants.len()],
+            tenant_lost: vec![0; snapshot.tenants.len()],
             victim: vec![false; snapshot.running.len()],
             verdict: Verdict::default(),
         }
@@ -444,6 +447,12 @@ impl<'s> Replay<'s> {
         self.take(&placement, request, position, true);
         for &v in &victims {
             self.victim[v] = true;
+            let running = &self.snapshot.running[v];
+            if let Some(t) = running.tenant
+                && let Some(lost) = self.tenant_lost.get_mut(t as usize)
+            {
+                *lost = lost.saturating_add(running.gpus.len() as u32);
+            }
         }
         self.verdict.preempting.push(Preempting {
             placement,

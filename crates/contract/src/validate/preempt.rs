@@ -32,6 +32,9 @@ pub(super) fn check(
         return Err(Invalid::UnknownNode { node: a.node });
     }
     let mut victims: Vec<usize> = Vec::with_capacity(p.victims.len());
+    // GPUs each tenant loses: to earlier decisions of the round, then to
+    // the victims of this one checked so far.
+    let mut lost = replay.tenant_lost.clone();
     for &v in &p.victims {
         let Some(running) = snapshot.running.get(v as usize) else {
             return Err(Invalid::UnknownVictim { victim: v });
@@ -50,12 +53,17 @@ pub(super) fn check(
         if !running.evictable {
             return Err(Invalid::VictimNotEvictable { victim: name() });
         }
-        if running.priority >= request.priority && !reclaimable(replay, request, running) {
+        if running.priority >= request.priority && !reclaimable(replay, request, running, &lost) {
             return Err(Invalid::VictimNotLower {
                 victim: name(),
                 priority: running.priority,
                 preemptor: request.priority,
             });
+        }
+        if let Some(t) = running.tenant
+            && let Some(lost) = lost.get_mut(t as usize)
+        {
+            *lost = lost.saturating_add(running.gpus.len() as u32);
         }
     }
     for &v in &victims {
@@ -107,9 +115,10 @@ pub(super) fn check(
 }
 
 /// Whether `running` may be reclaimed for `request` although its priority
-/// is not lower: it is over its tenant's quota, and the preemptor's (other)
+/// is not lower: its tenant, without it and the GPUs it already `lost` this
+/// round, still holds at least its quota, and the preemptor's (other)
 /// tenant stays within its own with this pod.
-fn reclaimable(replay: &Replay<'_>, request: &Request, running: &Running) -> bool {
+fn reclaimable(replay: &Replay<'_>, request: &Request, running: &Running, lost: &[u32]) -> bool {
     let tenants = &replay.snapshot.tenants;
     let (Some(theirs), Some(ours)) = (running.tenant, request.tenant) else {
         return false;
@@ -134,7 +143,11 @@ fn reclaimable(replay: &Replay<'_>, request: &Request, running: &Running) -> boo
         .holding
         .saturating_add(replay.tenant_took[ours as usize])
         .saturating_add(wants);
-    theirs.holding > theirs.quota && ours_after <= ours_t.quota
+    let theirs_after = theirs
+        .holding
+        .saturating_sub(lost.get(running.tenant.unwrap_or(0) as usize).copied().unwrap_or(0))
+        .saturating_sub(running.gpus.len() as u32);
+    theirs_after >= theirs.quota && ours_after <= ours_t.quota
 }
 
 /// The node's GPUs as they are with the victims `here` gone, but for

@@ -308,3 +308,37 @@ fn dra_choices_are_candidates_within_the_claims_constraints() {
         ["wrong-choice"]
     );
 }
+
+#[test]
+fn reclaim_never_takes_a_tenant_below_its_quota_over_the_round() {
+    let mut snap = full();
+    tenants(&mut snap);
+    snap.tenants[1].quota = 8;
+    snap.tenants[1].limit = None;
+    snap.pending[0].priority = 0;
+    // Alone: a, holding 8 of quota 4, may lose 4.
+    let four = preempt(0, 0, vec![0, 1, 2, 3], vec![0, 1, 2, 3]);
+    assert!(validate(&snap, std::slice::from_ref(&four)).refused.is_empty());
+    // Not with a quota of 5: it would hold 4.
+    snap.tenants[0].quota = 5;
+    assert_eq!(code(&validate(&snap, &[four])), ["victim-not-lower"]);
+    // Two decisions of 2: the first leaves a at 6, the second would leave 4.
+    let mut second = snap.pending[0].clone();
+    second.pod = "ml/urgent-2".into();
+    if let Ask::Gpus(shape) = &mut second.ask {
+        shape.count = 2;
+    }
+    if let Ask::Gpus(shape) = &mut snap.pending[0].ask {
+        shape.count = 2;
+    }
+    snap.pending.push(second);
+    let verdict = validate(
+        &snap,
+        &[
+            preempt(0, 0, vec![0, 1], vec![0, 1]),
+            preempt(1, 0, vec![2, 3], vec![2, 3]),
+        ],
+    );
+    assert_eq!(verdict.preempting.len(), 1, "{:?}", verdict.refused);
+    assert_eq!(code(&verdict), ["victim-not-lower"]);
+}

@@ -345,3 +345,31 @@ fn nominated_gpus_are_the_preemptors_until_its_victims_are_gone_then_it_is_bound
     let snapshot = default_host(&index);
     assert!(gpu_by_uuid(&snapshot, "GPU-n-0").held);
 }
+
+#[test]
+fn a_victim_already_named_or_going_is_not_evictable_again() {
+    let mut index = cluster();
+    let run = || {
+        pod("ml", "run")
+            .uid("uid-run")
+            .resource("r")
+            .holds("n", &["GPU-n-0"], Sharing::Exclusive, H100_MIB)
+    };
+    index.apply_pod(&run().build());
+    index.apply_pod(&pod("ml", "other").resource("r").build());
+    let evictable = |index: &Index| {
+        let snapshot = default_snapshot(index);
+        let running = snapshot.running.iter().find(|r| r.pod == "ml/run");
+        running.unwrap().evictable
+    };
+    assert!(evictable(&index), "a plain running pod may be evicted");
+    nominated(&mut index);
+    assert!(
+        !evictable(&index),
+        "named by a nomination: its GPU is promised to the preemptor"
+    );
+    let mut index = cluster();
+    index.apply_pod(&run().deleting().build());
+    index.apply_pod(&pod("ml", "other").resource("r").build());
+    assert!(!evictable(&index), "already going");
+}

@@ -7,6 +7,7 @@ mod holdings;
 mod ledger;
 mod problems;
 mod snapshot;
+mod tenants;
 
 use std::collections::BTreeMap;
 

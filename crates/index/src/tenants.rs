@@ -1,0 +1,224 @@
+//! Tenants (`GPUTenant`): which namespaces share a quota, and what each
+//! tenant holds and waits for.
+//!
+//! A namespace belongs to the first tenant by name whose globs match it; a
+//! tenant whose spec is unusable (an object stored before the CRD's rules)
+//! matches no namespace and is reported as invalid. Holdings count every
+//! live holding of a tenant's namespaces — bound pods, bindings in flight,
+//! reserved gang members, nominated preemptors — one per device (a MIG
+//! instance or a share is one), across every policy: a limit is the
+//! tenant's, whichever policies place its pods.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use wasmgpu_api::{GPUTenant, GPUTenantSpec, InvalidSpec};
+use wasmgpu_contract::types::{Ask, Tenant};
+
+use super::Index;
+use super::holdings::Holdings;
+use super::snapshot::Waiting;
+
+/// What the index keeps of a GPUTenant.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct TenantFacts {
+    spec: GPUTenantSpec,
+    /// Why the spec is unusable, if it is.
+    error: Option<InvalidSpec>,
+    /// `metadata.generation`.
+    generation: Option<i64>,
+}
+
+/// Most namespaces a tenant's status lists.
+const MAX_NAMESPACES_SEEN: usize = 100;
+
+/// What the controller writes on a tenant's status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TenantView {
+    /// The tenant's name.
+    pub name: String,
+    /// `metadata.generation` of the spec seen.
+    pub generation: Option<i64>,
+    /// Why the spec is unusable, if it is.
+    pub error: Option<String>,
+    /// `spec.quota`.
+    pub quota: u32,
+    /// `spec.limit`.
+    pub limit: Option<u32>,
+    /// GPUs its pods hold.
+    pub holding: u32,
+    /// GPUs its pending pods ask for.
+    pub waiting: u32,
+    /// Its pods holding GPUs.
+    pub pods_holding: u32,
+    /// Its pods waiting for GPUs.
+    pub pods_waiting: u32,
+    /// Namespaces of those pods, sorted, at most 100.
+    pub namespaces_seen: Vec<String>,
+}
+
+/// Every tenant of one round with what it holds and waits for, and which
+/// namespace belongs to which.
+#[derive(Debug, Default)]
+pub(crate) struct TenantTable {
+    /// Tenants sorted by name, as the snapshot lists them.
+    pub tenants: Vec<Tenant>,
+    /// The views behind them, same order.
+    views: Vec<TenantView>,
+    /// Namespace → position in `tenants` (None: no tenant).
+    namespace_to_tenant: HashMap<String, Option<u32>>,
+}
+
+impl TenantTable {
+    /// The tenant of `namespace`, as a position in `tenants`.
+    pub fn of(&self, namespace: &str) -> Option<u32> {
+        self.namespace_to_tenant.get(namespace).copied().flatten()
+    }
+}
+
+/// GPUs (devices) a pending request asks for: a MIG instance or a share is
+/// one.
+pub(crate) fn asked(ask: &Ask) -> u32 {
+    match ask {
+        Ask::Gpus(shape) => shape.count,
+        Ask::Claims(claims) => claims
+            .iter()
+            .flat_map(|c| &c.requests)
+            .map(|r| r.alternatives.first().map_or(0, |a| a.count))
+            .sum(),
+    }
+}
+
+// === impl Index ===
+
+impl Index {
+    /// Records a GPUTenant (added or changed).
+    pub fn apply_gputenant(&mut self, tenant: &GPUTenant) {
+        let Some(name) = &tenant.metadata.name else {
+            return;
+        };
+        let error = tenant.spec.check().err();
+        if let Some(error) = &error {
+            tracing::warn!(tenant = %name, %error, "GPUTenant is invalid; it matches no namespace until fixed");
+        }
+        self.name_to_tenant.insert(
+            name.clone(),
+            TenantFacts {
+                spec: tenant.spec.clone(),
+                error,
+                generation: tenant.metadata.generation,
+            },
+        );
+    }
+
+    /// Forgets a GPUTenant.
+    pub fn delete_gputenant(&mut self, name: &str) {
+        self.name_to_tenant.remove(name);
+    }
+
+    /// Replaces every GPUTenant (after a relist).
+    pub fn reset_gputenants(&mut self, tenants: &[GPUTenant]) {
+        self.name_to_tenant.clear();
+        for tenant in tenants {
+            self.apply_gputenant(tenant);
+        }
+    }
+
+    /// The tenant `namespace` belongs to: the first valid one by name whose
+    /// globs match it.
+    pub fn tenant_of(&self, namespace: &str) -> Option<&str> {
+        self.name_to_tenant
+            .iter()
+            .find(|(_, t)| t.error.is_none() && t.spec.matches(namespace))
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// Every tenant with what it holds and waits for now (for its status).
+    pub fn tenant_views(&self) -> Vec<TenantView> {
+        self.tenant_views_in(&self.holdings())
+    }
+
+    pub(crate) fn tenant_views_in(&self, holdings: &Holdings) -> Vec<TenantView> {
+        if self.name_to_tenant.is_empty() {
+            return Vec::new();
+        }
+        let survey = self.survey(holdings);
+        self.tenant_table(holdings, &survey.waiting).views
+    }
+
+    /// The round's tenant table: `waiting` is every pod that waits, of
+    /// every policy.
+    pub(crate) fn tenant_table(&self, holdings: &Holdings, waiting: &[Waiting<'_>]) -> TenantTable {
+        let mut table = TenantTable::default();
+        if self.name_to_tenant.is_empty() {
+            return table;
+        }
+        let position: BTreeMap<&str, usize> = self
+            .name_to_tenant
+            .keys()
+            .enumerate()
+            .map(|(i, name)| (name.as_str(), i))
+            .collect();
+        table.views = self
+            .name_to_tenant
+            .iter()
+            .map(|(name, t)| TenantView {
+                name: name.clone(),
+                generation: t.generation,
+                error: t.error.as_ref().map(ToString::to_string),
+                quota: t.spec.quota,
+                limit: t.spec.limit,
+                ..TenantView::default()
+            })
+            .collect();
+        let mut seen: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); table.views.len()];
+        let mut tenant_of = |namespace: &str| -> Option<usize> {
+            if let Some(&t) = table.namespace_to_tenant.get(namespace) {
+                return t.map(|t| t as usize);
+            }
+            let t = self.tenant_of(namespace).map(|name| position[name]);
+            table
+                .namespace_to_tenant
+                .insert(namespace.to_string(), t.map(|t| t as u32));
+            t
+        };
+        for holding in &holdings.live {
+            let namespace = holding.pod.namespace.as_str();
+            if let Some(t) = tenant_of(namespace) {
+                let view = &mut table.views[t];
+                view.holding += holding.allocation.devices.len() as u32;
+                view.pods_holding += 1;
+                seen[t].insert(namespace);
+            }
+        }
+        for w in waiting {
+            let namespace = w.key.namespace.as_str();
+            if let Some(t) = tenant_of(namespace) {
+                let view = &mut table.views[t];
+                view.waiting += asked(&w.request.ask);
+                view.pods_waiting += 1;
+                seen[t].insert(namespace);
+            }
+        }
+        for (view, seen) in table.views.iter_mut().zip(seen) {
+            view.namespaces_seen = seen
+                .into_iter()
+                .take(MAX_NAMESPACES_SEEN)
+                .map(str::to_string)
+                .collect();
+        }
+        table.tenants = table
+            .views
+            .iter()
+            .zip(self.name_to_tenant.values())
+            .map(|(view, facts)| Tenant {
+                name: view.name.clone(),
+                weight: facts.spec.weight,
+                quota: facts.spec.quota,
+                limit: facts.spec.limit,
+                holding: view.holding,
+                waiting: view.waiting,
+            })
+            .collect();
+        table
+    }
+}

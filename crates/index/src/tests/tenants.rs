@@ -1,0 +1,107 @@
+//! Tenants: which namespaces share a quota, what each holds and waits for.
+
+use super::*;
+use wasmgpu_api::{GPUTenant, GPUTenantSpec};
+
+fn tenant(name: &str, namespaces: &[&str], quota: u32, limit: Option<u32>) -> GPUTenant {
+    GPUTenant::new(
+        name,
+        GPUTenantSpec {
+            namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+            quota,
+            limit,
+            weight: 2,
+        },
+    )
+}
+
+/// Two tenants; `a-1` holds two GPUs and `a-2` waits for one; `b` waits for
+/// two; `other` belongs to none.
+fn two_tenants() -> Index {
+    let mut index = index();
+    add_gpu_node(&mut index, "n", 8);
+    for ns in ["a-1", "a-2", "b", "other"] {
+        index.apply_gpuresource(&gpuresource(ns, "one").build());
+        index.apply_gpuresource(&gpuresource(ns, "two").count(2).build());
+    }
+    index.apply_pod(
+        &pod("a-1", "running")
+            .resource("two")
+            .holds("n", &["GPU-n-0", "GPU-n-1"], Sharing::Exclusive, H100_MIB)
+            .bound("n")
+            .build(),
+    );
+    index.apply_pod(&pod("a-2", "waits").resource("one").build());
+    index.apply_pod(&pod("b", "waits").resource("two").build());
+    index.apply_pod(&pod("other", "waits").resource("one").build());
+    index.apply_gputenant(&tenant("team-b", &["b"], 4, None));
+    index.apply_gputenant(&tenant("team-a", &["a-*"], 2, Some(3)));
+    index
+}
+
+#[test]
+fn the_snapshot_lists_tenants_by_name_and_each_pod_names_its_own() {
+    let snapshot = default_snapshot(&two_tenants());
+    let names: Vec<_> = snapshot.tenants.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["team-a", "team-b"]);
+    let a = &snapshot.tenants[0];
+    assert_eq!((a.quota, a.limit, a.weight), (2, Some(3), 2));
+    assert_eq!((a.holding, a.waiting), (2, 1), "two held in a-1, one asked in a-2");
+    assert_eq!((snapshot.tenants[1].holding, snapshot.tenants[1].waiting), (0, 2));
+    let tenant_of = |pod: &str| {
+        snapshot
+            .pending
+            .iter()
+            .find(|r| r.pod == pod)
+            .map(|r| r.tenant)
+            .unwrap()
+    };
+    assert_eq!(tenant_of("a-2/waits"), Some(0));
+    assert_eq!(tenant_of("b/waits"), Some(1));
+    assert_eq!(tenant_of("other/waits"), None, "no tenant matches it");
+    assert_eq!(snapshot.running[0].tenant, Some(0));
+}
+
+#[test]
+fn a_namespace_two_tenants_match_belongs_to_the_first_by_name() {
+    let mut index = two_tenants();
+    index.apply_gputenant(&tenant("all", &["*"], 0, None));
+    assert_eq!(index.tenant_of("b"), Some("all"));
+    index.delete_gputenant("all");
+    assert_eq!(index.tenant_of("b"), Some("team-b"));
+}
+
+#[test]
+fn an_invalid_tenant_matches_no_namespace_and_says_why() {
+    let mut index = two_tenants();
+    // Stored before the CRD's rule: quota above limit.
+    index.apply_gputenant(&tenant("team-b", &["b"], 9, Some(4)));
+    assert_eq!(index.tenant_of("b"), None);
+    let views = index.tenant_views();
+    let b = views.iter().find(|v| v.name == "team-b").unwrap();
+    assert!(
+        b.error.as_deref().unwrap().contains("above limit 4"),
+        "{:?}",
+        b.error
+    );
+    assert_eq!((b.holding, b.waiting), (0, 0));
+}
+
+#[test]
+fn views_count_pods_and_namespaces() {
+    let views = two_tenants().tenant_views();
+    let a = &views[0];
+    assert_eq!(a.name, "team-a");
+    assert_eq!((a.pods_holding, a.pods_waiting), (1, 1));
+    assert_eq!(a.namespaces_seen, ["a-1", "a-2"]);
+    assert_eq!(a.error, None);
+}
+
+#[test]
+fn no_tenants_no_table() {
+    let mut index = two_tenants();
+    index.reset_gputenants(&[]);
+    let snapshot = default_snapshot(&index);
+    assert!(snapshot.tenants.is_empty());
+    assert!(snapshot.pending.iter().all(|r| r.tenant.is_none()));
+}
