@@ -395,6 +395,8 @@ pub struct Tenant {
     /// GPUs it may never exceed; the host refuses an assignment over it.
     pub limit: Option<u32>,
     /// GPUs its pods hold now (a MIG instance or a share counts as one).
+    /// The host leaves out pods on their way out (deleting, or victims of
+    /// a preemption).
     pub holding: u32,
     /// GPUs its pending pods ask for.
     pub waiting: u32,

@@ -7,7 +7,8 @@
 //! live holding of a tenant's namespaces — bound pods, bindings in flight,
 //! reserved gang members, nominated preemptors — one per device (a MIG
 //! instance or a share is one), across every policy: a limit is the
-//! tenant's, whichever policies place its pods.
+//! tenant's, whichever policies place its pods. Pods on their way out
+//! (deleting, or named victims of a preemption) are not counted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -181,7 +182,16 @@ impl Index {
                 .insert(namespace.to_string(), t.map(|t| t as u32));
             t
         };
+        // Pods on their way out (deleting, or victims of a nomination) do
+        // not count: their GPUs are promised to others, and reclaiming
+        // must not take a tenant below its quota by counting them twice.
+        let victims = self.nominated_victims();
         for holding in &holdings.live {
+            let key = holding.pod.as_ref();
+            let leaving = victims.contains(key) || self.key_to_pod.get(key).is_some_and(|p| p.deleting);
+            if leaving {
+                continue;
+            }
             let namespace = holding.pod.namespace.as_str();
             if let Some(t) = tenant_of(namespace) {
                 let view = &mut table.views[t];

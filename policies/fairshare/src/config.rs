@@ -9,7 +9,7 @@ use wasmgpu_policy_sdk::{glob_match, parse_config};
 /// ```json
 /// {"tenants": [{"name": "team-a", "namespaces": ["team-a", "team-a-*"],
 ///               "quota": 40, "limit": 48, "weight": 1}],
-///  "defaultWeight": 1, "preferNvlink": true}
+///  "defaultWeight": 1, "preferNvlink": true, "reclaim": true}
 /// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -21,6 +21,10 @@ pub struct Config {
     pub default_weight: f64,
     /// Keep multi-GPU exclusive requests on GPUs joined by NVLink when possible.
     pub prefer_nvlink: bool,
+    /// A tenant under its quota whose pod fits nowhere evicts pods of
+    /// tenants over theirs (GPUTenant objects only), never taking one
+    /// below its quota.
+    pub reclaim: bool,
 }
 
 impl Default for Config {
@@ -29,6 +33,7 @@ impl Default for Config {
             tenants: Vec::new(),
             default_weight: 1.0,
             prefer_nvlink: true,
+            reclaim: true,
         }
     }
 }

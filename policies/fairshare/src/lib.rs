@@ -9,20 +9,29 @@
 //! quota), places that tenant's next pod (higher priority first, then older
 //! first), adds what the pod took to the tenant's holdings and picks again.
 //! Holdings start from what the running pods hold (`usage`). A gang is one unit of its tenant,
-//! placed all or nothing. Nothing is taken back from running pods: a tenant
-//! above its fair share keeps its GPUs until its pods finish. See
-//! docs/POLICIES.md ("fairshare") for the formula.
+//! placed all or nothing.
+//!
+//! Tenants are the `GPUTenant` objects the snapshot carries; without any,
+//! those of `config.json` (which are ignored, with a log line, once objects
+//! exist). **Reclaim** (objects only, `"reclaim": true` by default): a pod
+//! of a tenant under its quota that fits nowhere evicts pods of tenants
+//! over their quotas — lowest priority, then youngest first — as long as
+//! its tenant stays within its quota and theirs stays at or above theirs.
+//! Without reclaim nothing is taken back: a tenant above its fair share
+//! keeps its GPUs until its pods finish. See docs/POLICIES.md
+//! ("fairshare") for the formula.
 //!
 //! Parameters (`config.json`, all optional):
 //!
 //! ```json
 //! {"tenants": [{"name": "team-a", "namespaces": ["team-a", "team-a-*"],
 //!               "quota": 40, "limit": 48, "weight": 1}],
-//!  "defaultWeight": 1, "preferNvlink": true}
+//!  "defaultWeight": 1, "preferNvlink": true, "reclaim": true}
 //! ```
 #![forbid(unsafe_code)]
 
 mod config;
+mod reclaim;
 mod tenants;
 
 use std::collections::VecDeque;
@@ -32,8 +41,9 @@ use wasmgpu_policy_sdk::{
 };
 
 pub use config::{Config, TenantConfig};
-pub use tenants::{Capacity, Holding, MIG_SLICES, Standing, Tenant};
+pub use tenants::{Capacity, Holding, MIG_SLICES, Source, Standing, Tenant};
 
+use reclaim::Reclaim;
 use tenants::Tenants;
 
 /// What a tenant's queue holds: a pod, or a gang (an index into
@@ -51,6 +61,7 @@ pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
     let capacity = Capacity::of(snapshot);
     let mut tenants = Tenants::new(&config, snapshot);
     let mut cluster = Cluster::new(snapshot);
+    let mut reclaim = Reclaim::new(snapshot, config.reclaim);
 
     // Each tenant's units in order: priority, then age, then pod name.
     let mut queues: Vec<VecDeque<Unit>> = Vec::new();
@@ -89,10 +100,12 @@ pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
                 }
                 let placed = cluster
                     .choose_node(&want, fit)
-                    .and_then(|node| cluster.place(node, &want, fit, config.prefer_nvlink));
+                    .and_then(|node| cluster.place(node, &want, fit, config.prefer_nvlink))
+                    .or_else(|| reclaim.evict_for(&mut cluster, &want, fit, config.prefer_nvlink));
                 match placed {
                     Some(decision) => {
                         tenant.held.add(cost);
+                        reclaim.placed(request);
                         decisions.push(decision);
                     }
                     None => decisions.push(cluster.unplaced(&want)),
@@ -115,6 +128,7 @@ pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
                         && let Some(request) = snapshot.pending.get(a.pod as usize)
                     {
                         tenant.held.add(Holding::of_request(request));
+                        reclaim.placed(request);
                     }
                     decisions.push(decision);
                 }
@@ -394,6 +408,66 @@ mod tests {
         assert!(total > 0 && exclusive.len() == total, "a GPU given twice");
         let held = capacity.gpu_equivalents(team0);
         assert!(held > 10.0 && held <= 20.0, "team-0 got {held}");
+    }
+
+    /// One node of 8 GPUs all held by tenant "a" (quota 4, priority 100
+    /// pods), and six one-GPU pods of tenant "b" (quota 4, priority 0).
+    fn a_filled_the_node() -> Snapshot {
+        use wasmgpu_policy_sdk::Tenant as Object;
+        let pending = pods("b", 6);
+        let mut snap = snapshot(vec![node("n", 8, "NVIDIA H100", 81920)], pending);
+        wasmgpu_policy_sdk::testing::running_on_each_gpu(&mut snap, 0, "a/p", 100);
+        let object = |name: &str, holding| Object {
+            name: name.into(),
+            weight: 1,
+            quota: 4,
+            limit: None,
+            holding,
+            waiting: 0,
+        };
+        snap.tenants = vec![object("a", 8), object("b", 0)];
+        for r in &mut snap.running {
+            r.tenant = Some(0);
+        }
+        for r in &mut snap.pending {
+            r.tenant = Some(1);
+        }
+        snap
+    }
+
+    #[test]
+    fn a_tenant_under_its_quota_reclaims_up_to_it_and_the_host_accepts_every_victim() {
+        let snap = a_filled_the_node();
+        let decisions = allocate(&snap);
+        let verdict = wasmgpu_policy_sdk::testing::validate(&snap, &decisions);
+        assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+        assert_eq!(verdict.preempting.len(), 4, "b reaches its quota of 4");
+        let mut victims: Vec<&str> = verdict
+            .preempting
+            .iter()
+            .flat_map(|p| p.victims.iter().map(String::as_str))
+            .collect();
+        victims.sort_unstable();
+        // Youngest first (a/p7 started last), so a keeps its oldest four.
+        assert_eq!(victims, ["a/p4", "a/p5", "a/p6", "a/p7"]);
+        let waits = decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Wait(_)))
+            .count();
+        assert_eq!(waits, 2, "the other two of b wait: a is at its quota");
+    }
+
+    #[test]
+    fn reclaim_can_be_turned_off_and_config_tenants_yield_to_objects() {
+        let mut snap = a_filled_the_node();
+        snap.config = r#"{"reclaim": false}"#.into();
+        let decisions = allocate(&snap);
+        assert!(decisions.iter().all(|d| matches!(d, Decision::Wait(_))));
+        // config.json's tenants are ignored once objects exist: "b" here
+        // would have no quota, and could not reclaim.
+        snap.config = r#"{"tenants": [{"name": "x", "namespaces": ["b"]}]}"#.into();
+        let verdict = wasmgpu_policy_sdk::testing::validate(&snap, &allocate(&snap));
+        assert_eq!(verdict.preempting.len(), 4);
     }
 
     #[test]

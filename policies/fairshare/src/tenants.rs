@@ -111,13 +111,14 @@ impl Capacity {
     }
 }
 
-/// A tenant: a configured one, or a namespace no configured tenant matches.
+/// A tenant: a GPUTenant object, a tenant of `config.json`, or a namespace
+/// no tenant matches.
 #[derive(Clone, Debug)]
 pub struct Tenant {
-    /// The configured name, or the namespace.
+    /// The tenant's name, or the namespace.
     pub name: String,
-    /// Its position in the config's `tenants`, when configured.
-    pub configured: Option<usize>,
+    /// Where it is defined, for messages.
+    pub source: Source,
     /// GPUs guaranteed.
     pub quota: Option<u32>,
     /// The most GPUs it may hold.
@@ -126,6 +127,17 @@ pub struct Tenant {
     pub weight: f64,
     /// What it holds: what its running pods hold plus the round's placements.
     pub held: Holding,
+}
+
+/// Where a tenant is defined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A `GPUTenant` object, at this position in `snapshot.tenants`.
+    Object(u32),
+    /// `config.json`'s `tenants`, at this position.
+    Config(usize),
+    /// A namespace no tenant matches: a tenant of its own.
+    Namespace,
 }
 
 /// Where a tenant stands in the order of service; lower is served first.
@@ -177,9 +189,11 @@ impl Tenant {
         if held + wanted <= f64::from(limit) + EPSILON {
             return None;
         }
-        let field = self.configured.map_or_else(String::new, |i| {
-            format!(" (fairshare config tenants[{i}].limit)")
-        });
+        let field = match self.source {
+            Source::Object(_) => format!(" (GPUTenant {}: spec.limit)", self.name),
+            Source::Config(i) => format!(" (fairshare config tenants[{i}].limit)"),
+            Source::Namespace => String::new(),
+        };
         Some(format!(
             "tenant {} holds {} of its limit {limit} GPUs{field}; this {what} needs {} more",
             self.name,
@@ -199,36 +213,83 @@ pub fn gpus(value: f64) -> String {
 }
 
 /// Every tenant a round deals with, and which one each namespace belongs to.
+///
+/// The GPUTenant objects (`snapshot.tenants`) win: when there are any, the
+/// tenants of `config.json` are ignored (and a log line says so), and each
+/// pod's tenant is the one the host names. Without objects, `config.json`'s
+/// tenants apply as before.
 #[derive(Clone, Debug)]
 pub struct Tenants<'c> {
     config: &'c Config,
-    /// The tenants, configured ones first (in config order), then namespaces
-    /// of their own in the order met.
+    /// Whether the tenants are the snapshot's objects.
+    objects: bool,
+    /// The tenants: objects or configured ones first (in their order), then
+    /// namespaces of their own in the order met.
     pub all: Vec<Tenant>,
     namespace_to_tenant: BTreeMap<String, usize>,
 }
 
 impl<'c> Tenants<'c> {
-    /// The configured tenants, holding what the snapshot's running pods of
-    /// their namespaces hold.
+    /// The tenants, holding what the snapshot's running pods of their
+    /// namespaces hold.
     pub fn new(config: &'c Config, snapshot: &Snapshot) -> Self {
-        let all = config
-            .tenants
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Tenant {
-                name: t.name.clone(),
-                configured: Some(i),
-                quota: t.quota,
-                limit: t.limit,
-                weight: t.weight,
-                held: Holding::default(),
-            })
-            .collect();
+        let objects = !snapshot.tenants.is_empty();
+        let all = if objects {
+            snapshot
+                .tenants
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Tenant {
+                    name: t.name.clone(),
+                    source: Source::Object(i as u32),
+                    quota: Some(t.quota),
+                    limit: t.limit,
+                    weight: f64::from(t.weight.max(1)),
+                    held: Holding::default(),
+                })
+                .collect()
+        } else {
+            config
+                .tenants
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Tenant {
+                    name: t.name.clone(),
+                    source: Source::Config(i),
+                    quota: t.quota,
+                    limit: t.limit,
+                    weight: t.weight,
+                    held: Holding::default(),
+                })
+                .collect()
+        };
+        let mut namespace_to_tenant = BTreeMap::new();
+        if objects {
+            let tenant_of = snapshot
+                .pending
+                .iter()
+                .map(|r| (r.namespace, r.tenant))
+                .chain(snapshot.running.iter().map(|r| (r.namespace, r.tenant)));
+            for (namespace, tenant) in tenant_of {
+                if let Some(t) = tenant.filter(|&t| (t as usize) < snapshot.tenants.len()) {
+                    namespace_to_tenant.insert(snapshot.namespace(namespace).to_owned(), t as usize);
+                }
+            }
+            if !config.tenants.is_empty() {
+                wasmgpu_policy_sdk::log(&format!(
+                    "fairshare: config.json lists {} tenant(s), ignored: {} GPUTenant object(s) \
+                     define the tenants; remove `tenants` from config.json \
+                     (`wasmgpu tenant migrate config.json` prints them as GPUTenants)",
+                    config.tenants.len(),
+                    snapshot.tenants.len()
+                ));
+            }
+        }
         let mut tenants = Tenants {
             config,
+            objects,
             all,
-            namespace_to_tenant: BTreeMap::new(),
+            namespace_to_tenant,
         };
         for usage in wasmgpu_policy_sdk::usage(snapshot) {
             let t = tenants.of_namespace(&usage.namespace);
@@ -238,17 +299,22 @@ impl<'c> Tenants<'c> {
     }
 
     /// The tenant of `namespace` (created with the default weight when no
-    /// configured tenant matches it), as a position in `all`.
+    /// tenant matches it), as a position in `all`.
     pub fn of_namespace(&mut self, namespace: &str) -> usize {
         if let Some(&t) = self.namespace_to_tenant.get(namespace) {
             return t;
         }
-        let t = match self.config.tenant_of(namespace) {
+        let configured = if self.objects {
+            None
+        } else {
+            self.config.tenant_of(namespace)
+        };
+        let t = match configured {
             Some(t) => t,
             None => {
                 self.all.push(Tenant {
                     name: namespace.to_owned(),
-                    configured: None,
+                    source: Source::Namespace,
                     quota: None,
                     limit: None,
                     weight: self.config.default_weight,
@@ -269,7 +335,7 @@ mod tests {
     fn tenant(quota: Option<u32>, weight: f64, gpus: f64, shared_mib: f64) -> Tenant {
         Tenant {
             name: "t".into(),
-            configured: Some(0),
+            source: Source::Config(0),
             quota,
             limit: Some(8),
             weight,

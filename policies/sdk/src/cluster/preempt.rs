@@ -30,6 +30,22 @@ impl<'s> Cluster<'s> {
     /// this round's state: its GPUs are taken, its victims may not be named
     /// again. `None` when the pod may not preempt or no eviction makes room.
     pub fn preempt(&mut self, want: &Want<'s>, fit: Fit, nvlink: Nvlink) -> Option<Decision> {
+        let priority = want.request.priority;
+        self.preempt_where(want, fit, nvlink, &|pod: &Running| pod.priority < priority)
+    }
+
+    /// [`Cluster::preempt`] with another rule for who may be evicted:
+    /// running pods for which `may_evict` holds (and which are evictable,
+    /// past their minimum runtime, in no gang, not yet a victim). Reclaim
+    /// names pods of tenants over their quota this way, whatever their
+    /// priority; the host checks the rule it applies (docs/POLICIES.md).
+    pub fn preempt_where(
+        &mut self,
+        want: &Want<'s>,
+        fit: Fit,
+        nvlink: Nvlink,
+        may_evict: &dyn Fn(&Running) -> bool,
+    ) -> Option<Decision> {
         let request = want.request;
         if want.is_dra()
             || request.preemption == PreemptionPolicy::Never
@@ -44,7 +60,7 @@ impl<'s> Cluster<'s> {
             if (node as usize) >= self.nodes.len() {
                 continue;
             }
-            let Some(option) = self.preempt_on(node, want, fit, nvlink) else {
+            let Some(option) = self.preempt_on(node, want, fit, nvlink, may_evict) else {
                 continue;
             };
             let better = best
@@ -68,14 +84,14 @@ impl<'s> Cluster<'s> {
     }
 
     /// The running pods `want` may evict on `node`, in eviction order.
-    fn candidates(&self, node: u32, want: &Want<'s>) -> Vec<u32> {
+    fn candidates(&self, node: u32, may_evict: &dyn Fn(&Running) -> bool) -> Vec<u32> {
         let running = &self.snapshot.running;
         let mut found: Vec<u32> = self.running_on[node as usize]
             .iter()
             .copied()
             .filter(|&r| {
                 let pod = &running[r as usize];
-                pod.priority < want.request.priority
+                may_evict(pod)
                     && pod.evictable
                     && pod.protected_ms == 0
                     && pod.gang.is_none()
@@ -100,8 +116,9 @@ impl<'s> Cluster<'s> {
         want: &Want<'s>,
         fit: Fit,
         nvlink: Nvlink,
+        may_evict: &dyn Fn(&Running) -> bool,
     ) -> Option<Choice> {
-        let candidates = self.candidates(node, want);
+        let candidates = self.candidates(node, may_evict);
         if candidates.is_empty() {
             return None;
         }
