@@ -16,6 +16,7 @@ mod preemption;
 mod scale;
 mod shadow;
 mod snapshot;
+mod tenants;
 
 use anyhow::Result;
 use k8s_openapi::api::core::v1::Pod;

@@ -52,7 +52,7 @@ async fn pod_of_class(ctx: &TestContext, name: &str, resource: &str, class: &str
 
 /// The kubelet's part: pods whose deletion was requested (evicted) are
 /// gone at once. Returns their names.
-async fn finish_evicted(pods: &Api<Pod>) -> Result<Vec<String>> {
+pub(super) async fn finish_evicted(pods: &Api<Pod>) -> Result<Vec<String>> {
     let mut gone = Vec::new();
     for pod in pods.list(&ListParams::default()).await? {
         if pod.metadata.deletion_timestamp.is_some() {
