@@ -59,6 +59,7 @@ deploy-policies: policies ## Refresh the shipped policy components in deploy/pol
 	@cp $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm deploy/policies/binpack.wasm
 	@cp $(WASMGPU_POLICY_DIR)/wasmgpu_spread.wasm deploy/policies/spread.wasm
 	@cp $(WASMGPU_POLICY_DIR)/wasmgpu_fairshare.wasm deploy/policies/fairshare.wasm
+	@cp deploy/policies/*.wasm deploy/policies/fairshare.config.json deploy/helm/wasmgpu/charts/policies/
 	@sha256sum deploy/policies/*.wasm | sed 's/^/    /'
 
 build: toolchain ## Build the wasmgpu binary (release)
@@ -82,7 +83,7 @@ demo-offline: policies build ## Run binpack and spread on the demo snapshot and 
 	@echo "==> binpack and spread side by side"
 	@$(WASMGPU) policy compare $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm $(WASMGPU_POLICY_DIR)/wasmgpu_spread.wasm --snapshot $(DEMO_SNAPSHOT)
 
-test: policies-all test-sdks control-plane registry ## Run every test (unit, Wasm engine, real control plane, registry, SDKs)
+test: policies-all test-sdks control-plane registry helm ## Run every test (unit, Wasm engine, real control plane, registry, Helm chart, SDKs)
 	@echo "==> cargo test (release)"
 	@$(CARGO) test --release --workspace
 
@@ -142,6 +143,16 @@ export WASMGPU_ORAS := $(shell $(REGISTRY_BUILD) --oras-path)
 .PHONY: registry
 registry: ## Build the test OCI registry and the ORAS CLI (once; cached outside the clone)
 	@$(REGISTRY_BUILD) >/dev/null
+
+# Helm, for the chart in deploy/helm/wasmgpu (host/tests/helm.rs, docs/HELM.md):
+# built from its Go module (tests/helm/go.mod) once into a cache outside the clone.
+HELM_BUILD := tests/helm/build.sh
+export WASMGPU_HELM := $(shell $(HELM_BUILD) --path)
+
+.PHONY: helm
+helm: ## Build Helm for the chart's tests (once; cached outside the clone) and print its path
+	@$(HELM_BUILD) >/dev/null
+	@echo $(WASMGPU_HELM)
 
 .PHONY: control-plane kubectl cluster
 control-plane: ## Build the local control plane (once; cached outside the clone)

@@ -74,7 +74,7 @@ fn check_structural(path: &str, node: &Value, problems: &mut Vec<String>) {
 
 #[test]
 fn schemas_are_structural() {
-    for kind in ["GPUResource", "GPUNode"] {
+    for kind in ["GPUResource", "GPUNode", "GPUTenant"] {
         let mut problems = Vec::new();
         check_structural(kind, &schema(kind), &mut problems);
         assert!(problems.is_empty(), "{kind}: {problems:#?}");
@@ -132,6 +132,13 @@ fn crds_have_names_scopes_and_columns() {
     let gpun = &crds[1];
     assert_eq!(gpun.metadata.name.as_deref(), Some("gpunodes.wasmgpu.io"));
     assert_eq!(gpun.spec.scope, "Cluster");
+    let gput = &crds[2];
+    assert_eq!(gput.metadata.name.as_deref(), Some("gputenants.wasmgpu.io"));
+    assert_eq!(gput.spec.scope, "Cluster");
+    assert_eq!(
+        gput.spec.names.short_names.as_deref(),
+        Some(&["gput".to_string()][..])
+    );
     for crd in &crds {
         let version = &crd.spec.versions[0];
         assert_eq!(version.name, "v1alpha1");
@@ -153,7 +160,7 @@ fn crds_have_names_scopes_and_columns() {
 }
 
 #[test]
-fn wasmgpu_crd_prints_both_crds_and_writes_a_directory() {
+fn wasmgpu_crd_prints_every_crd_and_writes_a_directory() {
     let binary = env!("CARGO_BIN_EXE_wasmgpu");
     let output = std::process::Command::new(binary)
         .arg("crd")
@@ -167,7 +174,14 @@ fn wasmgpu_crd_prints_both_crds_and_writes_a_directory() {
             crd["metadata"]["name"].as_str().unwrap().to_string()
         })
         .collect();
-    assert_eq!(names, ["gpuresources.wasmgpu.io", "gpunodes.wasmgpu.io"]);
+    assert_eq!(
+        names,
+        [
+            "gpuresources.wasmgpu.io",
+            "gpunodes.wasmgpu.io",
+            "gputenants.wasmgpu.io"
+        ]
+    );
 
     let dir = std::env::temp_dir().join(format!("wasmgpu-crd-cli-{}", std::process::id()));
     let status = std::process::Command::new(binary)
@@ -224,7 +238,7 @@ fn every_format_is_one_the_api_server_knows() {
         "mac",
         "uuid",
     ];
-    for kind in ["GPUResource", "GPUNode"] {
+    for kind in ["GPUResource", "GPUNode", "GPUTenant"] {
         let mut found = Vec::new();
         formats(kind, &schema(kind), &mut found);
         assert!(!found.is_empty(), "{kind} has integer fields with formats");
@@ -237,4 +251,22 @@ fn every_format_is_one_the_api_server_knows() {
             "{kind}: formats the API server does not know: {unknown:?}"
         );
     }
+}
+
+#[test]
+fn gputenant_schema_refuses_a_quota_above_the_limit() {
+    let schema = schema("GPUTenant");
+    let spec = &schema["properties"]["spec"];
+    assert_eq!(spec["required"], serde_json::json!(["namespaces"]));
+    assert_eq!(spec["properties"]["namespaces"]["minItems"], 1);
+    assert_eq!(spec["properties"]["weight"]["minimum"].as_f64(), Some(1.0));
+    let rules = spec["x-kubernetes-validations"]
+        .as_array()
+        .expect("CEL rules on spec");
+    assert!(rules.iter().any(|r| {
+        r["rule"]
+            .as_str()
+            .unwrap()
+            .contains("self.quota <= self.limit")
+    }));
 }

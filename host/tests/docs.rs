@@ -370,6 +370,7 @@ fn the_conditions_table_lists_every_condition_type() {
     for (kind, list, code) in [
         ("GPUResource", "ON_GPURESOURCE", conditions::ON_GPURESOURCE),
         ("GPUNode", "ON_GPUNODE", conditions::ON_GPUNODE),
+        ("GPUTenant", "ON_GPUTENANT", conditions::ON_GPUTENANT),
     ] {
         let place = format!("the `## Conditions` table of docs/API.md (rows on {kind})");
         problems.extend(differences(
@@ -387,6 +388,7 @@ fn every_other_list_of_conditions_is_complete() {
     let mut problems = Vec::new();
     let gpuresource = strings(conditions::ON_GPURESOURCE);
     let gpunode = strings(conditions::ON_GPUNODE);
+    let gputenant = strings(conditions::ON_GPUTENANT);
     // The status tables of docs/API.md: the `conditions` row of each kind.
     for (kind, list, code, heading, first) in [
         (
@@ -401,6 +403,13 @@ fn every_other_list_of_conditions_is_complete() {
             "ON_GPUNODE",
             &gpunode,
             "## GPUNode (cluster-scoped, short name `gpun`)",
+            "status field",
+        ),
+        (
+            "GPUTenant",
+            "ON_GPUTENANT",
+            &gputenant,
+            "## GPUTenant (cluster-scoped, short name `gput`)",
             "status field",
         ),
     ] {

@@ -120,7 +120,9 @@ pub struct GPUTenantStatus {
 impl GPUTenantSpec {
     /// Whether the tenant's globs match `namespace`.
     pub fn matches(&self, namespace: &str) -> bool {
-        self.namespaces.iter().any(|glob| glob_match(glob, namespace))
+        self.namespaces
+            .iter()
+            .any(|glob| glob_match(glob, namespace))
     }
 
     /// Checks what the controller relies on, whether or not the API server

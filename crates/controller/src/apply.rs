@@ -41,8 +41,8 @@ use super::wanted_status::WantedStatus;
 use super::wanted_tenant_status::WantedTenantStatus;
 use super::watch::WatchedIndex;
 use wasmgpu_api::{
-    Allocation, Device, GANG_RESERVATION_ANNOTATION, GPUResource, GPUTenant, GangReservation, PodAllocation,
-    PodGroup, RELEASE_FINALIZER, ReservedMember, Sharing,
+    Allocation, Device, GANG_RESERVATION_ANNOTATION, GPUResource, GPUTenant, GangReservation,
+    PodAllocation, PodGroup, RELEASE_FINALIZER, ReservedMember, Sharing,
 };
 use wasmgpu_contract::HostSnapshot;
 use wasmgpu_contract::types::{Ask, Sharing as WitSharing};

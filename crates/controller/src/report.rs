@@ -7,16 +7,15 @@ use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 
+use super::apply::{StatusApi, TenantStatusApi};
 use super::events::{EventSink, Reason, gpuresource_ref, pod_ref};
 use super::metrics::Metrics;
-use super::apply::{StatusApi, TenantStatusApi};
 use super::status::StatusWriter;
 use super::wanted_status::WantedStatus;
 use super::wanted_tenant_status::WantedTenantStatus;
 use super::watch::WatchedIndex;
 use wasmgpu_index::{
-    ObjectKey, PodCounts, Problem, ResourceView, RoundReport, Subject, TenantView,
-    UnhealthyHolding,
+    ObjectKey, PodCounts, Problem, ResourceView, RoundReport, Subject, TenantView, UnhealthyHolding,
 };
 
 /// Pods of one GPUResource told about a new policy error.

@@ -83,7 +83,8 @@ impl<T: StatusTarget> StatusWriter<T> {
             wake: tokio::sync::Notify::new(),
         });
         let writing = write_queued(Arc::clone(&shared), api);
-        let task = tokio::spawn(writing.instrument(tracing::info_span!("status_writer", kind = T::KIND)));
+        let task =
+            tokio::spawn(writing.instrument(tracing::info_span!("status_writer", kind = T::KIND)));
         Self { shared, task }
     }
 

@@ -128,14 +128,33 @@ mod tests {
     #[test]
     fn over_limit_and_over_quota_follow_what_it_holds() {
         let within = WantedTenantStatus::of(&view(4, 4, Some(8)));
-        assert_eq!(state(&within, "OverLimit"), Some((false, "WithinLimit".into())));
-        assert_eq!(state(&within, "OverQuota"), Some((false, "WithinQuota".into())));
+        assert_eq!(
+            state(&within, "OverLimit"),
+            Some((false, "WithinLimit".into()))
+        );
+        assert_eq!(
+            state(&within, "OverQuota"),
+            Some((false, "WithinQuota".into()))
+        );
         let over = WantedTenantStatus::of(&view(9, 4, Some(8)));
-        assert_eq!(state(&over, "OverLimit"), Some((true, "HoldsMoreThanLimit".into())));
-        assert_eq!(state(&over, "OverQuota"), Some((true, "HoldsMoreThanQuota".into())));
-        assert!(over.conditions[1].3.contains("5 beyond its quota of 4"), "{:?}", over.conditions);
+        assert_eq!(
+            state(&over, "OverLimit"),
+            Some((true, "HoldsMoreThanLimit".into()))
+        );
+        assert_eq!(
+            state(&over, "OverQuota"),
+            Some((true, "HoldsMoreThanQuota".into()))
+        );
+        assert!(
+            over.conditions[1].3.contains("5 beyond its quota of 4"),
+            "{:?}",
+            over.conditions
+        );
         let unlimited = WantedTenantStatus::of(&view(1, 0, None));
-        assert_eq!(state(&unlimited, "OverLimit"), Some((false, "NoLimit".into())));
+        assert_eq!(
+            state(&unlimited, "OverLimit"),
+            Some((false, "NoLimit".into()))
+        );
         assert_eq!(state(&unlimited, "Invalid"), None);
     }
 

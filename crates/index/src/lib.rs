@@ -62,8 +62,8 @@ pub use drift::{OutdatedHoldings, UnhealthyHolding};
 pub use eligibility::Ineligible;
 pub use holdings::{Eviction, GpuState, PendingBinding, Release, ReleaseReason};
 pub use key::ObjectKey;
-pub use tenants::TenantView;
 pub use problem::{Problem, Subject};
+pub use tenants::TenantView;
 pub use watch::IndexResource;
 
 use holdings::InFlight;

@@ -188,7 +188,8 @@ impl Index {
         let victims = self.nominated_victims();
         for holding in &holdings.live {
             let key = holding.pod.as_ref();
-            let leaving = victims.contains(key) || self.key_to_pod.get(key).is_some_and(|p| p.deleting);
+            let leaving =
+                victims.contains(key) || self.key_to_pod.get(key).is_some_and(|p| p.deleting);
             if leaving {
                 continue;
             }

@@ -7,7 +7,7 @@ use clap::Args;
 
 use wasmgpu_api as api;
 
-/// Print the CRDs (GPUResource, GPUNode) as one multi-document YAML stream.
+/// Print the CRDs (GPUResource, GPUNode, GPUTenant) as one multi-document YAML stream.
 #[derive(Debug, Args)]
 pub struct CrdCommand {
     /// Write one file per CRD and a kustomization.yaml into DIR instead

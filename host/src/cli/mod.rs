@@ -18,6 +18,7 @@ mod policy_snapshot;
 mod snapshot_file;
 mod stdout;
 mod table;
+mod tenant;
 
 use clap::{Parser, Subcommand};
 
@@ -47,6 +48,10 @@ enum Command {
     Controller(Box<controller::ControllerCommand>),
     /// Print the CRD YAML generated from the API types.
     Crd(crd::CrdCommand),
+    /// Tenants as Kubernetes objects: move fairshare's config.json tenants
+    /// to GPUTenants.
+    #[command(subcommand)]
+    Tenant(tenant::TenantCommand),
     // Its help is the doc of `AgentCommand`.
     Agent(agent::AgentCommand),
     /// Play a node's kubelet once (a node without one: demo, simulation):
@@ -65,6 +70,7 @@ impl Cli {
             Command::Allocations(command) => command.run(),
             Command::Controller(command) => command.run(),
             Command::Crd(command) => command.run(),
+            Command::Tenant(command) => command.run(),
             Command::Agent(command) => command.run(),
             Command::PlayKubelet(command) => command.run(),
         })

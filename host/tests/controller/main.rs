@@ -8,6 +8,7 @@ mod fairshare;
 mod gangs;
 mod holdings;
 mod mig;
+mod monitoring;
 mod oci;
 mod operate;
 mod oras;

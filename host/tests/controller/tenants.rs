@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, ensure};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
 use wasmgpu::api::{GPUTenant, GPUTenantSpec, Sharing};
 use wasmgpu_test_harness::TestContext;
 
@@ -49,7 +49,12 @@ async fn tenant(
 
 /// Creates one-GPU pods `{prefix}-{i}` in `ctx` (GPUResource `gpu`) on the
 /// nodes of `group`.
-async fn create_pods(ctx: &TestContext, group: &TestContext, prefix: &str, count: usize) -> Result<()> {
+async fn create_pods(
+    ctx: &TestContext,
+    group: &TestContext,
+    prefix: &str,
+    count: usize,
+) -> Result<()> {
     let api = ctx.api::<Pod>();
     futures::stream::iter((0..count).map(|i| format!("{prefix}-{i:03}")))
         .map(|name| {
@@ -120,24 +125,46 @@ async fn a_tenant_under_its_quota_reclaims_up_to_it_and_the_other_keeps_its_own(
     for node in &nodes {
         gpu_node(&group, node, GPUS).await?;
     }
-    let (tenant_a, tenant_b) = (format!("{}-a", group.namespace), format!("{}-b", group.namespace));
+    let (tenant_a, tenant_b) = (
+        format!("{}-a", group.namespace),
+        format!("{}-b", group.namespace),
+    );
     tenant(&group, &tenant_a, &a.namespace, QUOTA, None).await?;
     tenant(&group, &tenant_b, &b.namespace, QUOTA, None).await?;
-    let observed = put_policy(&group, "fairshare", "policy.wasm", policy_bytes("fairshare"), None, None).await?;
+    let observed = put_policy(
+        &group,
+        "fairshare",
+        "policy.wasm",
+        policy_bytes("fairshare"),
+        None,
+        None,
+    )
+    .await?;
     let mut controller = Controller::start(&group).await?;
     let status = wait_observed(&group, "fairshare", &observed).await?;
-    ensure!(status.last_error.is_none(), "fairshare did not load: {status:?}");
+    ensure!(
+        status.last_error.is_none(),
+        "fairshare did not load: {status:?}"
+    );
 
     // A takes all 64 GPUs while B is idle.
     create_pods(&a, &group, "a", (NODES * GPUS) as usize).await?;
     let deadline = Instant::now() + ACT;
     while census(&a).await?.0.len() < (NODES * GPUS) as usize {
         controller.check_alive()?;
-        ensure!(Instant::now() < deadline, "A never held 64 GPUs\n{}", controller.log_tail());
+        ensure!(
+            Instant::now() < deadline,
+            "A never held 64 GPUs\n{}",
+            controller.log_tail()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let status_a = wait_tenant(&group, &tenant_a, NODES * GPUS).await?;
-    ensure!(condition(&status_a, "OverQuota").as_deref() == Some("True"), "{:?}", status_a.status);
+    ensure!(
+        condition(&status_a, "OverQuota").as_deref() == Some("True"),
+        "{:?}",
+        status_a.status
+    );
 
     // B submits 40: it reaches its quota of 32, A keeps 32, B's other 8 wait.
     let created = Instant::now();
@@ -154,14 +181,20 @@ async fn a_tenant_under_its_quota_reclaims_up_to_it_and_the_other_keeps_its_own(
         let (held_b, waiting_b, _) = census(&b).await?;
         lowest_a = lowest_a.min(held_a.len());
         for (name, _) in &held_b {
-            bound_at.entry(name.clone()).or_insert_with(|| created.elapsed());
+            bound_at
+                .entry(name.clone())
+                .or_insert_with(|| created.elapsed());
         }
         // No GPU held twice, at any point.
         let mut all: Vec<&String> = held_a.iter().chain(&held_b).flat_map(|(_, d)| d).collect();
         let total = all.len();
         all.sort();
         all.dedup();
-        ensure!(all.len() == total, "a GPU held twice\n{}", controller.log_tail());
+        ensure!(
+            all.len() == total,
+            "a GPU held twice\n{}",
+            controller.log_tail()
+        );
         if held_b.len() == QUOTA as usize && waiting_b == 8 {
             let since = *stable_since.get_or_insert_with(Instant::now);
             if since.elapsed() > Duration::from_secs(5) {
@@ -182,8 +215,15 @@ async fn a_tenant_under_its_quota_reclaims_up_to_it_and_the_other_keeps_its_own(
     }
     let (held_a, _, _) = census(&a).await?;
     ensure!(held_a.len() == QUOTA as usize, "A holds {}", held_a.len());
-    ensure!(lowest_a >= QUOTA as usize, "A dropped to {lowest_a}, below its quota");
-    ensure!(evicted.len() == QUOTA as usize, "evicted {} of A: {evicted:?}", evicted.len());
+    ensure!(
+        lowest_a >= QUOTA as usize,
+        "A dropped to {lowest_a}, below its quota"
+    );
+    ensure!(
+        evicted.len() == QUOTA as usize,
+        "evicted {} of A: {evicted:?}",
+        evicted.len()
+    );
     let mut times: Vec<Duration> = bound_at.values().copied().collect();
     times.sort();
     let median = times[times.len() / 2];
@@ -203,11 +243,16 @@ async fn a_tenant_under_its_quota_reclaims_up_to_it_and_the_other_keeps_its_own(
     drop(controller);
     for ctx in [&a, &b] {
         ctx.api::<Pod>()
-            .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
+            .delete_collection(
+                &DeleteParams::default().grace_period(0),
+                &ListParams::default(),
+            )
             .await?;
     }
     for name in [&tenant_a, &tenant_b] {
-        Api::<GPUTenant>::all(group.client.clone()).delete(name, &DeleteParams::default()).await?;
+        Api::<GPUTenant>::all(group.client.clone())
+            .delete(name, &DeleteParams::default())
+            .await?;
     }
     remove_nodes(&group, &nodes).await
 }
@@ -231,18 +276,38 @@ async fn the_host_refuses_an_assignment_past_a_tenants_limit_whatever_the_policy
         if held.len() == 2 && waiting == 1 {
             break;
         }
-        ensure!(Instant::now() < deadline, "{} bound, {waiting} wait\n{}", held.len(), controller.log_tail());
+        ensure!(
+            Instant::now() < deadline,
+            "{} bound, {waiting} wait\n{}",
+            held.len(),
+            controller.log_tail()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Still so a while later: the third is refused each round.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (held, waiting, _) = census(&ctx).await?;
-    ensure!(held.len() == 2 && waiting == 1, "{} bound, {waiting} wait", held.len());
+    ensure!(
+        held.len() == 2 && waiting == 1,
+        "{} bound, {waiting} wait",
+        held.len()
+    );
     let status = wait_tenant(&ctx, &name, 2).await?;
-    ensure!(condition(&status, "OverLimit").as_deref() == Some("False"), "{:?}", status.status);
-    ensure!(condition(&status, "OverQuota").as_deref() == Some("True"), "{:?}", status.status);
+    ensure!(
+        condition(&status, "OverLimit").as_deref() == Some("False"),
+        "{:?}",
+        status.status
+    );
+    ensure!(
+        condition(&status, "OverQuota").as_deref() == Some("True"),
+        "{:?}",
+        status.status
+    );
     let log = controller.log_tail();
-    ensure!(log.contains("past its limit of 2"), "the refusal is named in the log:\n{log}");
+    ensure!(
+        log.contains("past its limit of 2"),
+        "the refusal is named in the log:\n{log}"
+    );
 
     // Lowering the limit under what it holds: OverLimit, nobody evicted.
     let api = Api::<GPUTenant>::all(ctx.client.clone());
@@ -263,7 +328,10 @@ async fn the_host_refuses_an_assignment_past_a_tenants_limit_whatever_the_policy
     drop(controller);
     api.delete(&name, &DeleteParams::default()).await?;
     ctx.api::<Pod>()
-        .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
         .await?;
     remove_nodes(&ctx, &[node]).await
 }

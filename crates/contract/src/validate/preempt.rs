@@ -145,7 +145,11 @@ fn reclaimable(replay: &Replay<'_>, request: &Request, running: &Running, lost: 
         .saturating_add(wants);
     let theirs_after = theirs
         .holding
-        .saturating_sub(lost.get(running.tenant.unwrap_or(0) as usize).copied().unwrap_or(0))
+        .saturating_sub(
+            lost.get(running.tenant.unwrap_or(0) as usize)
+                .copied()
+                .unwrap_or(0),
+        )
         .saturating_sub(running.gpus.len() as u32);
     theirs_after >= theirs.quota && ours_after <= ours_t.quota
 }

@@ -318,7 +318,11 @@ fn reclaim_never_takes_a_tenant_below_its_quota_over_the_round() {
     snap.pending[0].priority = 0;
     // Alone: a, holding 8 of quota 4, may lose 4.
     let four = preempt(0, 0, vec![0, 1, 2, 3], vec![0, 1, 2, 3]);
-    assert!(validate(&snap, std::slice::from_ref(&four)).refused.is_empty());
+    assert!(
+        validate(&snap, std::slice::from_ref(&four))
+            .refused
+            .is_empty()
+    );
     // Not with a quota of 5: it would hold 4.
     snap.tenants[0].quota = 5;
     assert_eq!(code(&validate(&snap, &[four])), ["victim-not-lower"]);

@@ -350,10 +350,12 @@ fn nominated_gpus_are_the_preemptors_until_its_victims_are_gone_then_it_is_bound
 fn a_victim_already_named_or_going_is_not_evictable_again() {
     let mut index = cluster();
     let run = || {
-        pod("ml", "run")
-            .uid("uid-run")
-            .resource("r")
-            .holds("n", &["GPU-n-0"], Sharing::Exclusive, H100_MIB)
+        pod("ml", "run").uid("uid-run").resource("r").holds(
+            "n",
+            &["GPU-n-0"],
+            Sharing::Exclusive,
+            H100_MIB,
+        )
     };
     index.apply_pod(&run().build());
     index.apply_pod(&pod("ml", "other").resource("r").build());

@@ -46,8 +46,15 @@ fn the_snapshot_lists_tenants_by_name_and_each_pod_names_its_own() {
     assert_eq!(names, ["team-a", "team-b"]);
     let a = &snapshot.tenants[0];
     assert_eq!((a.quota, a.limit, a.weight), (2, Some(3), 2));
-    assert_eq!((a.holding, a.waiting), (2, 1), "two held in a-1, one asked in a-2");
-    assert_eq!((snapshot.tenants[1].holding, snapshot.tenants[1].waiting), (0, 2));
+    assert_eq!(
+        (a.holding, a.waiting),
+        (2, 1),
+        "two held in a-1, one asked in a-2"
+    );
+    assert_eq!(
+        (snapshot.tenants[1].holding, snapshot.tenants[1].waiting),
+        (0, 2)
+    );
     let tenant_of = |pod: &str| {
         snapshot
             .pending

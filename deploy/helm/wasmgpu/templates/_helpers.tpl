@@ -13,38 +13,27 @@ system:serviceaccount:{{ .Values.namespace }}:wasmgpu-controller
 {{- end }}
 
 {{/*
-The shipped policies: which are in the image (the controller's --policy
-files), which are only ConfigMaps.
+The shipped policies, in the order deploy/policies lists them. binpack and
+spread are also in the image (the controller's --policy files); fairshare
+is only a ConfigMap.
 */}}
 {{- define "wasmgpu.shippedPolicies" -}}
 binpack spread fairshare
 {{- end }}
-{{- define "wasmgpu.imagePolicies" -}}
-binpack spread
-{{- end }}
 
 {{/*
-Refuses values that would install something that cannot work, with what to
-change; rendered (as nothing) by namespace.yaml.
+Refuses values that would install something that cannot work, saying what to
+change (values.schema.json checks each value alone); rendered, as nothing,
+by namespace.yaml.
 */}}
 {{- define "wasmgpu.validate" -}}
-{{- $shipped := splitList " " (include "wasmgpu.shippedPolicies" .) }}
-{{- $inImage := splitList " " (include "wasmgpu.imagePolicies" .) }}
-{{- range .Values.policies.include }}
-{{- if not (has . $shipped) }}
-{{- fail (printf "policies.include: %q is not a shipped policy (%s)" . (join ", " $shipped)) }}
-{{- end }}
-{{- end }}
-{{- if not (has .Values.policySource (list "configMap" "oci")) }}
-{{- fail (printf "policySource: %q is neither configMap nor oci" .Values.policySource) }}
-{{- end }}
-{{- if and (has .Values.defaultPolicy $shipped) (not (has .Values.defaultPolicy $inImage)) (not (has .Values.defaultPolicy .Values.policies.include)) }}
-{{- fail (printf "defaultPolicy: %s is not in the image, only a ConfigMap: add it to policies.include" .Values.defaultPolicy) }}
+{{- if and (eq .Values.defaultPolicy "fairshare") (not (has "fairshare" .Values.policies.include)) }}
+{{- fail "defaultPolicy: fairshare is not in the image, only a ConfigMap: add it to policies.include" }}
 {{- end }}
 {{- if eq .Values.policySource "oci" }}
 {{- range .Values.policies.include }}
-{{- if not (hasPrefix "oci://" (index $.Values.oci.references . | default "")) }}
-{{- fail (printf "policySource: oci needs oci.references.%s, the component's oci://…@sha256:… reference (`wasmgpu policy push` prints it), or leave %s out of policies.include" . .) }}
+{{- if not (index $.Values.oci.references . | default "") }}
+{{- fail (printf "policySource: oci needs oci.references.%s, the component's oci://…@sha256:… reference (`wasmgpu policy push` prints it), or %s left out of policies.include" . .) }}
 {{- end }}
 {{- end }}
 {{- end }}
