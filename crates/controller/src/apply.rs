@@ -606,7 +606,8 @@ impl Writer {
                 let devices = allocation.device_list();
                 tracing::info!(%pod, node = %allocation.node, %devices, policy = %allocation.policy.name, "Bound");
                 self.metrics.pods_bound(1);
-                self.events.per_pod(
+                // Rate-limited: past the rate, the annotations say it.
+                let _sent = self.events.per_pod(
                     pod_ref(pod, Some(uid)),
                     Reason::Allocated,
                     "Bind",

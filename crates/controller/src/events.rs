@@ -64,6 +64,9 @@ reasons! {
     PolicyRejected = "PolicyRejected",
     /// Pod: its gang is not placed yet (all or nothing), once per reason.
     GangWaiting = "GangWaiting",
+    /// Pod: the policy left it waiting, with the policy's reason (e.g. no
+    /// node has room now, its tenant is at its limit), once per reason.
+    Waiting = "Waiting",
     /// Pod: a GPU it holds turned unhealthy.
     GpuUnhealthy = "GPUUnhealthy",
     /// GPUResource and its first waiting pods: no policy of that name is
@@ -225,21 +228,23 @@ impl EventSink {
         (sink, task)
     }
 
-    /// Queues a Normal event sent for every pod of a kind (`Allocated`),
-    /// unless more than the rate were sent in the last second.
+    /// Queues a Normal event sent for every pod of a kind (`Allocated`,
+    /// `Waiting`), unless more than the rate were sent in the last second;
+    /// false when it was not queued.
     pub fn per_pod(
         &self,
         reference: ObjectReference,
         reason: Reason,
         action: &'static str,
         note: String,
-    ) {
+    ) -> bool {
         let allowed = wasmgpu_support::lock(&self.per_pod).take(Instant::now());
         if !allowed {
             self.metrics.event_unsent(reason.as_str(), "rate-limited");
-            return;
+            return false;
         }
         self.queue(reference, false, reason, action, note, false);
+        true
     }
 
     /// Queues a Normal event.

@@ -115,7 +115,7 @@ pub struct Config {
     pub lease: Option<LeaseConfig>,
     /// Concurrency and timeout of API writes.
     pub writes: WriteSettings,
-    /// `Allocated` Events (one per pod bound) sent per second at most.
+    /// `Allocated` and `Waiting` Events (one per pod) sent per second at most.
     pub allocated_events_per_second: u32,
     /// Components named by OCI reference: cache, CAs, size cap.
     pub registry: RegistrySettings,
@@ -237,7 +237,7 @@ pub async fn run(
         resync: config.resync,
         metrics,
         leader: leadership.subscribe(),
-        gang_waits_told: Default::default(),
+        waits_told: Default::default(),
         recorder,
     };
     let mut rounds = tokio::spawn(rounds.run().instrument(tracing::info_span!("rounds")));

@@ -57,7 +57,7 @@ pub struct Rounds {
     /// Keeps the snapshots of recent rounds of policies that ask for it.
     pub(super) recorder: Arc<super::recorder::Recorder>,
     /// Gang members told why they wait (pod, reason): told once per reason.
-    pub(super) gang_waits_told: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    pub(super) waits_told: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 // === impl Rounds ===
@@ -311,8 +311,8 @@ impl Rounds {
     /// Sends a round's Events; those sent once per pod and note (a gang
     /// member told why it waits) are skipped when told before.
     fn send(&self, events: Vec<PodEvent>) {
-        let mut told = wasmgpu_support::lock(&self.gang_waits_told);
-        if told.len() > 10_000 {
+        let mut told = wasmgpu_support::lock(&self.waits_told);
+        if told.len() > 100_000 {
             told.clear();
         }
         for event in events {
@@ -324,7 +324,17 @@ impl Rounds {
             }
             let uid = self.shared.index().pod_uid(&event.pod).map(str::to_string);
             let reference = pod_ref(&event.pod, uid.as_deref());
-            if event.warning {
+            if event.reason == Reason::Waiting {
+                // One per waiting pod, like `Allocated`: rate-limited, and
+                // told again in a later round when not sent now.
+                let (pod, note) = (event.pod.to_string(), event.note.clone());
+                if !self
+                    .events
+                    .per_pod(reference, event.reason, "Allocate", event.note)
+                {
+                    told.remove(&(pod, note));
+                }
+            } else if event.warning {
                 self.events
                     .warning(reference, event.reason, "Allocate", event.note);
             } else {

@@ -47,7 +47,8 @@ pub(crate) struct VerdictPlan {
 
 /// The Events and GPUResource marks of `policy`'s `verdict` on `snapshot`:
 /// a Warning on each pod a refused decision names, a Normal `GangWaiting`
-/// on each gang member left waiting or rejected (once per reason), and a
+/// on each gang member left waiting or rejected (once per reason), a Normal
+/// `Waiting` on every other pod left waiting (once per reason), and a
 /// Warning `PolicyRejected` on each pod the policy rejects.
 pub(crate) fn plan_verdict(
     policy: &str,
@@ -87,6 +88,17 @@ pub(crate) fn plan_verdict(
                 warning: false,
                 reason: Reason::GangWaiting,
                 note: wait.reason.clone(),
+                once: true,
+            });
+        }
+    }
+    for wait in verdict.waiting.iter().filter(|w| w.gang.is_none()) {
+        if let Some(pod) = ObjectKey::parse(&wait.pod) {
+            plan.events.push(PodEvent {
+                pod,
+                warning: false,
+                reason: Reason::Waiting,
+                note: format!("policy {policy}: {}", wait.reason),
                 once: true,
             });
         }
@@ -248,8 +260,14 @@ mod tests {
             rejected[0].note,
             "policy binpack says the pod cannot be placed as requested: never fits"
         );
-        // b waits outside any gang: no Event of the round's (its status says it).
-        assert!(plan.events.iter().all(|e| e.pod != key("ns/b")));
+        // b waits outside any gang: told once why, as the policy says.
+        let b: Vec<_> = plan
+            .events
+            .iter()
+            .filter(|e| e.pod == key("ns/b"))
+            .map(|e| (e.reason, e.once, e.note.as_str()))
+            .collect();
+        assert_eq!(b, [(Reason::Waiting, true, "policy binpack: no room")]);
     }
 
     #[test]

@@ -77,7 +77,8 @@ pub struct ControllerCommand {
     #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024))]
     write_concurrency: u16,
 
-    /// `Allocated` Events (one per pod bound) sent per second at most, in
+    /// `Allocated` Events (one per pod bound) and `Waiting` Events (one per
+    /// pod and reason a policy gives) sent per second at most, together, in
     /// bursts of as many. An Event is a write like a binding: under a burst
     /// of pods, one Event per pod would halve the API server's budget for
     /// bindings. Past the rate, pods still carry their allocation

@@ -17,6 +17,8 @@ use kube::{Api, ResourceExt};
 use wasmgpu::api::Sharing;
 use wasmgpu_test_harness::TestContext;
 
+use super::common::policy_bytes;
+use super::configmaps::{put_policy, wait_observed};
 use super::{devices, node_of, wait_bound};
 use crate::support::*;
 
@@ -176,6 +178,107 @@ async fn a_higher_priority_pod_evicts_exactly_what_it_needs_and_never_means_neve
     drop(controller);
     remove_nodes(&ctx, &[node]).await?;
     for class in [low, high, polite] {
+        Api::<PriorityClass>::all(ctx.client.clone())
+            .delete(&class, &DeleteParams::default())
+            .await?;
+    }
+    Ok(())
+}
+
+/// No pod of `pods` is being evicted.
+async fn none_evicted(pods: &Api<Pod>) -> Result<()> {
+    let going: Vec<String> = pods
+        .list(&ListParams::default())
+        .await?
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_some())
+        .map(|p| p.name_any())
+        .collect();
+    ensure!(going.is_empty(), "evicted: {going:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_hostile_policys_preemptions_are_refused_each_with_its_reason() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("preempt-hostile").await?;
+    install_crds(&ctx).await?;
+    // n0 holds two priority-100 pods, n1 one.
+    let nodes = [
+        format!("{}-n0", ctx.namespace),
+        format!("{}-n1", ctx.namespace),
+    ];
+    gpu_node(&ctx, &nodes[0], 2).await?;
+    gpu_node(&ctx, &nodes[1], 1).await?;
+    gpuresource(&ctx, "one", 1, Sharing::Exclusive, 0, None).await?;
+    gpuresource(&ctx, "h", 1, Sharing::Exclusive, 0, Some("hostile")).await?;
+    let low = priority_class(&ctx, "low", 100, false).await?;
+    let lower = priority_class(&ctx, "lower", 50, false).await?;
+    let high = priority_class(&ctx, "high", 1000, false).await?;
+    let polite = priority_class(&ctx, "polite", 1000, true).await?;
+    let mut controller = Controller::start(&ctx).await?;
+    let pods = ctx.api::<Pod>();
+    for i in 0..3 {
+        pod_of_class(&ctx, &format!("filler-{i}"), "one", &low).await?;
+    }
+    for i in 0..3 {
+        wait_bound(&ctx, &format!("filler-{i}")).await?;
+    }
+    let cases = [
+        (
+            "preempt-first",
+            &lower,
+            "has priority 100, not lower than the preemptor's 50",
+        ),
+        ("preempt-first", &polite, "preemptionPolicy is Never"),
+        (
+            "preempt-needless",
+            &high,
+            "is needless: the preemptor fits without evicting it",
+        ),
+        ("preempt-elsewhere", &high, "runs on another node"),
+    ];
+    for (n, (misbehaviour, class, reason)) in cases.into_iter().enumerate() {
+        let config = format!("\"{misbehaviour}\"");
+        let observed = put_policy(
+            &ctx,
+            "hostile",
+            "policy.wasm",
+            policy_bytes("hostile-policy"),
+            None,
+            Some(&config),
+        )
+        .await?;
+        wait_observed(&ctx, "hostile", &observed).await?;
+        let name = format!("urgent-{n}");
+        pod_of_class(&ctx, &name, "h", class).await?;
+        let deadline = Instant::now() + ACT;
+        while !controller.log_tail().contains(reason) {
+            controller.check_alive()?;
+            ensure!(
+                Instant::now() < deadline,
+                "{misbehaviour} for a pod of {class}: no refusal naming {reason:?}\n{}",
+                controller.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        none_evicted(&pods).await?;
+        ensure!(
+            node_of(&pods.get(&name).await?).is_none(),
+            "{name} is not bound"
+        );
+        pods.delete(&name, &DeleteParams::default().grace_period(0))
+            .await?;
+        println!("hostile {misbehaviour} ({class}): refused, {reason:?}; nobody evicted");
+    }
+    drop(controller);
+    pods.delete_collection(
+        &DeleteParams::default().grace_period(0),
+        &ListParams::default(),
+    )
+    .await?;
+    remove_nodes(&ctx, &nodes).await?;
+    for class in [low, lower, high, polite] {
         Api::<PriorityClass>::all(ctx.client.clone())
             .delete(&class, &DeleteParams::default())
             .await?;

@@ -258,23 +258,39 @@ async fn a_tenant_under_its_quota_reclaims_up_to_it_and_the_other_keeps_its_own(
 }
 
 #[tokio::test]
-async fn the_host_refuses_an_assignment_past_a_tenants_limit_whatever_the_policy() -> Result<()> {
+async fn a_tenants_limit_holds_whatever_the_policy() -> Result<()> {
     let _turn = exclusive().await;
     let ctx = TestContext::new("ctl-limit").await?;
     install_crds(&ctx).await?;
     let node = format!("{}-n0", ctx.namespace);
     gpu_node(&ctx, &node, 8).await?;
-    // binpack knows nothing of tenants.
+    // binpack keeps to the limit; the hostile policy gives every pod a GPU.
     gpuresource(&ctx, "gpu", 1, Sharing::Exclusive, 0, None).await?;
+    gpuresource(&ctx, "h", 1, Sharing::Exclusive, 0, Some("hostile")).await?;
     let name = format!("{}-t", ctx.namespace);
     tenant(&ctx, &name, &ctx.namespace, 1, Some(2)).await?;
+    let observed = put_policy(
+        &ctx,
+        "hostile",
+        "policy.wasm",
+        policy_bytes("hostile-policy"),
+        None,
+        Some("\"past-limit\""),
+    )
+    .await?;
     let controller = Controller::start(&ctx).await?;
+    wait_observed(&ctx, "hostile", &observed).await?;
     create_pods(&ctx, &ctx, "p", 3).await?;
     let deadline = Instant::now() + ACT;
-    loop {
+    let waiting = loop {
         let (held, waiting, _) = census(&ctx).await?;
         if held.len() == 2 && waiting == 1 {
-            break;
+            let pods = ctx.api::<Pod>().list(&ListParams::default()).await?.items;
+            break pods
+                .into_iter()
+                .find(|p| node_of(p).is_none())
+                .and_then(|p| p.metadata.name)
+                .unwrap_or_default();
         }
         ensure!(
             Instant::now() < deadline,
@@ -283,12 +299,40 @@ async fn the_host_refuses_an_assignment_past_a_tenants_limit_whatever_the_policy
             controller.log_tail()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // binpack says why the third waits.
+    let deadline = Instant::now() + ACT;
+    loop {
+        let events = super::events_for(&ctx, &waiting).await?;
+        if events
+            .iter()
+            .any(|(_, note)| note.contains("holds 2 of its limit 2 GPUs"))
+        {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{waiting}'s Events do not name the limit: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Still so a while later: the third is refused each round.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A policy that ignores the limit is refused by the host.
+    let api = ctx.api::<Pod>();
+    api.create(&PostParams::default(), &pod(&ctx, "hostile-pod", "h"))
+        .await?;
+    let deadline = Instant::now() + ACT;
+    while !controller.log_tail().contains("past its limit of 2") {
+        ensure!(
+            Instant::now() < deadline,
+            "no refusal past the limit\n{}",
+            controller.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let (held, waiting, _) = census(&ctx).await?;
     ensure!(
-        held.len() == 2 && waiting == 1,
+        held.len() == 2 && waiting == 2,
         "{} bound, {waiting} wait",
         held.len()
     );
@@ -303,21 +347,16 @@ async fn the_host_refuses_an_assignment_past_a_tenants_limit_whatever_the_policy
         "{:?}",
         status.status
     );
-    let log = controller.log_tail();
-    ensure!(
-        log.contains("past its limit of 2"),
-        "the refusal is named in the log:\n{log}"
-    );
 
     // Lowering the limit under what it holds: OverLimit, nobody evicted.
-    let api = Api::<GPUTenant>::all(ctx.client.clone());
-    let mut t = api.get(&name).await?;
+    let tenants = Api::<GPUTenant>::all(ctx.client.clone());
+    let mut t = tenants.get(&name).await?;
     t.spec.quota = 0;
     t.spec.limit = Some(1);
-    api.replace(&name, &PostParams::default(), &t).await?;
+    tenants.replace(&name, &PostParams::default(), &t).await?;
     let deadline = Instant::now() + ACT;
     loop {
-        let t = api.get(&name).await?;
+        let t = tenants.get(&name).await?;
         if condition(&t, "OverLimit").as_deref() == Some("True") {
             break;
         }
@@ -326,12 +365,11 @@ async fn the_host_refuses_an_assignment_past_a_tenants_limit_whatever_the_policy
     }
     ensure!(census(&ctx).await?.0.len() == 2, "its pods keep their GPUs");
     drop(controller);
-    api.delete(&name, &DeleteParams::default()).await?;
-    ctx.api::<Pod>()
-        .delete_collection(
-            &DeleteParams::default().grace_period(0),
-            &ListParams::default(),
-        )
-        .await?;
+    tenants.delete(&name, &DeleteParams::default()).await?;
+    api.delete_collection(
+        &DeleteParams::default().grace_period(0),
+        &ListParams::default(),
+    )
+    .await?;
     remove_nodes(&ctx, &[node]).await
 }

@@ -272,7 +272,8 @@ impl<'c> Tenants<'c> {
                 .chain(snapshot.running.iter().map(|r| (r.namespace, r.tenant)));
             for (namespace, tenant) in tenant_of {
                 if let Some(t) = tenant.filter(|&t| (t as usize) < snapshot.tenants.len()) {
-                    namespace_to_tenant.insert(snapshot.namespace(namespace).to_owned(), t as usize);
+                    namespace_to_tenant
+                        .insert(snapshot.namespace(namespace).to_owned(), t as usize);
                 }
             }
             if !config.tenants.is_empty() {

@@ -289,6 +289,9 @@ pub struct Cluster<'s> {
     running_on: Vec<Vec<u32>>,
     /// Running pods already named as victims this round.
     victim_taken: Vec<bool>,
+    /// GPUs each tenant of `snapshot.tenants` holds, with this round's
+    /// commits.
+    tenant_held: Vec<u32>,
 }
 
 /// Per node, the positions in `snapshot.running` of the pods there.
@@ -443,6 +446,7 @@ impl<'s> Cluster<'s> {
             shapes: RefCell::default(),
             running_on: running_on(snapshot),
             victim_taken: vec![false; snapshot.running.len()],
+            tenant_held: snapshot.tenants.iter().map(|t| t.holding).collect(),
         }
     }
 
@@ -972,6 +976,33 @@ impl<'s> Cluster<'s> {
         if !positions.is_empty() {
             self.touched.push(node);
         }
+        if let Some(held) = want
+            .request
+            .tenant
+            .and_then(|t| self.tenant_held.get_mut(t as usize))
+        {
+            *held = held.saturating_add(positions.len() as u32);
+        }
+    }
+
+    /// A `wait` for `want` when its tenant (`snapshot.tenants`) could not
+    /// take its GPUs without passing its limit, counting this round's
+    /// commits; the host would refuse the assignment. `None` when it may.
+    pub fn over_tenant_limit(&self, want: &Want) -> Option<Decision> {
+        let t = want.request.tenant? as usize;
+        let tenant = self.snapshot.tenants.get(t)?;
+        let limit = tenant.limit?;
+        let held = self.tenant_held.get(t).copied().unwrap_or(0);
+        if held.saturating_add(want.shape.count) <= limit {
+            return None;
+        }
+        Some(crate::wait(
+            want.position,
+            format!(
+                "tenant {} holds {held} of its limit {limit} GPUs (GPUTenant {}: spec.limit); this pod needs {} more",
+                tenant.name, tenant.name, want.shape.count
+            ),
+        ))
     }
 
     /// Places `want` on `node` if it fits: picks the GPUs (see

@@ -72,6 +72,10 @@ pub fn place_each(snapshot: &Snapshot, fit: Fit) -> Vec<Decision> {
             continue;
         }
         let want = cluster.want(request);
+        if let Some(wait) = cluster.over_tenant_limit(&want) {
+            decisions.push(wait);
+            continue;
+        }
         let placed = cluster
             .choose_node_with(&want, fit, nvlink)
             .and_then(|node| cluster.place(node, &want, fit, nvlink))
@@ -84,4 +88,42 @@ pub fn place_each(snapshot: &Snapshot, fit: Fit) -> Vec<Decision> {
         decisions.push(placed.unwrap_or_else(|| cluster.unplaced_with(&want, nvlink)));
     }
     decisions
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{node, request, snapshot, validate};
+    use crate::{Decision, Fit, Sharing, Tenant, place_each};
+
+    #[test]
+    fn a_pod_whose_tenant_is_at_its_limit_waits_saying_so() {
+        let mut snap = snapshot(
+            vec![node("n", 8, "NVIDIA H100", 81920)],
+            (0..3)
+                .map(|i| request(&format!("ml/p{i}"), 1, Sharing::Exclusive, 0))
+                .collect(),
+        );
+        snap.tenants = vec![Tenant {
+            name: "ml".into(),
+            weight: 1,
+            quota: 0,
+            limit: Some(3),
+            holding: 1,
+            waiting: 3,
+        }];
+        for r in &mut snap.pending {
+            r.tenant = Some(0);
+        }
+        let decisions = place_each(&snap, Fit::Tightest);
+        let verdict = validate(&snap, &decisions);
+        assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+        assert_eq!(verdict.accepted.len(), 2, "1 held + 2 = the limit of 3");
+        let Some(Decision::Wait(wait)) = decisions.last() else {
+            panic!("the third waits: {decisions:?}");
+        };
+        assert_eq!(
+            wait.reason,
+            "tenant ml holds 3 of its limit 3 GPUs (GPUTenant ml: spec.limit); this pod needs 1 more"
+        );
+    }
 }

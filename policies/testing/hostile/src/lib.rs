@@ -17,6 +17,10 @@
 //! | `ghost-gpu`      | assigns the first pod GPUs that do not exist              |
 //! | `taken-gpu`      | assigns a one-GPU pod a GPU another pod holds             |
 //! | `same-gpu-twice` | gives the first GPU to the first two pods                 |
+//! | `past-limit`     | gives every pending pod a free GPU, whatever its tenant's limit |
+//! | `preempt-first`  | the first pod takes the GPUs of the first running pod, evicting it |
+//! | `preempt-needless` | the same, naming the next running pod of that node too |
+//! | `preempt-elsewhere` | the same, naming a running pod of another node too  |
 //! | `clock-random`   | reports the clocks and random numbers it sees             |
 //! | `sleep`          | sleeps for a second                                       |
 //! | `snoop`          | tries to read files and the environment, reports results  |
@@ -29,7 +33,9 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use wasmgpu_policy_sdk::{Decision, Info, Policy, Snapshot, assign, info, log, shape_of, wait};
+use wasmgpu_policy_sdk::{
+    Decision, Info, Policy, Snapshot, assign, info, log, preempt, shape_of, wait,
+};
 
 struct Hostile;
 
@@ -96,6 +102,55 @@ impl Policy for Hostile {
                     (Some((n, g)), Some(r)) => vec![assign(r as u32, n, vec![g])],
                     _ => Vec::new(),
                 }
+            }
+            "past-limit" => {
+                // Free whole GPUs per node, taken in order.
+                let mut free: Vec<Vec<u32>> = snapshot
+                    .nodes
+                    .iter()
+                    .map(|node| {
+                        (0..node.gpus.len() as u32)
+                            .filter(|&g| {
+                                let gpu = &node.gpus[g as usize];
+                                !gpu.held && gpu.healthy && gpu.mig.is_none()
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let mut decisions = Vec::new();
+                for (p, request) in snapshot.pending.iter().enumerate() {
+                    let count = shape_of(request).map_or(1, |s| s.count) as usize;
+                    if let Some(n) = free.iter().position(|f| f.len() >= count) {
+                        let gpus = free[n].drain(..count).collect();
+                        decisions.push(assign(p as u32, n as u32, gpus));
+                    }
+                }
+                decisions
+            }
+            "preempt-first" | "preempt-needless" | "preempt-elsewhere" => {
+                let Some(first) = snapshot.running.first() else {
+                    return Vec::new();
+                };
+                let mut victims = vec![0];
+                let more = snapshot
+                    .running
+                    .iter()
+                    .enumerate()
+                    .skip(1)
+                    .position(|(_, r)| {
+                        (r.node == first.node) == (snapshot.config.contains("needless"))
+                    });
+                if !snapshot.config.contains("first")
+                    && let Some(k) = more
+                {
+                    victims.push(k as u32 + 1);
+                }
+                vec![preempt(
+                    first_pod(),
+                    first.node,
+                    first.gpus.clone(),
+                    victims,
+                )]
             }
             "same-gpu-twice" => (0..snapshot.pending.len().min(2) as u32)
                 .map(|r| assign(r, first_node(), vec![0]))
