@@ -40,6 +40,7 @@ use super::status::StatusTarget;
 use super::wanted_status::WantedStatus;
 use super::wanted_tenant_status::WantedTenantStatus;
 use super::watch::WatchedIndex;
+pub use super::write_error::ApplyError;
 use wasmgpu_api::{
     Allocation, Device, GANG_RESERVATION_ANNOTATION, GPUResource, GPUTenant, GangReservation,
     PodAllocation, PodGroup, RELEASE_FINALIZER, ReservedMember, Sharing,
@@ -137,27 +138,6 @@ struct Writer {
     events: EventSink,
     metrics: Metrics,
     timeout: Duration,
-}
-
-/// Why a write did not happen.
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    /// The API server refused or failed the request.
-    #[error("the API server refused or failed the write: {0}")]
-    Api(#[from] kube::Error),
-    /// No answer within the write timeout.
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
-}
-
-impl ApplyError {
-    /// A short, stable label for logs and metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            ApplyError::Api(_) => "api",
-            ApplyError::Timeout(_) => "timeout",
-        }
-    }
 }
 
 /// What became of one binding, as far as this controller can tell.

@@ -54,6 +54,7 @@ mod status;
 mod wanted_status;
 mod wanted_tenant_status;
 mod watch;
+mod write_error;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -27,8 +27,8 @@ use tracing::Instrument;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use super::apply::ApplyError;
 use super::wanted_status::Conditions;
+use super::write_error::ApplyError;
 
 /// A kind whose status the writer writes: how to patch it and where.
 pub trait StatusTarget: Send + Sync + 'static {

@@ -38,6 +38,15 @@ pub(crate) struct Survey<'a> {
     problems: Vec<Problem>,
 }
 
+impl Survey<'_> {
+    /// Every waiting pod's namespace and ask, for the tenant table.
+    pub(crate) fn asks(&self) -> impl Iterator<Item = (&str, &Ask)> {
+        self.waiting
+            .iter()
+            .map(|w| (w.key.namespace.as_str(), &w.request.ask))
+    }
+}
+
 /// A node that may take pods now: Ready, not cordoned, with an inventory.
 struct Candidate<'a> {
     name: &'a str,
@@ -55,7 +64,7 @@ impl Index {
     pub fn snapshots(&self, round: u64) -> BTreeMap<String, HostSnapshot> {
         let holdings = self.holdings();
         let survey = self.survey(&holdings);
-        let tenants = self.tenant_table(&holdings, &survey.waiting);
+        let tenants = self.tenant_table(&holdings, survey.asks());
         let mut policy_to_waiting: BTreeMap<&str, Vec<Waiting<'_>>> = BTreeMap::new();
         for waiting in survey.waiting {
             policy_to_waiting
@@ -76,7 +85,7 @@ impl Index {
     pub fn snapshot(&self, policy: &str, round: u64) -> HostSnapshot {
         let holdings = self.holdings();
         let survey = self.survey(&holdings);
-        let tenants = self.tenant_table(&holdings, &survey.waiting);
+        let tenants = self.tenant_table(&holdings, survey.asks());
         let waiting = survey
             .waiting
             .into_iter()

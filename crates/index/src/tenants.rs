@@ -17,7 +17,6 @@ use wasmgpu_contract::types::{Ask, Tenant};
 
 use super::Index;
 use super::holdings::Holdings;
-use super::snapshot::Waiting;
 
 /// What the index keeps of a GPUTenant.
 #[derive(Clone, Debug, PartialEq)]
@@ -143,12 +142,16 @@ impl Index {
             return Vec::new();
         }
         let survey = self.survey(holdings);
-        self.tenant_table(holdings, &survey.waiting).views
+        self.tenant_table(holdings, survey.asks()).views
     }
 
     /// The round's tenant table: `waiting` is every pod that waits, of
-    /// every policy.
-    pub(crate) fn tenant_table(&self, holdings: &Holdings, waiting: &[Waiting<'_>]) -> TenantTable {
+    /// every policy, as its namespace and what it asks for.
+    pub(crate) fn tenant_table<'w>(
+        &self,
+        holdings: &Holdings,
+        waiting: impl Iterator<Item = (&'w str, &'w Ask)>,
+    ) -> TenantTable {
         let mut table = TenantTable::default();
         if self.name_to_tenant.is_empty() {
             return table;
@@ -201,11 +204,10 @@ impl Index {
                 seen[t].insert(namespace);
             }
         }
-        for w in waiting {
-            let namespace = w.key.namespace.as_str();
+        for (namespace, ask) in waiting {
             if let Some(t) = tenant_of(namespace) {
                 let view = &mut table.views[t];
-                view.waiting += asked(&w.request.ask);
+                view.waiting += asked(ask);
                 view.pods_waiting += 1;
                 seen[t].insert(namespace);
             }
