@@ -12,13 +12,15 @@ use kube::{Client, ResourceExt};
 
 use super::table::Table;
 use wasmgpu_api::{
-    GPUNode, GPURESOURCE_ANNOTATION, GPUResource, PodAllocation, SCHEDULER_NAME, Sharing,
-    conditions,
+    GPUNode, GPURESOURCE_ANNOTATION, GPUResource, Nomination, PodAllocation, SCHEDULER_NAME,
+    Sharing, conditions,
 };
 
 /// Show the pods wasmgpu placed (node, GPUs, the policy and digest that
-/// decided, from each pod's `wasmgpu.io/allocation` annotation) and the pods
-/// that wait, with the reason (from their GPUResource's `Ready` condition).
+/// decided, from each pod's `wasmgpu.io/allocation` annotation), the
+/// preemptors holding nominated GPUs while their victims go (with the
+/// victims), and the pods that wait, with the reason (from their
+/// GPUResource's `Ready` condition).
 #[derive(Debug, Args)]
 pub struct AllocationsCommand {
     /// Only this namespace (default: all namespaces).
@@ -159,6 +161,13 @@ fn row(
     let allocation = PodAllocation::from_annotations(pod.metadata.annotations.as_ref())
         .filter(|_| bound)
         .or_else(ledger_entry);
+    if allocation.is_none()
+        && !bound
+        && !finished
+        && let Some(nomination) = nominated(pod)
+    {
+        return nomination_row(&nomination);
+    }
     match allocation {
         _ if finished => vec![
             "-".into(),
@@ -210,6 +219,41 @@ fn row(
             vec!["-".into(), "-".into(), "-".into(), why]
         }
     }
+}
+
+/// The nomination a preemptor carries (`wasmgpu.io/nomination`), when it
+/// is readable and for this pod (same UID).
+fn nominated(pod: &Pod) -> Option<Nomination> {
+    let nomination = Nomination::from_annotations(pod.metadata.annotations.as_ref())?.ok()?;
+    (Some(nomination.uid.as_str()) == pod.metadata.uid.as_deref()).then_some(nomination)
+}
+
+/// NODE, GPUS, POLICY and NOTE of a preemptor waiting for its victims.
+fn nomination_row(nomination: &Nomination) -> Vec<String> {
+    let allocation = &nomination.allocation;
+    let victims: Vec<String> = nomination
+        .victims
+        .iter()
+        .map(|v| format!("{}/{}", v.namespace, v.name))
+        .collect();
+    vec![
+        allocation.node.clone(),
+        allocation
+            .devices
+            .iter()
+            .map(|d| d.index.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        format!(
+            "{} {}",
+            allocation.policy.name,
+            short_digest(&allocation.policy.digest)
+        ),
+        format!(
+            "nominated: these GPUs wait for it while its victims go ({})",
+            victims.join(", ")
+        ),
+    ]
 }
 
 /// `sha256:` and the first 12 hex digits (whatever the digest holds).
@@ -280,15 +324,42 @@ mod tests {
             .as_mut()
             .unwrap()
             .insert(GPURESOURCE_ANNOTATION.into(), "gone".into());
+        let mut urgent = pod("urgent", None, "Pending", None);
+        let (key, value) = Nomination {
+            uid: "uid-urgent".into(),
+            allocation: held.clone(),
+            victims: vec![wasmgpu_api::Victim {
+                namespace: "batch".into(),
+                name: "low-0".into(),
+                uid: "uid-low-0".into(),
+            }],
+        }
+        .annotation();
+        urgent
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(key, value);
         let pods = [
             pod("train", Some("n1"), "Running", Some(&held)),
             pod("done", Some("n1"), "Succeeded", Some(&held)),
             pod("wait", None, "Pending", None),
             other,
+            urgent,
         ];
         let text = table(&unhealthy, &[resource], &pods);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 5, "{text}");
+        assert_eq!(lines.len(), 6, "{text}");
+        let urgent = lines.iter().find(|l| l.contains("urgent")).unwrap();
+        assert!(
+            urgent.contains("n1")
+                && urgent.contains("0,3")
+                && urgent.contains(
+                    "nominated: these GPUs wait for it while its victims go (batch/low-0)"
+                ),
+            "{text}"
+        );
         let line = |pod: &str| {
             *lines
                 .iter()

@@ -681,10 +681,7 @@ fn every_panel_of_the_dashboard_queries_prometheus_through_the_datasource_variab
         }
         let mut refs = BTreeSet::new();
         for target in targets {
-            if !target["expr"]
-                .as_str()
-                .is_some_and(|e| !e.trim().is_empty())
-            {
+            if target["expr"].as_str().is_none_or(|e| e.trim().is_empty()) {
                 problems.push(format!("panel {title:?}: a target without expr"));
             }
             if !target["refId"]
