@@ -373,13 +373,16 @@ impl Index {
         })
     }
 
-    /// Every pod a nomination names as its victim (whatever its state).
-    pub(crate) fn nominated_victims(&self) -> std::collections::HashSet<ObjectKey> {
+    /// The UIDs of the pods a preemptor not yet bound names as its
+    /// victims: their GPUs are promised (a UID names one pod, never a
+    /// namesake created later).
+    pub(crate) fn nominated_victims(&self) -> std::collections::HashSet<&str> {
         self.key_to_pod
             .values()
+            .filter(|p| p.unplaced())
             .filter_map(|p| p.nomination())
             .flat_map(|n| &n.victims)
-            .map(|v| ObjectKey::new(&v.namespace, &v.name))
+            .map(|v| v.uid.as_str())
             .collect()
     }
 

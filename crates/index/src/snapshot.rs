@@ -462,7 +462,7 @@ impl Index {
             // A pod already going (evicted, deleted) or named a victim of a
             // nomination is not named again: its GPUs are promised.
             let evictable = facts.is_some_and(|p| {
-                !p.deleting && !victims.contains(&key) && self.evictable(&key, &p.labels)
+                !p.deleting && !victims.contains(p.uid.as_str()) && self.evictable(&key, &p.labels)
             });
             found.push((
                 node,

@@ -191,8 +191,10 @@ impl Index {
         let victims = self.nominated_victims();
         for holding in &holdings.live {
             let key = holding.pod.as_ref();
-            let leaving =
-                victims.contains(key) || self.key_to_pod.get(key).is_some_and(|p| p.deleting);
+            let leaving = self
+                .key_to_pod
+                .get(key)
+                .is_some_and(|p| p.deleting || victims.contains(p.uid.as_str()));
             if leaving {
                 continue;
             }

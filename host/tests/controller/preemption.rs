@@ -285,3 +285,107 @@ async fn a_hostile_policys_preemptions_are_refused_each_with_its_reason() -> Res
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_controller_killed_between_the_evictions_and_the_binding_binds_the_preemptor_after_restart()
+-> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("preempt-kill").await?;
+    install_crds(&ctx).await?;
+    let node = format!("{}-n0", ctx.namespace);
+    gpu_node(&ctx, &node, 8).await?;
+    gpuresource(&ctx, "one", 1, Sharing::Exclusive, 0, None).await?;
+    gpuresource(&ctx, "four", 4, Sharing::Exclusive, 0, None).await?;
+    let low = priority_class(&ctx, "low", 100, false).await?;
+    let high = priority_class(&ctx, "high", 1000, false).await?;
+    let controller = Controller::start(&ctx).await?;
+    let pods = ctx.api::<Pod>();
+    let fillers: Vec<String> = (0..8).map(|i| format!("low-{i}")).collect();
+    for name in &fillers {
+        pod_of_class(&ctx, name, "one", &low).await?;
+    }
+    for name in &fillers {
+        wait_bound(&ctx, name).await?;
+    }
+    pod_of_class(&ctx, "urgent", "four", &high).await?;
+    // Wait for the 4 evictions (the victims are going, not gone).
+    let deadline = Instant::now() + ACT;
+    let going = loop {
+        let going: Vec<String> = pods
+            .list(&ListParams::default())
+            .await?
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_some())
+            .map(|p| p.name_any())
+            .collect();
+        if going.len() == 4 {
+            break going;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "evicted {going:?}\n{}",
+            controller.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let nomination = wasmgpu::api::Nomination::from_annotations(
+        pods.get("urgent").await?.metadata.annotations.as_ref(),
+    )
+    .expect("a nomination before the evictions")?;
+    controller.kill().await?;
+    // The victims finish while no controller runs; a pod of the same
+    // priority arrives that could take a freed GPU.
+    let finished = finish_evicted(&pods).await?;
+    ensure!(finished.len() == 4, "{finished:?}");
+    pod_of_class(&ctx, "sneaky", "one", &low).await?;
+    let controller = Controller::start(&ctx).await?;
+    let urgent = wait_bound(&ctx, "urgent").await?;
+    let taken = devices(&urgent);
+    let nominated: Vec<String> = nomination
+        .allocation
+        .devices
+        .iter()
+        .map(|d| d.uuid.clone())
+        .collect();
+    ensure!(
+        taken == nominated,
+        "bound to {taken:?}, nominated {nominated:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ensure!(
+        node_of(&pods.get("sneaky").await?).is_none(),
+        "sneaky took a GPU: none is free"
+    );
+    let mut held: Vec<String> = taken.clone();
+    for name in fillers.iter().filter(|f| !going.contains(f)) {
+        let pod = pods.get(name).await?;
+        ensure!(
+            pod.metadata.deletion_timestamp.is_none(),
+            "{name} evicted needlessly after the restart"
+        );
+        held.extend(devices(&pod));
+    }
+    let total = held.len();
+    held.sort();
+    held.dedup();
+    ensure!(
+        held.len() == total && total == 8,
+        "a GPU held twice: {held:?}"
+    );
+    println!(
+        "killed between the evictions and the binding: {going:?} went; after the restart urgent was bound to its nominated GPUs {taken:?}, nobody else evicted"
+    );
+    drop(controller);
+    pods.delete_collection(
+        &DeleteParams::default().grace_period(0),
+        &ListParams::default(),
+    )
+    .await?;
+    remove_nodes(&ctx, &[node]).await?;
+    for class in [low, high] {
+        Api::<PriorityClass>::all(ctx.client.clone())
+            .delete(&class, &DeleteParams::default())
+            .await?;
+    }
+    Ok(())
+}

@@ -370,6 +370,15 @@ fn a_victim_already_named_or_going_is_not_evictable_again() {
         !evictable(&index),
         "named by a nomination: its GPU is promised to the preemptor"
     );
+    // A namesake (another UID) is another pod.
+    index.apply_pod(
+        &pod("ml", "run")
+            .uid("uid-run-2")
+            .resource("r")
+            .holds("n", &["GPU-n-0"], Sharing::Exclusive, H100_MIB)
+            .build(),
+    );
+    assert!(evictable(&index), "a namesake of a victim is not its victim");
     let mut index = cluster();
     index.apply_pod(&run().deleting().build());
     index.apply_pod(&pod("ml", "other").resource("r").build());
