@@ -175,6 +175,21 @@ async fn a_higher_priority_pod_evicts_exactly_what_it_needs_and_never_means_neve
         node_of(&pods.get("blocked").await?).is_none(),
         "blocked is not bound"
     );
+    // It is told why.
+    let deadline = Instant::now() + ACT;
+    loop {
+        let events = super::events_for(&ctx, "blocked").await?;
+        if events.iter().any(|(reason, note)| {
+            reason == "Waiting" && note.contains("protected by a PodDisruptionBudget")
+        }) {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "blocked is not told of the PodDisruptionBudget: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     drop(controller);
     remove_nodes(&ctx, &[node]).await?;
     for class in [low, high, polite] {

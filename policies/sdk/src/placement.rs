@@ -85,7 +85,19 @@ pub fn place_each(snapshot: &Snapshot, fit: Fit) -> Vec<Decision> {
                     .then(|| cluster.preempt(&want, fit, nvlink))
                     .flatten()
             });
-        decisions.push(placed.unwrap_or_else(|| cluster.unplaced_with(&want, nvlink)));
+        let decision = placed.unwrap_or_else(|| {
+            let unplaced = cluster.unplaced_with(&want, nvlink);
+            match (unplaced, params.preemption) {
+                (Decision::Wait(mut wait), true) => {
+                    if let Some(blocked) = cluster.preemption_blocked(&want) {
+                        wait.reason = format!("{}; {blocked}", wait.reason);
+                    }
+                    Decision::Wait(wait)
+                }
+                (other, _) => other,
+            }
+        });
+        decisions.push(decision);
     }
     decisions
 }

@@ -378,7 +378,10 @@ fn a_victim_already_named_or_going_is_not_evictable_again() {
             .holds("n", &["GPU-n-0"], Sharing::Exclusive, H100_MIB)
             .build(),
     );
-    assert!(evictable(&index), "a namesake of a victim is not its victim");
+    assert!(
+        evictable(&index),
+        "a namesake of a victim is not its victim"
+    );
     let mut index = cluster();
     index.apply_pod(&run().deleting().build());
     index.apply_pod(&pod("ml", "other").resource("r").build());

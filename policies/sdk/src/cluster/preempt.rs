@@ -83,6 +83,30 @@ impl<'s> Cluster<'s> {
         ))
     }
 
+    /// Why `want` could not preempt although pods of lower priority run
+    /// where it may go: how many a PodDisruptionBudget protects now. `None`
+    /// when none is.
+    pub fn preemption_blocked(&self, want: &Want<'s>) -> Option<String> {
+        let request = want.request;
+        if request.preemption == PreemptionPolicy::Never {
+            return None;
+        }
+        let protected = self
+            .eligible(request)
+            .filter_map(|node| self.running_on.get(node as usize))
+            .flatten()
+            .filter(|&&r| {
+                let pod = &self.snapshot.running[r as usize];
+                pod.priority < request.priority && !pod.evictable
+            })
+            .count();
+        (protected > 0).then(|| {
+            format!(
+                "{protected} pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now"
+            )
+        })
+    }
+
     /// The running pods `want` may evict on `node`, in eviction order.
     fn candidates(&self, node: u32, may_evict: &dyn Fn(&Running) -> bool) -> Vec<u32> {
         let running = &self.snapshot.running;
