@@ -22,14 +22,15 @@ const OUTAGE: Duration = Duration::from_secs(15);
 /// for a loaded machine.
 const RECOVERY_BOUND: Duration = Duration::from_secs(10);
 /// The watches' lines an outage shorter than 30 s may cost: each watch logs
-/// its first failure (then a summary each 30 s). Six watches, seven once the
-/// PodGroup CRD is installed (the gang tests install it on the same API
-/// server).
-const WATCH_LINES: usize = 7;
+/// its first failure (then a summary each 30 s). Seven watches (Node,
+/// GPUNode, GPUResource, GPUTenant, Pod, PodDisruptionBudget, the policy
+/// ConfigMaps), eight once the PodGroup CRD is installed (the gang tests
+/// install it on the same API server).
+const WATCH_LINES: usize = 8;
 /// All lines the outage may cost: the watches', kube's notice of each
 /// watch stream cut, and the rounds' failed writes (a round each 2 s
 /// resync). Retried requests logged one by one would be ~100.
-const OUTAGE_LINES: usize = 48;
+const OUTAGE_LINES: usize = 50;
 
 /// A `wasmgpu controller` process on a kubeconfig of the test's choosing,
 /// serving `/readyz` on `port`; killed when dropped.

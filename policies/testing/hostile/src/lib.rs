@@ -34,7 +34,7 @@ use std::hash::BuildHasher;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use wasmgpu_policy_sdk::{
-    Decision, Info, Policy, Snapshot, assign, info, log, preempt, shape_of, wait,
+    Cluster, Decision, Info, Policy, Snapshot, assign, info, log, preempt, shape_of, wait,
 };
 
 struct Hostile;
@@ -117,10 +117,14 @@ impl Policy for Hostile {
                             .collect()
                     })
                     .collect();
+                let cluster = Cluster::new(&snapshot);
                 let mut decisions = Vec::new();
                 for (p, request) in snapshot.pending.iter().enumerate() {
                     let count = shape_of(request).map_or(1, |s| s.count) as usize;
-                    if let Some(n) = free.iter().position(|f| f.len() >= count) {
+                    let fits = cluster
+                        .eligible(request)
+                        .find(|&n| free.get(n as usize).is_some_and(|f| f.len() >= count));
+                    if let Some(n) = fits.map(|n| n as usize) {
                         let gpus = free[n].drain(..count).collect();
                         decisions.push(assign(p as u32, n as u32, gpus));
                     }
@@ -128,27 +132,31 @@ impl Policy for Hostile {
                 decisions
             }
             "preempt-first" | "preempt-needless" | "preempt-elsewhere" => {
-                let Some(first) = snapshot.running.first() else {
+                // The first running pod on a node the first pending pod may
+                // use; then another on the same node, or on another one.
+                let Some(request) = snapshot.pending.first() else {
                     return Vec::new();
                 };
-                let mut victims = vec![0];
-                let more = snapshot
-                    .running
-                    .iter()
-                    .enumerate()
-                    .skip(1)
-                    .position(|(_, r)| {
-                        (r.node == first.node) == (snapshot.config.contains("needless"))
-                    });
+                let eligible: Vec<u32> = Cluster::new(&snapshot).eligible(request).collect();
+                let running = &snapshot.running;
+                let Some(first) = running.iter().position(|r| eligible.contains(&r.node)) else {
+                    return Vec::new();
+                };
+                let node = running[first].node;
+                let mut victims = vec![first as u32];
+                let same_node = snapshot.config.contains("needless");
+                let more = running.iter().enumerate().position(|(i, r)| {
+                    i != first && eligible.contains(&r.node) && (r.node == node) == same_node
+                });
                 if !snapshot.config.contains("first")
                     && let Some(k) = more
                 {
-                    victims.push(k as u32 + 1);
+                    victims.push(k as u32);
                 }
                 vec![preempt(
                     first_pod(),
-                    first.node,
-                    first.gpus.clone(),
+                    node,
+                    running[first].gpus.clone(),
                     victims,
                 )]
             }
