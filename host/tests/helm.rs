@@ -295,6 +295,8 @@ fn differences(path: &str, want: &Value, got: &Value, out: &mut Vec<String>) {
                 differences(&format!("{path}[{i}]"), w, g, out);
             }
         }
+        // One YAML writer prints `0`, another `0.0`: the same number.
+        (Value::Number(w), Value::Number(g)) if w.as_f64() == g.as_f64() => {}
         _ if want != got => out.push(format!(
             "{path}: deploy/ has {}, the chart {}",
             short(want),
