@@ -52,6 +52,19 @@ async fn pod_of_class(ctx: &TestContext, name: &str, resource: &str, class: &str
         .await?)
 }
 
+/// Creates `count` one-GPU pods `{prefix}-{i}` (GPUResource `one`) of
+/// PriorityClass `class` and waits until each is bound; their names.
+async fn fill(ctx: &TestContext, prefix: &str, count: usize, class: &str) -> Result<Vec<String>> {
+    let names: Vec<String> = (0..count).map(|i| format!("{prefix}-{i}")).collect();
+    for name in &names {
+        pod_of_class(ctx, name, "one", class).await?;
+    }
+    for name in &names {
+        wait_bound(ctx, name).await?;
+    }
+    Ok(names)
+}
+
 /// The kubelet's part: pods whose deletion was requested (evicted) are
 /// gone at once. Returns their names.
 pub(super) async fn finish_evicted(pods: &Api<Pod>) -> Result<Vec<String>> {
@@ -83,13 +96,7 @@ async fn a_higher_priority_pod_evicts_exactly_what_it_needs_and_never_means_neve
     let pods = ctx.api::<Pod>();
 
     // 8 pods of priority 100 hold the node's 8 GPUs.
-    let fillers: Vec<String> = (0..8).map(|i| format!("low-{i}")).collect();
-    for name in &fillers {
-        pod_of_class(&ctx, name, "one", &low).await?;
-    }
-    for name in &fillers {
-        wait_bound(&ctx, name).await?;
-    }
+    let fillers = fill(&ctx, "low", 8, &low).await?;
 
     // Priority 1000 but preemptionPolicy Never: nobody is evicted.
     pod_of_class(&ctx, "never", "four", &polite).await?;
@@ -233,12 +240,7 @@ async fn a_hostile_policys_preemptions_are_refused_each_with_its_reason() -> Res
     let polite = priority_class(&ctx, "polite", 1000, true).await?;
     let mut controller = Controller::start(&ctx).await?;
     let pods = ctx.api::<Pod>();
-    for i in 0..3 {
-        pod_of_class(&ctx, &format!("filler-{i}"), "one", &low).await?;
-    }
-    for i in 0..3 {
-        wait_bound(&ctx, &format!("filler-{i}")).await?;
-    }
+    fill(&ctx, "filler", 3, &low).await?;
     let cases = [
         (
             "preempt-first",
@@ -315,13 +317,7 @@ async fn a_controller_killed_between_the_evictions_and_the_binding_binds_the_pre
     let high = priority_class(&ctx, "high", 1000, false).await?;
     let controller = Controller::start(&ctx).await?;
     let pods = ctx.api::<Pod>();
-    let fillers: Vec<String> = (0..8).map(|i| format!("low-{i}")).collect();
-    for name in &fillers {
-        pod_of_class(&ctx, name, "one", &low).await?;
-    }
-    for name in &fillers {
-        wait_bound(&ctx, name).await?;
-    }
+    let fillers = fill(&ctx, "low", 8, &low).await?;
     pod_of_class(&ctx, "urgent", "four", &high).await?;
     // Wait for the 4 evictions (the victims are going, not gone).
     let deadline = Instant::now() + ACT;
