@@ -83,7 +83,7 @@ demo-offline: policies build ## Run binpack and spread on the demo snapshot and 
 	@echo "==> binpack and spread side by side"
 	@$(WASMGPU) policy compare $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm $(WASMGPU_POLICY_DIR)/wasmgpu_spread.wasm --snapshot $(DEMO_SNAPSHOT)
 
-test: policies-all test-sdks control-plane registry helm ## Run every test (unit, Wasm engine, real control plane, registry, Helm chart, SDKs)
+test: policies-all test-sdks control-plane registry helm chromium ## Run every test (unit, Wasm engine, real control plane, registry, Helm chart, SDKs)
 	@echo "==> cargo test (release)"
 	@$(CARGO) test --release --workspace
 
@@ -153,6 +153,15 @@ export WASMGPU_HELM := $(shell $(HELM_BUILD) --path)
 helm: ## Build Helm for the chart's tests (once; cached outside the clone) and print its path
 	@$(HELM_BUILD) >/dev/null
 	@echo $(WASMGPU_HELM)
+
+# Debian's Chromium, for the picture tests (host/tests/render.rs renders
+# `policy run --render`'s SVG headless to a PNG): installed with apt-get when absent.
+CHROMIUM_INSTALL := tests/chromium/install.sh
+export WASMGPU_CHROMIUM := $(shell $(CHROMIUM_INSTALL) --path)
+
+.PHONY: chromium
+chromium: ## Install Debian's Chromium for the picture tests (when absent) and print its path
+	@$(CHROMIUM_INSTALL)
 
 .PHONY: control-plane kubectl cluster
 control-plane: ## Build the local control plane (once; cached outside the clone)

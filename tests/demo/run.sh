@@ -206,6 +206,16 @@ step "what the shadow would have done: fairshare beside spread on the same round
 until_ok "a round compared by the shadow" shadow_compared
 "$WASMGPU" policy shadow fairshare --namespace "$NS" | sed 's/^/    /'
 
+step "a picture of the cluster now: a snapshot of it, one round of spread, drawn (--render)"
+"$WASMGPU" policy snapshot --policy default --namespace "$NS" --default-policy default \
+    -o "$WORK/cluster-snapshot.json" 2>&1 | sed 's/^/    /'
+"$WASMGPU" policy run "$POLICY_DIR/wasmgpu_spread.wasm" --snapshot "$WORK/cluster-snapshot.json" \
+    --render "$WORK/cluster.svg" 2>&1 >/dev/null | sed "s/^/    /"
+test -s "$WORK/cluster.svg"
+note "Every GPU of both nodes, coloured by the namespace holding it; the shared notebooks'"
+note "GPUs filled as far as their memory is promised; NVLink groups as bars. Open it in a browser:"
+note "$WORK/cluster.svg"
+
 step "the hand-off on gpu-h100: playing its kubelet against the agent's device plugin"
 "$WASMGPU" play-kubelet --node gpu-h100 --device-plugin-dir "$WORK/kubelet-gpu-h100" | sed 's/^/    /'
 echo

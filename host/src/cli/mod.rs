@@ -15,6 +15,7 @@ mod policy_push;
 mod policy_run;
 mod policy_shadow;
 mod policy_snapshot;
+mod render;
 mod snapshot_file;
 mod stdout;
 mod table;

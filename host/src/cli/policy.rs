@@ -62,6 +62,8 @@ pub(crate) enum PolicyCommand {
         #[arg(long)]
         fail_on_refused: bool,
         #[command(flatten)]
+        render: super::render::RenderArgs,
+        #[command(flatten)]
         limits: LimitArgs,
     },
     /// Run several policies on the same snapshot and show their placements side by side.
@@ -82,6 +84,8 @@ pub(crate) enum PolicyCommand {
         config: Vec<String>,
         #[arg(long, value_enum, default_value_t)]
         output: Output,
+        #[command(flatten)]
+        render: super::render::RenderArgs,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -494,18 +498,20 @@ impl PolicyCommand {
                 input,
                 output,
                 fail_on_refused,
+                render,
                 limits,
             } => {
                 let engine = limits.engine()?;
                 let policy = load_policy(&engine, &file)?;
                 let snapshot = input.load()?;
-                policy_run::run(&policy, &snapshot, output, fail_on_refused)
+                policy_run::run(&policy, &snapshot, output, fail_on_refused, &render)
             }
             PolicyCommand::Compare {
                 files,
                 snapshot,
                 config,
                 output,
+                render,
                 limits,
             } => {
                 let engine = limits.engine()?;
@@ -521,7 +527,7 @@ impl PolicyCommand {
                     rounds.push((policy, snapshot));
                 }
                 configs.all_used(&rounds, &files)?;
-                policy_run::compare(&rounds, output).map_err(|error| match &configs.all {
+                policy_run::compare(&rounds, output, &render).map_err(|error| match &configs.all {
                     Some(all) => error.context(format!(
                         "--config {} went to every policy; give a policy that takes other \
                          parameters its own with --config POLICY=FILE",

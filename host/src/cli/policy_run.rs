@@ -12,6 +12,7 @@ use super::output::{
     VerdictKind, decisions,
 };
 use super::output_format::Output;
+use super::render::RenderArgs;
 use super::stdout;
 use super::table::Table;
 use wasmgpu_contract::HostSnapshot;
@@ -35,12 +36,14 @@ pub(crate) fn run(
     snapshot: &HostSnapshot,
     output: Output,
     fail_on_refused: bool,
+    render: &RenderArgs,
 ) -> anyhow::Result<ExitCode> {
     let snapshot = &given(policy, snapshot);
     let round = policy.allocate(&snapshot.snapshot)?;
     let started = Instant::now();
     let verdict = validate_host(snapshot, &round.decisions);
     let validated = started.elapsed();
+    picture(render, &[(title(policy), snapshot, &verdict)])?;
     let result = RunOutput {
         policy: PolicyRef::of(policy),
         snapshot: SnapshotSummary::of(snapshot),
@@ -203,24 +206,29 @@ fn pod(decision: &DecisionOutput) -> &str {
 pub(crate) fn compare(
     rounds: &[(LoadedPolicy, HostSnapshot)],
     output: Output,
+    render: &RenderArgs,
 ) -> anyhow::Result<ExitCode> {
     let Some((_, snapshot)) = rounds.first() else {
         bail!("nothing to compare");
     };
     let mut policies = Vec::new();
+    let mut drawn = Vec::new();
     for (policy, snapshot) in rounds {
-        let snapshot = &given(policy, snapshot);
+        let snapshot = given(policy, snapshot);
         let round = policy
             .allocate(&snapshot.snapshot)
             .with_context(|| format!("{} failed", policy.info().name))?;
-        let verdict = validate_host(snapshot, &round.decisions);
+        let verdict = validate_host(&snapshot, &round.decisions);
         policies.push(ComparedPolicy {
             policy: PolicyRef::of(policy),
-            decisions: decisions(snapshot, &round.decisions, &verdict),
-            summary: DecisionCounts::of(snapshot, &round.decisions, &verdict),
+            decisions: decisions(&snapshot, &round.decisions, &verdict),
+            summary: DecisionCounts::of(&snapshot, &round.decisions, &verdict),
             nodes_used: nodes_used(&verdict),
         });
+        drawn.push((title(policy), snapshot, verdict));
     }
+    let panels: Vec<_> = drawn.iter().map(|(t, s, v)| (t.clone(), s, v)).collect();
+    picture(render, &panels)?;
     let result = CompareOutput {
         snapshot: SnapshotSummary::of(snapshot),
         policies,
@@ -230,6 +238,25 @@ pub(crate) fn compare(
         Output::Table => stdout::print(&compare_table(&result, snapshot))?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A panel's title: the policy's name and version.
+fn title(policy: &LoadedPolicy) -> String {
+    format!("{} {}", policy.info().name, policy.info().version)
+}
+
+/// Writes `--render`'s picture, when asked, and says where (on stderr, so
+/// `--output json` stays one document).
+fn picture(
+    render: &RenderArgs,
+    panels: &[(String, &HostSnapshot, &Verdict)],
+) -> anyhow::Result<()> {
+    let Some(file) = &render.render else {
+        return Ok(());
+    };
+    super::render::write(file, panels, render.color_by)?;
+    eprintln!("picture of the round: {}", file.display());
+    Ok(())
 }
 
 fn nodes_used(verdict: &Verdict) -> usize {
