@@ -8,7 +8,10 @@
 #                                                  WASI preview1 reactor adapter
 #
 #   build.sh              build (or copy from the cache)
-#   build.sh --test       run the SDK's unit tests natively (go test ./sdk/)
+#   build.sh --test       check formatting (gofmt), vet the hand-written code and
+#                         run every package's tests natively (go test ./...:
+#                         the SDK, sdk/reason, sdk/sdktest, examples/); writes
+#                         nothing into the clone (Go's caches are outside it)
 #   build.sh --generate   regenerate the bindings from wit/policy.wit with
 #                         `wit-bindgen go` (installed from crates.io into the
 #                         cache on first use); commit the result
@@ -37,7 +40,14 @@ cd "$here"
 
 case "${1:-}" in
   --test)
-    go test ./sdk/
+    unformatted="$(gofmt -l sdk examples export_wit_world)"
+    if [[ -n "$unformatted" ]]; then
+      echo "not gofmt-formatted (run gofmt -w on them):" >&2
+      echo "$unformatted" >&2
+      exit 1
+    fi
+    go vet ./sdk/... ./examples/... ./export_wit_world/
+    go test ./...
     exit 0
     ;;
   --generate)

@@ -4,11 +4,19 @@
 // multi-GPU exclusive request takes the smallest NVLink group that holds it; a
 // shared request takes the GPUs with the least free memory that fits. It
 // reads no node labels. DRA requests (ask claims) get no decision (the pod
-// waits), and it never preempts.
+// waits). It decides what the Rust binpack decides (sdk.PlaceEach).
 //
-// Parameters (config.json, all optional): {"preferNvlink": true,
-// "preemption": true}; "preemption" is accepted (a boolean) but changes
-// nothing yet.
+// Parameters (config.json, all optional), as the Rust binpack's:
+//
+//	{"nvlink": "prefer", "preemption": true}
+//
+// nvlink: "prefer" (the default) keeps a multi-GPU exclusive request in one
+// NVLink group when a node has one that holds it, else takes any free GPUs
+// of the node; "require" gives it only GPUs that are all NVLink peers of one
+// another and leaves it waiting otherwise; "ignore" disregards NVLink. The
+// older "preferNvlink": true | false reads as "prefer" | "ignore".
+// preemption (default true): a pod that fits nowhere now evicts the fewest
+// pods of lower priority that make room; false leaves it waiting.
 package export_wit_world
 
 import (

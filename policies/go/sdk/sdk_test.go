@@ -6,71 +6,11 @@ import (
 	"testing"
 
 	witTypes "go.bytecodealliance.org/pkg/wit/types"
+	st "wit_component/sdk/sdktest"
 	. "wit_component/wasmgpu_policy_types"
 )
 
-// gpu is a healthy, free GPU published by the wasmgpu agent, of model 0.
-func gpu(index uint32, memory uint64) Gpu {
-	return Gpu{Index: index, MemoryMib: memory, Healthy: true, PublishedBy: Publisher_Agent}
-}
-
-// node is a node of count identical GPUs (indices 0…), no NVLink, no labels.
-func node(name string, count int, memory uint64) Node {
-	n := Node{Name: name, Labels: []witTypes.Option[string]{}}
-	for i := 0; i < count; i++ {
-		n.Gpus = append(n.Gpus, gpu(uint32(i), memory))
-	}
-	return n
-}
-
-// withNvlink links the GPUs of each pair (positions) on both ends: each
-// sets the bit of the other's Index.
-func withNvlink(n Node, pairs ...[2]int) Node {
-	for _, p := range pairs {
-		n.Gpus[p[0]].Nvlink |= 1 << n.Gpus[p[1]].Index
-		n.Gpus[p[1]].Nvlink |= 1 << n.Gpus[p[0]].Index
-	}
-	return n
-}
-
-// request is a GPUResource request (ask gpus) of namespace 0, eligible set 0.
-func request(pod string, count uint32, sharing Sharing, memory uint64) Request {
-	return Request{Pod: pod, Ask: MakeAskGpus(GpuShape{Count: count, Sharing: sharing, MemoryMib: memory})}
-}
-
-// shapeOf lets a test change a request's shape in place.
-func shapeOf(r *Request, change func(*GpuShape)) {
-	shape := r.Ask.Gpus()
-	change(&shape)
-	r.Ask = MakeAskGpus(shape)
-}
-
-// claimsRequest is a DRA request (ask claims) with one claim of one device.
-func claimsRequest(pod string) Request {
-	claim := Claim{Name: pod + "-gpu", Requests: []ClaimRequest{{Name: "gpu", Alternatives: []Alternative{{Count: 1}}}}}
-	return Request{Pod: pod, Ask: MakeAskClaims([]Claim{claim})}
-}
-
-// set is a node bit set (bit i of word i/64 is node i).
-func set(members ...uint32) []uint64 {
-	var words []uint64
-	for _, m := range members {
-		for int(m/64) >= len(words) {
-			words = append(words, 0)
-		}
-		words[m/64] |= 1 << (m % 64)
-	}
-	return words
-}
-
-// snapshot has every node in eligible set 0 and one namespace, "ns".
-func snapshot(nodes []Node, pending []Request) *Snapshot {
-	all := []uint32{}
-	for i := range nodes {
-		all = append(all, uint32(i))
-	}
-	return &Snapshot{Models: []string{"NVIDIA H100"}, Namespaces: []string{"ns"}, Nodes: nodes, Pending: pending, EligibleSets: [][]uint64{set(all...)}}
-}
+const h100 = "NVIDIA H100"
 
 type placed struct {
 	pod, node uint32
@@ -89,13 +29,13 @@ func assigned(ds []Decision) []placed {
 }
 
 func TestPacksOntoTheFullestNodeThatFits(t *testing.T) {
-	busy := node("busy", 4, 81920)
+	busy := st.Node("busy", 4, h100, 81920)
 	busy.Gpus[0].Held = true
 	busy.Gpus[0].AllocatedMib = 81920
-	s := snapshot([]Node{node("idle", 4, 81920), busy}, []Request{
-		request("ns/a", 2, Sharing_Exclusive, 0),
-		request("ns/b", 1, Sharing_Exclusive, 0),
-		request("ns/c", 2, Sharing_Exclusive, 0),
+	s := st.Snapshot([]Node{st.Node("idle", 4, h100, 81920), busy}, []Request{
+		st.Request("ns/a", 2, Exclusive, 0),
+		st.Request("ns/b", 1, Exclusive, 0),
+		st.Request("ns/c", 2, Exclusive, 0),
 	})
 	got := assigned(PlaceEach(s, Tightest))
 	want := []placed{{0, 1, []uint32{1, 2}}, {1, 1, []uint32{3}}, {2, 0, []uint32{0, 1}}}
@@ -105,39 +45,45 @@ func TestPacksOntoTheFullestNodeThatFits(t *testing.T) {
 }
 
 func TestWaitsWhenFullAndRejectsWhatNeverFits(t *testing.T) {
-	s := snapshot([]Node{node("a", 2, 40960)}, []Request{
-		request("ns/first", 2, Sharing_Exclusive, 0),
-		request("ns/second", 1, Sharing_Exclusive, 0),
-		request("ns/huge", 4, Sharing_Exclusive, 0),
+	s := st.Snapshot([]Node{st.Node("a", 2, h100, 40960)}, []Request{
+		st.Request("ns/first", 2, Exclusive, 0),
+		st.Request("ns/second", 1, Exclusive, 0),
+		st.Request("ns/huge", 4, Exclusive, 0),
 	})
 	// Served in name order: first, huge, second.
 	d := PlaceEach(s, Tightest)
-	if PodOf(d[2]) != 1 || d[2].Tag() != Decision_Wait || !strings.Contains(d[2].Wait().Reason, "free right now") {
+	if PodOf(d[2]) != 1 || d[2].Tag() != Decision_Wait || d[2].Wait().Reason != "no eligible node has 1 GPU(s) free right now" {
 		t.Fatalf("second: %+v", d[2])
 	}
-	if PodOf(d[1]) != 2 || d[1].Tag() != Decision_Reject || !strings.Contains(d[1].Reject().Reason, "even when idle") {
+	if PodOf(d[1]) != 2 || d[1].Tag() != Decision_Reject || d[1].Reject().Reason != "no eligible node has 4 GPU(s), even when idle" {
 		t.Fatalf("huge: %+v", d[1])
 	}
 }
 
 func TestSharedStackAndNvlinkPreference(t *testing.T) {
-	s := snapshot([]Node{node("a", 2, 24000)}, []Request{
-		request("ns/s1", 1, Sharing_Shared, 8000),
-		request("ns/s2", 1, Sharing_Shared, 8000),
+	s := st.Snapshot([]Node{st.Node("a", 2, "NVIDIA L4", 24000)}, []Request{
+		st.Request("ns/s1", 1, Shared, 8000),
+		st.Request("ns/s2", 1, Shared, 8000),
 	})
 	for _, p := range assigned(PlaceEach(s, Tightest)) {
 		if !reflect.DeepEqual(p.gpus, []uint32{0}) {
 			t.Fatalf("shared requests stack on GPU 0: %v", p)
 		}
 	}
-	n := withNvlink(node("n", 4, 81920), [2]int{2, 3})
-	s = snapshot([]Node{n}, []Request{request("ns/p", 2, Sharing_Exclusive, 0)})
-	if got := assigned(PlaceEach(s, Tightest))[0].gpus; !reflect.DeepEqual(got, []uint32{2, 3}) {
-		t.Fatalf("NVLink pair: %v", got)
+	n := st.WithNvlink(st.Node("n", 4, h100, 81920), [2]uint32{2, 3})
+	s = st.Snapshot([]Node{n}, []Request{st.Request("ns/p", 2, Exclusive, 0)})
+	for _, config := range []string{"", `{"nvlink": "prefer"}`, `{"preferNvlink": true}`, `{"nvlink": "require"}`} {
+		// {"nvlink": "prefer"} is the README's binpack config.
+		s.Config = config
+		if got := assigned(PlaceEach(s, Tightest))[0].gpus; !reflect.DeepEqual(got, []uint32{2, 3}) {
+			t.Fatalf("%s: NVLink pair: %v", config, got)
+		}
 	}
-	s.Config = `{"preferNvlink": false}`
-	if got := assigned(PlaceEach(s, Tightest))[0].gpus; !reflect.DeepEqual(got, []uint32{0, 1}) {
-		t.Fatalf("without the preference: %v", got)
+	for _, config := range []string{`{"preferNvlink": false}`, `{"nvlink": "ignore"}`, `{"nvlink": "ignore", "preferNvlink": true}`} {
+		s.Config = config
+		if got := assigned(PlaceEach(s, Tightest))[0].gpus; !reflect.DeepEqual(got, []uint32{0, 1}) {
+			t.Fatalf("%s: %v", config, got)
+		}
 	}
 }
 
@@ -150,55 +96,50 @@ func TestABadConfigFailsTheRound(t *testing.T) {
 			t.Fatalf("logged %v", lines)
 		}
 	}()
-	s := snapshot(nil, nil)
+	s := st.Snapshot(nil, nil)
 	s.Config = `{"preferNVLink": false}`
 	PlaceEach(s, Tightest)
 }
 
 func TestMigAndGangs(t *testing.T) {
-	n := node("a", 6, 81920)
-	for _, x := range [][2]uint32{{2, 0}, {3, 0}, {4, 1}, {5, 1}} {
-		n.Gpus[x[0]].Index = x[1]
-		n.Gpus[x[0]].MemoryMib = 40192
-		n.Gpus[x[0]].Mig = witTypes.Some(MigInstance{Parent: x[1], Profile: 0})
-	}
+	// Two whole GPUs, each with two 3g.40gb instances; one instance of
+	// GPU 1 held.
+	n := st.WithMig(st.WithMig(st.Node("a", 2, h100, 81920), 0, st.Mig{Profile: "3g.40gb", MemoryMib: 40192}, st.Mig{Profile: "3g.40gb", MemoryMib: 40192}),
+		3, st.Mig{Profile: "3g.40gb", MemoryMib: 40192}, st.Mig{Profile: "3g.40gb", MemoryMib: 40192})
+	// Positions: 0 GPU 0, 1-2 its instances, 3 GPU 1, 4-5 its instances.
 	n.Gpus[4].Held = true
-	m := request("ns/m", 1, Sharing_Exclusive, 0)
-	shapeOf(&m, func(g *GpuShape) { g.MigProfile = witTypes.Some("3g.40gb") })
-	s := snapshot([]Node{n}, []Request{m, request("ns/whole", 2, Sharing_Exclusive, 0)})
-	s.MigProfiles = []string{"3g.40gb"}
+	m := st.MigRequest("ns/m", 1, "3g.40gb")
+	s := st.Snapshot([]Node{n}, []Request{m, st.Request("ns/whole", 2, Exclusive, 0)})
 	d := PlaceEach(s, Tightest)
 	if got := assigned(d); !reflect.DeepEqual(got, []placed{{0, 0, []uint32{5}}}) {
 		t.Fatalf("MIG: %v", got)
 	}
-	if !strings.Contains(d[1].Wait().Reason, "2 GPU(s) free right now") {
+	if d[1].Wait().Reason != "no eligible node has 2 GPU(s) free right now" {
 		t.Fatalf("whole: %+v", d[1])
 	}
 
 	pending := []Request{}
 	for i := 0; i < 3; i++ {
-		r := request("ml/w"+string(rune('0'+i)), 1, Sharing_Exclusive, 0)
-		r.Gang = witTypes.Some(uint32(0))
-		pending = append(pending, r)
+		pending = append(pending, st.Request("ml/w"+string(rune('0'+i)), 1, Exclusive, 0))
 	}
-	solo := request("ns/solo", 2, Sharing_Exclusive, 0)
+	solo := st.Request("ns/solo", 2, Exclusive, 0)
 	solo.CreatedMs = 1
-	s = snapshot([]Node{node("b", 2, 81920)}, append(pending, solo))
-	s.Gangs = []Gang{{Name: "ml/job", MinMember: 3, Pending: []uint32{0, 1, 2}}}
+	s = st.Snapshot([]Node{st.Node("b", 2, h100, 81920)}, append(pending, solo))
+	st.Gang(s, "ml/job", 3, 0, 1, 2)
 	d = PlaceEach(s, Tightest)
 	if got := assigned(d); !reflect.DeepEqual(got, []placed{{3, 0, []uint32{0, 1}}}) {
 		t.Fatalf("gang: %v", got)
 	}
-	if !strings.Contains(d[0].Wait().Reason, "2 of the 3 more members needed fit now") {
+	if d[0].Wait().Reason != "gang ml/job: 2 of the 3 more members needed fit now (0 bound, minMember 3); all or nothing, so none is placed yet" {
 		t.Fatalf("gang reason: %+v", d[0])
 	}
 
 	// A member that can never fit: the whole gang is rejected while the
 	// others cannot reach MinMember without it, only it once they can.
-	shapeOf(&s.Pending[2], func(g *GpuShape) { g.Count = 8 })
+	st.EditShape(&s.Pending[2], func(g *GpuShape) { g.Count = 8 })
 	d = PlaceEach(s, Tightest)
 	for _, dec := range d[:3] {
-		if dec.Tag() != Decision_Reject || !strings.Contains(dec.Reject().Reason, "can never be placed: member ml/w2") {
+		if dec.Tag() != Decision_Reject || dec.Reject().Reason != "gang ml/job can never be placed: member ml/w2 fits nowhere (no eligible node has 8 GPU(s), even when idle)" {
 			t.Fatalf("never: %+v", dec)
 		}
 	}
@@ -213,6 +154,28 @@ func TestMigAndGangs(t *testing.T) {
 		}
 	}
 	t.Fatalf("the impossible member alone is rejected: %+v", d)
+}
+
+func TestAGangIsPlacedWithoutAMemberThatWaits(t *testing.T) {
+	// Two of three suffice; the third does not fit now.
+	n := st.Node("a", 4, h100, 81920)
+	s := st.Snapshot([]Node{n}, []Request{
+		st.Request("ns/w-0", 2, Exclusive, 0), st.Request("ns/w-1", 1, Exclusive, 0), st.Request("ns/w-2", 2, Exclusive, 0),
+	})
+	st.Gang(s, "ns/train", 2, 0, 1, 2)
+	d := PlaceEach(s, Tightest)
+	if got := assigned(d); !reflect.DeepEqual(got, []placed{{0, 0, []uint32{0, 1}}, {1, 0, []uint32{2}}}) {
+		t.Fatalf("assigned: %v", got)
+	}
+	if d[2].Wait().Reason != "gang ns/train is placed without this member (2 of 2 needed fit); it waits for room" {
+		t.Fatalf("the third: %+v", d[2])
+	}
+	// The trial became the state: a later pod finds GPU 3 only.
+	c := NewCluster(s)
+	c.PlaceGang(0, Tightest, true)
+	if got := c.FreeGpus(0, ""); !reflect.DeepEqual(got, []uint32{3}) {
+		t.Fatalf("free after the gang: %v", got)
+	}
 }
 
 func TestGlob(t *testing.T) {
@@ -231,10 +194,7 @@ func TestGlob(t *testing.T) {
 func TestNvlinkBitsNameGpusByIndexNotPosition(t *testing.T) {
 	// GPU 0 carries two MIG instances, so whole GPUs 1, 2, 3 sit at
 	// positions 3, 4, 5. Index 2 links to index 3: positions 4 and 5.
-	n := node("m", 4, 81920)
-	inst := gpu(0, 40192)
-	inst.Mig = witTypes.Some(MigInstance{Parent: 0, Profile: 0})
-	n.Gpus = append([]Gpu{n.Gpus[0], inst, inst}, n.Gpus[1:]...)
+	n := st.WithMig(st.Node("m", 4, h100, 81920), 0, st.Mig{Profile: "3g.40gb", MemoryMib: 40192}, st.Mig{Profile: "3g.40gb", MemoryMib: 40192})
 	n.Gpus[4].Nvlink = 1 << 3
 	n.Gpus[5].Nvlink = 1 << 2
 	if got := NvlinkPeers(&n, 4); !reflect.DeepEqual(got, []uint32{5}) {
@@ -243,18 +203,21 @@ func TestNvlinkBitsNameGpusByIndexNotPosition(t *testing.T) {
 	if got := NvlinkIndices(1<<63 | 1<<2); !reflect.DeepEqual(got, []uint32{2, 63}) {
 		t.Fatalf("indices: %v", got)
 	}
-	s := snapshot([]Node{n}, []Request{request("ns/p", 2, Sharing_Exclusive, 0)})
-	s.MigProfiles = []string{"3g.40gb"}
+	s := st.Snapshot([]Node{n}, []Request{st.Request("ns/p", 2, Exclusive, 0)})
 	if got := assigned(PlaceEach(s, Tightest)); !reflect.DeepEqual(got, []placed{{0, 0, []uint32{4, 5}}}) {
 		t.Fatalf("NVLink pair by index: %v", got)
+	}
+	c := NewCluster(s)
+	if !c.AreNvlinkPeers(0, 4, 5) || !c.AreNvlinkPeers(0, 5, 4) || c.AreNvlinkPeers(0, 3, 4) || c.AreNvlinkPeers(0, 4, 4) {
+		t.Fatal("peers by position")
 	}
 }
 
 func TestGpusOfADraDriverAloneAreNotForGpuResources(t *testing.T) {
-	n := node("a", 3, 81920)
+	n := st.Node("a", 3, h100, 81920)
 	n.Gpus[0].PublishedBy = Publisher_DraDriver
 	n.Gpus[1].PublishedBy = Publisher_Both
-	s := snapshot([]Node{n}, []Request{request("ns/a", 1, Sharing_Exclusive, 0), request("ns/b", 1, Sharing_Exclusive, 0), request("ns/c", 1, Sharing_Exclusive, 0)})
+	s := st.Snapshot([]Node{n}, []Request{st.Request("ns/a", 1, Exclusive, 0), st.Request("ns/b", 1, Exclusive, 0), st.Request("ns/c", 1, Exclusive, 0)})
 	d := PlaceEach(s, Tightest)
 	if got := assigned(d); !reflect.DeepEqual(got, []placed{{0, 0, []uint32{1}}, {1, 0, []uint32{2}}}) {
 		t.Fatalf("agent and both only: %v", got)
@@ -266,14 +229,14 @@ func TestGpusOfADraDriverAloneAreNotForGpuResources(t *testing.T) {
 	for i := range n.Gpus {
 		n.Gpus[i].PublishedBy = Publisher_DraDriver
 	}
-	s = snapshot([]Node{n}, []Request{request("ns/a", 1, Sharing_Exclusive, 0)})
+	s = st.Snapshot([]Node{n}, []Request{st.Request("ns/a", 1, Exclusive, 0)})
 	if d := PlaceEach(s, Tightest); d[0].Tag() != Decision_Reject || !strings.Contains(d[0].Reject().Reason, "even when idle") {
 		t.Fatalf("DRA-only node: %+v", d[0])
 	}
 }
 
 func TestDraRequestsGetNoDecision(t *testing.T) {
-	s := snapshot([]Node{node("a", 2, 81920)}, []Request{claimsRequest("ns/dra"), request("ns/gpu", 1, Sharing_Exclusive, 0)})
+	s := st.Snapshot([]Node{st.Node("a", 2, h100, 81920)}, []Request{st.ClaimsRequest("ns/dra"), st.Request("ns/gpu", 1, Exclusive, 0)})
 	d := PlaceEach(s, Tightest)
 	if got := assigned(d); len(d) != 1 || !reflect.DeepEqual(got, []placed{{1, 0, []uint32{0}}}) {
 		t.Fatalf("only the GPUResource pod is decided: %+v", d)
@@ -285,6 +248,9 @@ func TestDraRequestsGetNoDecision(t *testing.T) {
 	if c.Want(0) != nil || len(Claims(&s.Pending[0])) != 1 {
 		t.Fatal("a DRA request has no Want and its claims read back")
 	}
+	if _, ok := c.Preempt(c.Want(0), Tightest, NvlinkPrefer); ok {
+		t.Fatal("a DRA request does not preempt")
+	}
 	if _, ok := Shape(&s.Pending[0]); ok {
 		t.Fatal("a DRA request has no shape")
 	}
@@ -294,15 +260,14 @@ func TestDraRequestsGetNoDecision(t *testing.T) {
 	if shape, ok := Shape(&s.Pending[1]); !ok || shape.Count != 1 {
 		t.Fatalf("shape: %+v", shape)
 	}
+	if DescribeRequest(&s.Pending[0]) != "devices through DRA claims" {
+		t.Fatalf("DRA in words: %s", DescribeRequest(&s.Pending[0]))
+	}
 
 	// A gang with a DRA member: it gets no decision, and counts as one
 	// that may come later, so the others wait rather than being rejected.
-	pending := []Request{request("ml/w0", 1, Sharing_Exclusive, 0), claimsRequest("ml/w1")}
-	for i := range pending {
-		pending[i].Gang = witTypes.Some(uint32(0))
-	}
-	s = snapshot([]Node{node("b", 1, 81920)}, pending)
-	s.Gangs = []Gang{{Name: "ml/job", MinMember: 2, Pending: []uint32{0, 1}}}
+	s = st.Snapshot([]Node{st.Node("b", 1, h100, 81920)}, []Request{st.Request("ml/w0", 1, Exclusive, 0), st.ClaimsRequest("ml/w1")})
+	st.Gang(s, "ml/job", 2, 0, 1)
 	d = PlaceEach(s, Tightest)
 	if len(d) != 1 || PodOf(d[0]) != 0 || d[0].Tag() != Decision_Wait {
 		t.Fatalf("mixed gang: %+v", d)
@@ -312,13 +277,13 @@ func TestDraRequestsGetNoDecision(t *testing.T) {
 func TestEligibleSetsAreBitSets(t *testing.T) {
 	var nodes []Node
 	for i := 0; i < 70; i++ {
-		nodes = append(nodes, node("n"+string(rune('A'+i%26)), 1, 81920))
+		nodes = append(nodes, st.Node("n"+string(rune('A'+i%26)), 1, h100, 81920))
 	}
-	s := snapshot(nodes, []Request{request("ns/p", 1, Sharing_Exclusive, 0)})
-	s.EligibleSets = [][]uint64{set(3, 66, 200)}
+	s := st.Snapshot(nodes, []Request{st.Request("ns/p", 1, Exclusive, 0)})
+	s.EligibleSets = [][]uint64{st.Bits(70, 3, 66, 200)}
 	c := NewCluster(s)
 	w := c.Want(0)
-	if got := c.Eligible(w); !reflect.DeepEqual(got, []uint32{3, 66}) {
+	if got := c.Eligible(w); !reflect.DeepEqual(got, []uint32{3, 66}) || c.EligibleCount(w) != 2 {
 		t.Fatalf("eligible: %v", got)
 	}
 	if !c.IsEligible(w, 66) || c.IsEligible(w, 4) || c.IsEligible(w, 200) {
@@ -331,10 +296,13 @@ func TestEligibleSetsAreBitSets(t *testing.T) {
 	if got := assigned(PlaceEach(s, Tightest)); !reflect.DeepEqual(got, []placed{{0, 66, []uint32{0}}}) {
 		t.Fatalf("placed: %v", got)
 	}
+	if c.NodeCount() != 70 || c.NodeName(66) != s.Nodes[66].Name {
+		t.Fatal("NodeCount, NodeName")
+	}
 }
 
 func TestTablesLabelsAndBuilders(t *testing.T) {
-	s := snapshot([]Node{node("a", 1, 81920)}, []Request{request("ml/p", 1, Sharing_Exclusive, 0)})
+	s := st.Snapshot([]Node{st.Node("a", 1, h100, 81920)}, []Request{st.Request("ml/p", 1, Exclusive, 0)})
 	s.Namespaces = []string{"default", "ml"}
 	s.Pending[0].Namespace = 1
 	s.Tenants = []Tenant{{Name: "research", Quota: 4}}
@@ -349,6 +317,9 @@ func TestTablesLabelsAndBuilders(t *testing.T) {
 	s.Nodes[0].Labels = []witTypes.Option[string]{witTypes.None[string](), witTypes.Some("r7")}
 	if v, ok := Label(s, &s.Nodes[0], "rack"); !ok || v != "r7" {
 		t.Fatalf("rack: %q", v)
+	}
+	if v, ok := NewCluster(s).Label(0, "rack"); !ok || v != "r7" {
+		t.Fatalf("Cluster.Label rack: %q", v)
 	}
 	for _, key := range []string{"zone", "region"} {
 		if _, ok := Label(s, &s.Nodes[0], key); ok {
@@ -369,20 +340,60 @@ func TestTablesLabelsAndBuilders(t *testing.T) {
 	if PodOf(p) != 2 || !reflect.DeepEqual(p.Preempt().Victims, []uint32{5}) {
 		t.Fatalf("preempt: %+v", p)
 	}
+	if Exclusive != Sharing_Exclusive || Shared != Sharing_Shared || PreemptNever != PreemptionPolicy_Never || PreemptLowerPriority != PreemptionPolicy_PreemptLowerPriority {
+		t.Fatal("constants")
+	}
+	if got := NewCluster(s).GpuNames(0, []uint32{0}); !reflect.DeepEqual(got, []string{"a/gpu0"}) {
+		t.Fatalf("names: %v", got)
+	}
 }
 
-func TestPreemptionKeyIsAcceptedAndMustBeABoolean(t *testing.T) {
-	s := snapshot([]Node{node("a", 1, 81920)}, []Request{request("ns/p", 1, Sharing_Exclusive, 0)})
-	for _, config := range []string{`{"preemption": false}`, `{"preemption": true, "preferNvlink": false}`} {
-		s.Config = config
-		if got := assigned(PlaceEach(s, Tightest)); len(got) != 1 {
-			t.Fatalf("%s: %v", config, got)
-		}
+func TestModelGlobAndMemoryAreChecked(t *testing.T) {
+	s := st.Snapshot([]Node{st.Node("a", 2, "NVIDIA A100-SXM4-40GB", 40960)}, []Request{
+		st.WithModel(st.Request("ns/h", 1, Exclusive, 0), "NVIDIA H100*"),
+		st.Request("ns/big", 1, Exclusive, 81920),
+		st.WithModel(st.Request("ns/a", 2, Exclusive, 40960), "*A100*"),
+	})
+	c := NewCluster(s)
+	h, big, a := c.Want(0), c.Want(1), c.Want(2)
+	if c.Fits(0, h) || !c.Shortfall(h).Permanent() || c.Shortfall(h).Reason() != `no eligible node has 1 GPU(s) matching "NVIDIA H100*", even when idle` {
+		t.Fatalf("h: %v", c.Shortfall(h))
 	}
-	for _, config := range []string{`{"preemption": 1}`, `{"preemption": "yes"}`, `{"preemption": null}`, `{"preferNvlink": null}`} {
-		params := PlacementParams{}
-		if err := ParseConfig(config, &params); err == nil {
-			t.Fatalf("%s is refused", config)
-		}
+	if c.Fits(0, big) || c.Shortfall(big).Reason() != "no eligible node has 1 GPU(s) with at least 81920 MiB each, even when idle" {
+		t.Fatalf("big: %v", c.Shortfall(big))
+	}
+	if !c.Fits(0, a) {
+		t.Fatal("a fits")
+	}
+	// No eligible node at all.
+	st.Restrict(s, 0)
+	c = NewCluster(s)
+	if got := c.Unplaced(c.Want(0)); got.Tag() != Decision_Reject || got.Reject().Reason != "no eligible node: node selector, affinity or taints exclude every GPU node" {
+		t.Fatalf("no node: %+v", got)
+	}
+}
+
+func TestMigInstancesTakeTheirParentsHealthAndPacking(t *testing.T) {
+	// GPU 0 whole; GPU 1 carved into three 1g.10gb (positions 2-4).
+	n := st.WithMig(st.Node("m", 2, "NVIDIA A100 80GB PCIe", 81920), 1, st.Mig{Profile: "1g.10gb", MemoryMib: 9856}, st.Mig{Profile: "1g.10gb", MemoryMib: 9856}, st.Mig{Profile: "1g.10gb", MemoryMib: 9856})
+	s := st.Snapshot([]Node{n}, []Request{
+		st.MigRequest("ns/m1", 1, "1g.10gb"), st.MigRequest("ns/m2", 2, "1g.10gb"),
+		st.Request("ns/whole", 2, Exclusive, 0), st.Request("ns/one", 1, Exclusive, 0), st.MigRequest("ns/m3", 1, "1g.10gb"),
+	})
+	d := PlaceEach(s, Tightest)
+	// m1 takes instance 2, m2 instances 3 and 4, m3 finds none; one takes
+	// GPU 0; whole waits: GPU 1 is not whole while its instances are held.
+	if got := assigned(d); !reflect.DeepEqual(got, []placed{{0, 0, []uint32{2}}, {1, 0, []uint32{3, 4}}, {3, 0, []uint32{0}}}) {
+		t.Fatalf("placed: %v", got)
+	}
+	d2, _ := st.DecisionOf(s, d, "ns/m3")
+	if d2.Wait().Reason != `no eligible node has 1 MIG instance(s) of profile "1g.10gb" free right now` {
+		t.Fatalf("m3: %+v", d2)
+	}
+	// An unhealthy parent makes its instances unhealthy.
+	s.Nodes[0].Gpus[1].Healthy = false
+	c := NewCluster(s)
+	if c.GpuNow(0, 2).Healthy || c.Fits(0, c.Want(0)) || !c.Shortfall(c.Want(0)).Permanent() {
+		t.Fatal("instances of an unhealthy GPU")
 	}
 }

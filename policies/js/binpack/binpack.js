@@ -1,12 +1,16 @@
 // binpack: fills the fullest node that still fits, so pods land on as few
 // nodes as possible and whole nodes stay free for large jobs. Within a node, a
 // multi-GPU exclusive request takes the smallest NVLink group that holds it; a
-// shared request takes the GPUs with the least free memory that fits. It reads
-// no node label, places GPUResource requests only (DRA pods get no decision,
-// so they wait) and never preempts.
+// shared request takes the GPUs with the least free memory that fits. A pod
+// that fits nowhere now evicts the fewest pods of lower priority that make
+// room. It reads no node label and places GPUResource requests only (DRA pods
+// get no decision, so they wait): exactly what the Rust binpack decides.
 //
-// Parameters (config.json, all optional): { "preferNvlink": true, "preemption": true }
-// (`preemption` is accepted, as the Rust binpack reads it, but changes nothing yet).
+// Parameters (config.json, all optional): { "nvlink": "prefer", "preemption": true }
+// `nvlink`: "prefer" (the default), "require" (only GPUs that are all NVLink
+// peers of one another; else the pod waits) or "ignore"; the older
+// "preferNvlink": true | false reads as "prefer" | "ignore". `preemption`:
+// false leaves a pod that fits nowhere waiting.
 import { Fit, info, placeEach } from '../sdk/index.js';
 
 export function describe() {

@@ -14,10 +14,21 @@
 // `snapshot.nodes` and the GPUs' in that node's `gpus` list.
 //
 // `Cluster` and `placeEach` place GPUResource requests (`ask.tag === 'gpus'`)
-// on GPUs the wasmgpu agent publishes. They make no decision for DRA pods
-// (`ask.tag === 'claims'`), which therefore wait, and they never preempt.
+// on GPUs the wasmgpu agent publishes, and decide exactly what the Rust SDK's
+// `Cluster` and `place_each` decide (NVLink modes, gangs, tenant limits,
+// preemption by priority). They make no decision for DRA pods (`ask.tag ===
+// 'claims'`), which therefore wait.
 //
 // The same modules run under Node (unit tests) and inside the component.
+
+import { PLACEMENT_FIELDS, PlacementParams, PolicyError, blankConfig, parseConfig, parsePlacementParams } from './config.js';
+import { Nvlink, clique, groupIds, linkMatrix, nvlinkMode } from './nvlink.js';
+import { compareRequests, compareText } from './order.js';
+import * as reason from './reason.js';
+import { usage } from './usage.js';
+
+export { PLACEMENT_FIELDS, PlacementParams, PolicyError, blankConfig, parseConfig, parsePlacementParams };
+export { Nvlink, nvlinkMode, compareText, reason, usage };
 
 /** @typedef {import('wasmgpu:policy/types@0.3.0').Snapshot} Snapshot */
 /** @typedef {import('wasmgpu:policy/types@0.3.0').Request} Request */
@@ -47,9 +58,6 @@ export function fail(message) {
   throw new PolicyError(message);
 }
 
-/** The error `fail` throws. */
-export class PolicyError extends Error {}
-
 /**
  * An `Info` record. `labelKeys`: the node label keys the policy reads (at
  * most 32); each node in a snapshot then carries its values for these, by
@@ -70,8 +78,8 @@ export function assign(pod, node, gpus) {
 /**
  * `preempt`: evict the running pods at `victims` (positions in
  * `snapshot.running`) and give pending position `pod` GPU positions `gpus` of
- * node position `node` once they are gone. `Cluster` and `placeEach` never
- * emit it.
+ * node position `node` once they are gone (`Cluster.preempt` and `placeEach`
+ * emit it for a pod that fits nowhere now).
  */
 export function preempt(pod, node, gpus, victims) {
   return {
@@ -172,29 +180,20 @@ export function nodeEligible(snapshot, request, node) {
 
 /**
  * The GPUs GPU position `gpu` of `node` has an NVLink to, as positions in the
- * node's `gpus` list, ascending (the contract names them by GPU `index`; an
- * index no whole GPU of the node has is left out).
+ * node's `gpus` list, ascending: the whole GPUs whose `index` its `nvlink` set
+ * names (the contract names peers by GPU `index`, not position). A MIG
+ * instance has none.
  * @param {Node} node
  */
 export function nvlinkPeers(node, gpu) {
   const g = node.gpus[gpu];
-  if (g === undefined || BigInt(g.nvlink) === 0n) return [];
-  const at = wholeByIndex(node.gpus);
+  if (g === undefined || g.mig !== undefined || BigInt(g.nvlink) === 0n) return [];
   const out = [];
-  for (const index of setMembers([g.nvlink])) {
-    const peer = at.get(index);
-    if (peer !== undefined) out.push(peer);
+  for (let p = 0; p < node.gpus.length; p++) {
+    const other = node.gpus[p];
+    if (other.mig === undefined && other.index < 64 && inSet([g.nvlink], other.index)) out.push(p);
   }
-  return out.sort((a, b) => a - b);
-}
-
-/** Position of the whole GPU with each `index` (the first, should two share one). */
-function wholeByIndex(gpus) {
-  const at = new Map();
-  for (let i = 0; i < gpus.length; i++) {
-    if (gpus[i].mig === undefined && !at.has(gpus[i].index)) at.set(gpus[i].index, i);
-  }
-  return at;
+  return out;
 }
 
 /**
@@ -235,42 +234,6 @@ export function globMatch(pattern, text) {
   return pi === p.length;
 }
 
-/**
- * Parses the snapshot's config string: empty (or all blanks) gives
- * `defaults`; otherwise a JSON object whose keys must be keys of `defaults`
- * and whose values must have the same type. Throws a message naming the
- * problem (`fail` it, or put it in a `wait` reason).
- */
-export function parseConfig(config, defaults) {
-  if (config.trim() === '') return { ...defaults };
-  let parsed;
-  try {
-    parsed = JSON.parse(config);
-  } catch (e) {
-    throw new PolicyError(`invalid policy config.json: ${e.message}`);
-  }
-  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
-    throw new PolicyError('invalid policy config.json: expected a JSON object');
-  }
-  const known = Object.keys(defaults);
-  const out = { ...defaults };
-  for (const [key, value] of Object.entries(parsed)) {
-    if (!known.includes(key)) {
-      const expected = known.map((k) => `\`${k}\``).join(', ');
-      throw new PolicyError(
-        `invalid policy config.json: unknown field \`${key}\`, expected one of ${expected}`,
-      );
-    }
-    if (typeof value !== typeof defaults[key]) {
-      throw new PolicyError(
-        `invalid policy config.json: \`${key}\` must be a ${typeof defaults[key]}, got ${JSON.stringify(value)}`,
-      );
-    }
-    out[key] = value;
-  }
-  return out;
-}
-
 /** Which end to prefer when several candidates fit. */
 export const Fit = Object.freeze({
   /** The candidate with the least room left that still fits (packing). */
@@ -279,13 +242,26 @@ export const Fit = Object.freeze({
   Loosest: 'loosest',
 });
 
+/** A request's `sharing`, as the contract spells it. */
+export const Sharing = Object.freeze({ Exclusive: 'exclusive', Shared: 'shared' });
+
+/** `want.kind`: whole GPUs of its own. */
+export const EXCLUSIVE = 0;
+/** `want.kind`: part of a GPU's memory (`sharing: 'shared'`). */
+export const SHARED = 1;
+/** `want.kind`: MIG instances of a profile. */
+export const MIG = 2;
+/** The kinds of request, as far as fitting goes (`want.kind`). */
+export const Kind = Object.freeze({ Exclusive: EXCLUSIVE, Shared: SHARED, Mig: MIG });
+
 /**
  * Why a request cannot be placed this round, in the SDK's standard words.
- * `permanent`: waiting cannot help (the decision is a `reject`).
+ * `kind`: `'no-eligible-node'`, `'never'` or `'not-now'`; `what`: what it asks
+ * for, in words. `permanent`: waiting cannot help (the decision is a `reject`).
  */
 export class Shortfall {
   constructor(kind, what) {
-    this.kind = kind; // 'no-eligible-node' | 'never' | 'not-now'
+    this.kind = kind;
     this.what = what;
   }
 
@@ -296,67 +272,119 @@ export class Shortfall {
   reason() {
     switch (this.kind) {
       case 'no-eligible-node':
-        return 'no eligible node: node selector, affinity or taints exclude every GPU node';
+        return reason.noEligibleNode();
       case 'never':
-        return `no eligible node has ${this.what}, even when idle`;
+        return reason.never(this.what);
       default:
-        return `no eligible node has ${this.what} free right now`;
+        return reason.notNow(this.what);
     }
   }
 }
 
 /**
- * What a request (or its `GpuShape`) asks for, in words (used in wait and
- * reject reasons).
+ * What a request (or its `GpuShape`) asks for, in words: `reason.asked`,
+ * except that a DRA pod's phrase counts its claims (`devices through 2 DRA
+ * claim(s)`).
  */
 export function describeRequest(request) {
   if (request.ask !== undefined && request.ask.tag === 'claims') {
     return `devices through ${request.ask.val.length} DRA claim(s)`;
   }
-  const shape = request.ask !== undefined ? request.ask.val : request;
-  const model = shape.model !== undefined ? ` matching "${shape.model}"` : '';
-  const mem = BigInt(shape.memoryMib);
-  if (shape.migProfile !== undefined) {
-    return `${shape.count} MIG instance(s) of profile ${JSON.stringify(shape.migProfile)}${model}`;
-  }
-  if (shape.sharing === 'shared') {
-    return `${shape.count} GPU(s)${model} with ${mem} MiB to share`;
-  }
-  if (mem === 0n) return `${shape.count} GPU(s)${model}`;
-  return `${shape.count} GPU(s)${model} with at least ${mem} MiB each`;
+  return reason.asked(request);
 }
 
-// Kinds of request, as far as fitting goes.
-const EXCLUSIVE = 0;
-const SHARED = 1;
-const MIG = 2;
+/**
+ * A pending GPUResource request prepared for the fit checks (`Cluster.want`).
+ * `pod` (also `position`): its position in `snapshot.pending`, what decisions
+ * name; `kind`: `EXCLUSIVE`, `SHARED` or `MIG`; `exclusive`: its sharing is
+ * `'exclusive'` (MIG requests usually are); `count`, `memory` (MiB, a
+ * number), `profile` (the MIG profile's index in `snapshot.migProfiles`, -1
+ * if none), `modelOk` (per model index, whether the request's glob accepts
+ * it).
+ */
+export class Want {
+  constructor(pod, request, shape, profile, modelOk) {
+    this.pod = pod;
+    this.position = pod;
+    this.request = request;
+    this.shape = shape;
+    this.kind = shape.migProfile !== undefined ? MIG : shape.sharing === 'shared' ? SHARED : EXCLUSIVE;
+    this.exclusive = shape.sharing !== 'shared';
+    this.count = shape.count;
+    this.memory = Number(shape.memoryMib);
+    this.profile = profile;
+    this.modelOk = modelOk;
+  }
+
+  /** The request asks for MIG instances, not whole GPUs. */
+  isMig() {
+    return this.kind === MIG;
+  }
+
+  /** The request asks for whole GPUs of its own (not shares, not MIG instances). */
+  isExclusiveWhole() {
+    return this.kind === EXCLUSIVE;
+  }
+
+  /** Whether NVLink mode `nvlink` changes which GPUs it gets: exclusive, more than one whole GPU, mode not `ignore`. */
+  usesNvlink(nvlink) {
+    return nvlinkMode(nvlink) !== 'ignore' && this.kind === EXCLUSIVE && this.count > 1;
+  }
+
+  /** What it asks for, in words (`reason.asked`). */
+  describe() {
+    return reason.asked(this.request);
+  }
+}
 
 /**
  * Round state: what is free on each node, updated as the policy places pods
- * (`commit`), so a policy never hands out the same GPU twice in its round.
+ * (`commit`), so a policy never hands out the same GPU twice in its round. It
+ * decides exactly what the Rust SDK's `Cluster` decides.
  *
  * A node's `gpus` list holds whole GPUs, each followed by its MIG instances.
  * A whole-GPU request takes whole GPUs none of whose instances is held; a MIG
- * request takes free instances of its profile whose parent is not held. Only
- * GPUs the wasmgpu agent publishes (`agentPublished`) are ever taken: the
- * others are for DRA claims, which `Cluster` does not place.
+ * request takes free instances of its profile whose parent is not in use.
+ * Only GPUs the wasmgpu agent publishes (`agentPublished`) are ever taken:
+ * the others are for DRA claims, which `Cluster` does not place (they read
+ * as unhealthy here, and so do the instances of such a GPU).
+ *
+ * Query methods (`gpuNow`, `freeGpus`, `fittingGpus`, `freeByLabel`,
+ * `nvlinkGroups`, …) answer for the state as it stands after this round's
+ * commits (inside `placeGang`'s trial, for the trial).
  */
 export class Cluster {
   /** @param {Snapshot} snapshot */
   constructor(snapshot) {
     this.snapshot = snapshot;
     const n = snapshot.nodes.length;
+    const models = snapshot.models.length;
     this.nodes = new Array(n);
-    for (let i = 0; i < n; i++) this.nodes[i] = newNodeState(snapshot.nodes[i]);
+    for (let i = 0; i < n; i++) this.nodes[i] = newNodeState(snapshot.nodes[i], models);
     // Eligible sets as sorted node positions (bits past the nodes dropped).
     this.eligibleSets = snapshot.eligibleSets.map((set) => setMembers(set, n));
     this.everFits = new Map();
+    this.everClique = new Map();
     this.modelOk = new Map();
     // Nodes in the order commits changed them, and the shared-request
     // headroom per shape (see `sharedRooms`).
     this.touched = [];
     this.shared = new Map();
     this.eligibleMasks = new Map();
+    // Per node, its running pods (positions in `snapshot.running`); the
+    // running pods named as victims this round; GPUs each tenant holds.
+    this.runningOn = new Array(n);
+    for (let i = 0; i < n; i++) this.runningOn[i] = [];
+    snapshot.running.forEach((pod, r) => {
+      if (pod.node < n) this.runningOn[pod.node].push(r);
+    });
+    this.victimTaken = new Array(snapshot.running.length).fill(false);
+    this.tenantHeld = snapshot.tenants.map((t) => t.holding);
+    // Each commit gives its node a version no other state (clones included)
+    // has, so what `chooseNodeWith` learnt about a node stays valid until
+    // the node changes.
+    this.versions = { last: 0 };
+    this.cliqueFits = new Map();
     // Nodes whose GPUs are all whole and of one model and memory, bucketed
     // by free whole GPUs (sorted node positions per bucket); the others.
     this.classes = [];
@@ -389,43 +417,38 @@ export class Cluster {
    * place them, and a pod no decision names waits.
    */
   pendingInOrder() {
+    return this.inOrder((r) => r.ask.tag === 'gpus');
+  }
+
+  /** Positions of the pending DRA pods, in the order of `pendingInOrder` (no helper here places them). */
+  draPending() {
+    return this.inOrder((r) => r.ask.tag !== 'gpus');
+  }
+
+  inOrder(keep) {
     const pending = this.snapshot.pending;
     const order = [];
-    for (let i = 0; i < pending.length; i++) if (pending[i].ask.tag === 'gpus') order.push(i);
+    for (let i = 0; i < pending.length; i++) if (keep(pending[i])) order.push(i);
     order.sort((a, b) => compareRequests(pending[a], pending[b]));
     return order;
   }
 
-  /**
-   * The prepared form of pending request `pod` (a position) for the checks
-   * below: `{ pod, request, shape, kind, count, memory, profile, modelOk }`.
-   * `null` for a DRA pod.
-   */
+  /** The prepared form (`Want`) of pending request `pod` (a position), or `null` for a DRA pod. */
   want(pod) {
     const request = this.snapshot.pending[pod];
     const shape = shapeOf(request);
     if (shape === undefined) return null;
-    const kind =
-      shape.migProfile !== undefined ? MIG : shape.sharing === 'shared' ? SHARED : EXCLUSIVE;
-    const profile = kind === MIG ? this.snapshot.migProfiles.indexOf(shape.migProfile) : -1;
-    return {
-      pod,
-      request,
-      shape,
-      kind,
-      count: shape.count,
-      memory: Number(shape.memoryMib),
-      profile,
-      modelOk: this.modelMask(shape.model),
-    };
+    const profile = shape.migProfile !== undefined ? this.snapshot.migProfiles.indexOf(shape.migProfile) : -1;
+    return new Want(pod, request, shape, profile, this.modelMask(shape.model));
   }
 
-  /** For each entry of `snapshot.models`, whether `glob` (or no glob) accepts it. */
+  /** For each entry of `snapshot.models`, whether `glob` (or no glob) accepts it; `false` past the end. */
   modelMask(glob) {
     const key = glob === undefined ? '\u0000any' : glob;
     let mask = this.modelOk.get(key);
     if (mask === undefined) {
       mask = this.snapshot.models.map((m) => glob === undefined || globMatch(glob, m));
+      mask.push(false);
       this.modelOk.set(key, mask);
     }
     return mask;
@@ -436,9 +459,24 @@ export class Cluster {
     return this.eligibleSets[want.request.eligibleSet] ?? [];
   }
 
+  /** How many nodes the request may run on. */
+  eligibleCount(want) {
+    return this.eligible(want).length;
+  }
+
   /** Whether the request may run on node position `node`. */
   isEligible(want, node) {
     return this.eligibleMask(want)[node] === 1;
+  }
+
+  /** Number of nodes in the snapshot. */
+  nodeCount() {
+    return this.nodes.length;
+  }
+
+  /** The node's name. */
+  nodeName(node) {
+    return this.snapshot.nodes[node].name;
   }
 
   /** Whole GPUs on `node` nobody holds any part of. */
@@ -453,21 +491,7 @@ export class Cluster {
 
   /** Whether unit `i` of `node` can take `want` right now. */
   unitFits(node, i, want) {
-    const state = this.nodes[node];
-    const u = state.units[i];
-    if (!u.healthy || !u.agent || u.held || !want.modelOk[u.model]) return false;
-    if (want.kind === MIG) {
-      // An instance is free while its parent is used neither whole nor shared.
-      if (u.parent < 0 || u.profile !== want.profile || u.memory < want.memory) return false;
-      const parent = state.units[u.parent];
-      // It takes its parent's health, too.
-      return parent.healthy && !parent.held && parent.shares === 0 && parent.free >= parent.memory;
-    }
-    if (u.parent >= 0 || u.kidsHeld > 0) return false;
-    if (want.kind === EXCLUSIVE) {
-      return u.shares === 0 && u.free === u.memory && u.memory >= want.memory;
-    }
-    return u.free >= want.memory;
+    return unitFits(this.nodes[node].units[i], want);
   }
 
   /** True when `node` has `count` units that fit `want` right now. */
@@ -480,8 +504,9 @@ export class Cluster {
       }
     }
     let fitting = 0;
-    for (let i = 0; i < state.units.length; i++) {
-      if (this.unitFits(node, i, want) && ++fitting >= want.count) return true;
+    if (fitting >= want.count) return true;
+    for (const u of state.units) {
+      if (unitFits(u, want) && ++fitting >= want.count) return true;
     }
     return false;
   }
@@ -495,8 +520,8 @@ export class Cluster {
     const state = this.nodes[node];
     if (want.kind === EXCLUSIVE) return state.freeWhole;
     let room = 0;
-    for (let i = 0; i < state.units.length; i++) {
-      if (this.unitFits(node, i, want)) room += want.kind === MIG ? 1 : state.units[i].free;
+    for (const u of state.units) {
+      if (unitFits(u, want)) room += want.kind === MIG ? 1 : u.free;
     }
     return room;
   }
@@ -504,8 +529,11 @@ export class Cluster {
   /**
    * The eligible node that fits `want` with the least (`Fit.Tightest`) or most
    * (`Fit.Loosest`) headroom; ties go to the lowest position. `-1` when none.
+   * With `nvlink` `Nvlink.Require` (for a request it applies to), see
+   * `chooseNodeWith`; other modes do not change the choice.
    */
-  chooseNode(want, fit) {
+  chooseNode(want, fit, nvlink) {
+    if (nvlink !== undefined && nvlinkMode(nvlink) === 'require') return this.chooseNodeWith(want, fit, nvlink);
     let best = -1;
     let bestRoom = 0;
     const consider = (room, node) => {
@@ -547,10 +575,47 @@ export class Cluster {
         room = rooms[node];
         if (room < 0) continue;
       } else {
-        if (!this.fits(node, want)) continue;
+        // MIG requests go to nodes with MIG instances only (even for none).
+        if (!this.nodes[node].hasMig || !this.fits(node, want)) continue;
         room = this.headroom(node, want);
       }
       consider(room, node);
+    }
+    return best;
+  }
+
+  /**
+   * `chooseNode` for a request placed under NVLink mode `nvlink`. Only
+   * `Nvlink.Require` changes the choice (for a request it applies to, see
+   * `Want.usesNvlink`): a node fits when it has `count` free GPUs that are all
+   * NVLink peers of one another; those nodes are found by a scan of the
+   * eligible nodes.
+   */
+  chooseNodeWith(want, fit, nvlink) {
+    const mode = nvlinkMode(nvlink);
+    if (mode !== 'require' || !want.usesNvlink(mode)) return this.chooseNode(want, fit);
+    // Whether a node has a clique free for this shape, per node version.
+    const key = `${fit}\u0000${want.shape.model ?? '\u0000'}\u0000${want.memory}\u0000${want.count}`;
+    let known = this.cliqueFits.get(key);
+    if (known === undefined) {
+      known = { version: new Float64Array(this.nodes.length).fill(-1), ok: new Uint8Array(this.nodes.length) };
+      this.cliqueFits.set(key, known);
+    }
+    let best = -1;
+    let bestRoom = 0;
+    for (const node of this.eligible(want)) {
+      if (!this.fits(node, want)) continue;
+      const version = this.nodes[node].version;
+      if (known.version[node] !== version) {
+        known.ok[node] = this.pick(node, want, fit, mode) === null ? 0 : 1;
+        known.version[node] = version;
+      }
+      if (known.ok[node] === 0) continue;
+      const room = this.headroom(node, want);
+      if (best < 0 || (fit === Fit.Tightest ? room < bestRoom : room > bestRoom)) {
+        best = node;
+        bestRoom = room;
+      }
     }
     return best;
   }
@@ -589,13 +654,12 @@ export class Cluster {
   }
 
   sharedRoom(node, want) {
-    const state = this.nodes[node];
     let fitting = 0;
     let room = 0;
-    for (let i = 0; i < state.units.length; i++) {
-      if (this.unitFits(node, i, want)) {
+    for (const u of this.nodes[node].units) {
+      if (unitFits(u, want)) {
         fitting++;
-        room += state.units[i].free;
+        room += u.free;
       }
     }
     return fitting >= want.count ? room : -1;
@@ -603,82 +667,133 @@ export class Cluster {
 
   /**
    * Chooses `count` units on `node` for `want`, as positions in the node's
-   * `gpus` list (ascending), or `null` when the node does not fit. Exclusive
-   * requests for more than one GPU take a connected NVLink group that holds
-   * them when `preferNvlink` (the smallest for `Fit.Tightest`, the largest for
-   * `Fit.Loosest`; a connected group, not GPUs that are all mutual peers),
-   * else the first free GPUs; shared requests take the GPUs with the least
-   * (most) free memory; MIG requests the instances whose parent has the
-   * fewest (most) free instances.
+   * `gpus` list (ascending), or `null` when the node does not fit.
+   *
+   * * An exclusive request for more than one whole GPU follows `nvlink` (an
+   *   `Nvlink` mode or a boolean: `true` is `Prefer`, `false` `Ignore`;
+   *   `undefined` is `Prefer`): `Prefer` takes the GPUs from one NVLink
+   *   group (connected, not necessarily all peers of one another), the
+   *   tightest group that holds the request for `Fit.Tightest`, the largest
+   *   for `Fit.Loosest`, and falls back to the first free GPUs when no group
+   *   holds it; `Require` takes GPUs that are all NVLink peers of one another
+   *   (the first such set in the tightest, or largest, group that has one)
+   *   and gives `null` when there is none, never falling back; `Ignore` takes
+   *   the first free GPUs.
+   * * A shared request takes the GPUs with the least (most) free memory.
+   * * A MIG request takes instances of parents with the fewest (most)
+   *   instances still free.
    */
-  pickGpus(node, want, fit, preferNvlink) {
-    const state = this.nodes[node];
+  pickGpus(node, want, fit, nvlink) {
+    return this.pick(node, want, fit, nvlinkMode(nvlink));
+  }
+
+  pick(node, want, fit, mode) {
+    const units = this.nodes[node].units;
+    const count = want.count;
     let candidates = [];
-    for (let i = 0; i < state.units.length; i++) {
-      if (this.unitFits(node, i, want)) candidates.push(i);
-    }
-    if (candidates.length < want.count) return null;
-    if (want.kind === EXCLUSIVE && preferNvlink && want.count > 1) {
-      let bestGroup = -1;
-      let bestSize = 0;
-      const seen = new Set();
-      for (const i of candidates) {
-        const group = state.units[i].group;
-        if (seen.has(group)) continue;
-        seen.add(group);
-        let size = 0;
-        for (const j of candidates) if (state.units[j].group === group) size++;
-        if (size < want.count) continue;
-        if (bestGroup < 0 || (fit === Fit.Tightest ? size < bestSize : size > bestSize)) {
-          bestGroup = group;
-          bestSize = size;
-        }
-      }
-      if (bestGroup >= 0) candidates = candidates.filter((i) => state.units[i].group === bestGroup);
-    } else if (want.kind === MIG) {
+    for (let i = 0; i < units.length; i++) if (unitFits(units[i], want)) candidates.push(i);
+    if (candidates.length < count) return null;
+    if (want.kind === MIG) {
       // Pack (or spread) instances by how many of their parent's instances
       // are still free: fewest first packs them onto the fewest parents.
-      const freeSiblings = (i) => {
-        let n = 0;
-        for (const u of state.units) if (u.parent === state.units[i].parent && !u.held) n++;
-        return n;
-      };
-      const key = new Map(candidates.map((i) => [i, freeSiblings(i)]));
+      // Array.prototype.sort is stable: ties keep position order.
+      const key = new Map();
+      for (const i of candidates) {
+        let free = 0;
+        for (const u of units) if (u.parent === units[i].parent && !u.held) free++;
+        key.set(i, free);
+      }
       candidates.sort(
         fit === Fit.Tightest ? (a, b) => key.get(a) - key.get(b) : (a, b) => key.get(b) - key.get(a),
       );
-    } else if (want.kind === SHARED) {
-      // Array.prototype.sort is stable: ties keep position order.
-      const free = (i) => state.units[i].free;
+    } else if (want.kind === EXCLUSIVE) {
+      if (mode === 'require' && count > 1) return this.pickClique(node, candidates, count, fit);
+      if (mode === 'prefer' && count > 1) {
+        // The NVLink groups among the candidates, in order of first
+        // appearance; the first of the tightest (largest) that holds
+        // `count` wins.
+        let bestGroup = -1;
+        let bestSize = 0;
+        const seen = new Set();
+        for (const i of candidates) {
+          const group = units[i].group;
+          if (seen.has(group)) continue;
+          seen.add(group);
+          let size = 0;
+          for (const j of candidates) if (units[j].group === group) size++;
+          if (size < count) continue;
+          if (bestGroup < 0 || (fit === Fit.Tightest ? size < bestSize : size > bestSize)) {
+            bestGroup = group;
+            bestSize = size;
+          }
+        }
+        if (bestGroup >= 0) candidates = candidates.filter((i) => units[i].group === bestGroup);
+      }
+    } else {
+      const free = (i) => units[i].free;
       candidates.sort(fit === Fit.Tightest ? (a, b) => free(a) - free(b) : (a, b) => free(b) - free(a));
     }
-    candidates = candidates.slice(0, want.count);
+    candidates = candidates.slice(0, count);
     candidates.sort((a, b) => a - b);
     return candidates;
+  }
+
+  /**
+   * `count` of `candidates` (free GPUs of `node`) that are all NVLink peers
+   * of one another: groups are tried tightest (largest) first, as `Prefer`
+   * orders them, and the first clique of the first group that has one wins.
+   */
+  pickClique(node, candidates, count, fit) {
+    const units = this.nodes[node].units;
+    const groups = [];
+    for (const i of candidates) {
+      const found = groups.find((g) => g.id === units[i].group);
+      if (found !== undefined) found.size++;
+      else groups.push({ id: units[i].group, size: 1 });
+    }
+    const holding = groups.filter((g) => g.size >= count);
+    holding.sort(fit === Fit.Tightest ? (a, b) => a.size - b.size : (a, b) => b.size - a.size);
+    const rows = this.links(node);
+    for (const g of holding) {
+      const members = candidates.filter((i) => units[i].group === g.id);
+      const found = clique(rows, members, count);
+      if (found !== null) return found;
+    }
+    return null;
+  }
+
+  /** The node's NVLink peer matrix (`linkMatrix`), built on first use. */
+  links(node) {
+    const state = this.nodes[node];
+    if (state.links === undefined) state.links = linkMatrix(this.snapshot.nodes[node].gpus);
+    return state.links;
   }
 
   /** Records that `want` took the units at `positions` on `node`. */
   commit(node, positions, want) {
     const state = this.nodes[node];
-    if (positions.length > 0) this.touched.push(node);
+    const units = state.units;
     const freeBefore = state.freeWhole;
     for (const i of positions) {
-      const u = state.units[i];
-      const wasFree = u.parent < 0 && isWholeFree(u);
-      if (want.kind === SHARED) {
-        u.shares += 1;
-        u.free = Math.max(0, u.free - want.memory);
-      } else {
+      const u = units[i];
+      if (u.parent >= 0) {
         u.held = true;
         u.free = 0;
-      }
-      if (u.parent >= 0) {
-        const parent = state.units[u.parent];
-        const parentWasFree = isWholeFree(parent);
+        const parent = units[u.parent];
+        if (isWholeFree(parent)) state.freeWhole -= 1;
         parent.kidsHeld += 1;
-        if (parentWasFree) state.freeWhole -= 1;
-      } else if (wasFree) {
-        state.freeWhole -= 1;
+        continue;
+      }
+      if (isWholeFree(u)) state.freeWhole -= 1;
+      if (want.exclusive) {
+        u.held = true;
+        u.free = 0;
+      } else {
+        u.shares += 1;
+        u.free = Math.max(0, u.free - want.memory);
+      }
+      if (state.hasMig) {
+        for (const g of units) if (g.parent === i) g.parentBusy = true;
       }
     }
     if (state.cls !== undefined && state.freeWhole !== freeBefore) {
@@ -686,11 +801,15 @@ export class Cluster {
       removeSorted(buckets[freeBefore], node);
       insertSorted(buckets[state.freeWhole], node);
     }
+    if (positions.length > 0) this.touched.push(node);
+    state.version = ++this.versions.last;
+    const t = want.request.tenant;
+    if (t !== undefined && t < this.tenantHeld.length) this.tenantHeld[t] += positions.length;
   }
 
   /** Picks, commits and returns the `assign` decision, or `null` when `node` does not fit. */
-  place(node, want, fit, preferNvlink) {
-    const positions = this.pickGpus(node, want, fit, preferNvlink);
+  place(node, want, fit, nvlink) {
+    const positions = this.pick(node, want, fit, nvlinkMode(nvlink));
     if (positions === null) return null;
     this.commit(node, positions, want);
     return assign(want.pod, node, positions);
@@ -706,6 +825,8 @@ export class Cluster {
     }));
     copy.touched = this.touched.slice();
     copy.shared = new Map();
+    copy.victimTaken = this.victimTaken.slice();
+    copy.tenantHeld = this.tenantHeld.slice();
     copy.classes = this.classes.map((cls) => ({ ...cls, buckets: cls.buckets.map((b) => b.slice()) }));
     this.classes.forEach((cls, i) => {
       for (const b of copy.classes[i].buckets) for (const node of b) copy.nodes[node].cls = copy.classes[i];
@@ -713,22 +834,33 @@ export class Cluster {
     return copy;
   }
 
+  /** Makes `trial` (a `clone` of this) the state. */
+  adopt(trial) {
+    this.nodes = trial.nodes;
+    this.touched = trial.touched;
+    this.classes = trial.classes;
+    this.victimTaken = trial.victimTaken;
+    this.tenantHeld = trial.tenantHeld;
+  }
+
   /**
    * Places the pending members of gang `gang` (an index into
    * `snapshot.gangs`) all together or not at all: each member, in order, goes
-   * where `chooseNode` and `pickGpus` put it, on a trial copy of the round's
-   * state. When enough fit to reach the gang's `minMember` with the members
-   * already bound, the trial becomes the state and the members that fit are
-   * assigned (the others wait); otherwise nothing is committed and every
-   * member waits, with the reason. A member that can never fit is rejected
-   * on its own reason; when without such members the gang could never reach
-   * minMember, every member is rejected, naming the one that fits nowhere.
-   * The host applies a gang's assignments on the same rule. DRA members get
-   * no decision (they wait) and count as members that may fit later.
+   * where `chooseNodeWith` and `pickGpus` put it under `nvlink`, on a trial
+   * copy of the round's state. When enough fit to reach the gang's
+   * `minMember` with the members already bound, the trial becomes the state
+   * and the members that fit are assigned (the others wait); otherwise
+   * nothing is committed and every member waits, with the reason. A member
+   * that can never fit is rejected on its own reason; when without such
+   * members the gang could never reach minMember, every member is rejected,
+   * naming the one that fits nowhere. The host applies a gang's assignments
+   * on the same rule. DRA members get no decision (they wait) and count as
+   * members that may fit later.
    */
-  placeGang(gang, fit, preferNvlink) {
+  placeGang(gang, fit, nvlink) {
     const g = this.snapshot.gangs[gang];
     if (g === undefined) return [];
+    const mode = nvlinkMode(nvlink);
     const pending = this.snapshot.pending;
     const all = Array.from(g.pending).filter((p) => p < pending.length);
     const members = all.filter((p) => pending[p].ask.tag === 'gpus');
@@ -740,70 +872,400 @@ export class Cluster {
     const left = [];
     for (const pod of members) {
       const want = trial.want(pod);
-      const node = trial.chooseNode(want, fit);
-      const decision = node >= 0 ? trial.place(node, want, fit, preferNvlink) : null;
+      const node = trial.chooseNodeWith(want, fit, mode);
+      const decision = node >= 0 ? trial.place(node, want, fit, mode) : null;
       if (decision !== null) placed.push(decision);
-      else left.push([pod, want, trial.shortfall(want)]);
+      else left.push([pod, want, trial.shortfallWith(want, mode)]);
     }
     // Members that can never fit are rejected on their own; the gang waits
     // for the others as long as they could still reach its minMember.
     const never = left.filter(([, , s]) => s.permanent);
     const later = left.filter(([, , s]) => !s.permanent);
     if (placed.length + later.length + dra < need) {
-      const reason =
+      const why =
         never.length > 0
-          ? `gang ${g.name} can never be placed: member ${never[0][1].request.pod} fits nowhere (${never[0][2].reason()})`
-          : `gang ${g.name}: ${placed.length} of the ${need} more members needed fit now (${g.bound} bound, minMember ${g.minMember}); all or nothing, so none is placed yet`;
+          ? reason.gangNever(g.name, never[0][1].request.pod, never[0][2].reason())
+          : reason.gangShort(g.name, placed.length, need, g.bound, g.minMember);
       const pods = placed.map((d) => d.val.pod).concat(later.concat(never).map(([pod]) => pod));
-      return pods.map((pod) => reject(pod, reason));
+      return pods.map((pod) => reject(pod, why));
     }
     const rejected = never.map(([pod, , s]) => reject(pod, s.reason()));
     if (placed.length >= need) {
-      this.nodes = trial.nodes;
-      this.touched = trial.touched;
-      this.classes = trial.classes;
-      const reason = `gang ${g.name} is placed without this member (${placed.length} of ${need} needed fit); it waits for room`;
-      return placed.concat(later.map(([pod]) => wait(pod, reason)), rejected);
+      this.adopt(trial);
+      const why = reason.gangPlacedWithout(g.name, placed.length, need);
+      return placed.concat(later.map(([pod]) => wait(pod, why)), rejected);
     }
-    const reason = `gang ${g.name}: ${placed.length} of the ${need} more members needed fit now (${g.bound} bound, minMember ${g.minMember}); all or nothing, so none is placed yet`;
+    const why = reason.gangShort(g.name, placed.length, need, g.bound, g.minMember);
     const pods = placed.map((d) => d.val.pod).concat(later.map(([pod]) => pod));
-    return pods.map((pod) => wait(pod, reason)).concat(rejected);
+    return pods.map((pod) => wait(pod, why)).concat(rejected);
   }
 
-  /** Why `want` fits on none of its eligible nodes. */
-  shortfall(want) {
-    const key = `${want.request.eligibleSet}\u0000${want.kind}\u0000${want.shape.model ?? '\u0000'}\u0000${want.memory}\u0000${want.count}\u0000${want.profile}`;
+  /**
+   * Why `want` fits on none of its eligible nodes. With `nvlink`
+   * `Nvlink.Require`, see `shortfallWith`.
+   */
+  shortfall(want, nvlink) {
+    if (nvlink !== undefined && nvlinkMode(nvlink) === 'require') return this.shortfallWith(want, nvlink);
+    const key = this.shapeKey(want);
     let ever = this.everFits.get(key);
     if (ever === undefined) {
       ever = this.computeEverFits(want);
       this.everFits.set(key, ever);
     }
     if (ever === null) return new Shortfall('no-eligible-node');
-    return new Shortfall(ever ? 'not-now' : 'never', describeRequest(want.shape));
+    return new Shortfall(ever ? 'not-now' : 'never', want.describe());
+  }
+
+  /**
+   * `shortfall` for a request placed under `nvlink`. With `Nvlink.Require`
+   * (for a request it applies to), what is missing is `count` GPUs that are
+   * all NVLink peers of one another (`reason.askedNvlink`): `not-now` when an
+   * eligible node has such a set once idle, `never` when none has.
+   */
+  shortfallWith(want, nvlink) {
+    const mode = nvlinkMode(nvlink);
+    const shortfall = this.shortfall(want);
+    if (mode !== 'require' || !want.usesNvlink(mode) || shortfall.kind !== 'not-now') return shortfall;
+    const key = this.shapeKey(want);
+    let ever = this.everClique.get(key);
+    if (ever === undefined) {
+      ever = this.computeEverClique(want);
+      this.everClique.set(key, ever);
+    }
+    return new Shortfall(ever ? 'not-now' : 'never', reason.askedNvlink(want.request));
+  }
+
+  shapeKey(want) {
+    return `${want.request.eligibleSet}\u0000${want.shape.model ?? '\u0000'}\u0000${want.shape.migProfile ?? '\u0000'}\u0000${want.memory}\u0000${want.count}`;
   }
 
   computeEverFits(want) {
     const eligible = this.eligible(want);
     if (eligible.length === 0) return null;
     for (const node of eligible) {
+      const state = this.nodes[node];
+      if (state.uniform && want.kind !== MIG) {
+        const u = state.units[0];
+        if (want.modelOk[u.model] && u.memory >= want.memory && state.healthyWhole >= want.count) return true;
+        continue;
+      }
       let could = 0;
-      for (const u of this.nodes[node].units) {
-        if (!u.healthy || !u.agent || !want.modelOk[u.model]) continue;
-        const kind = want.kind === MIG ? u.parent >= 0 && u.profile === want.profile : u.parent < 0;
-        if (kind && u.memory >= want.memory) {
-          if (++could >= want.count) return true;
-        }
+      if (could >= want.count) return true;
+      for (const u of state.units) {
+        if (couldEverFit(u, want) && ++could >= want.count) return true;
       }
     }
     return false;
   }
 
-  /** `wait` (GPUs may free up) or `reject` (it can never fit) for a request placed nowhere. */
-  unplaced(want) {
-    const shortfall = this.shortfall(want);
-    return shortfall.permanent
-      ? reject(want.pod, shortfall.reason())
-      : wait(want.pod, shortfall.reason());
+  /** Whether an eligible node has, once idle, `count` GPUs that could hold `want` and are all NVLink peers. */
+  computeEverClique(want) {
+    for (const node of this.eligible(want)) {
+      const units = this.nodes[node].units;
+      const able = [];
+      for (let i = 0; i < units.length; i++) if (couldEverFit(units[i], want)) able.push(i);
+      if (able.length >= want.count && clique(this.links(node), able, want.count) !== null) return true;
+    }
+    return false;
+  }
+
+  /**
+   * `wait` (GPUs may free up) or `reject` (it can never fit) for a request
+   * placed nowhere, in the standard words. With `nvlink` `Nvlink.Require`,
+   * see `unplacedWith`.
+   */
+  unplaced(want, nvlink) {
+    return this.unplacedWith(want, nvlink === undefined ? 'prefer' : nvlink);
+  }
+
+  /** `unplaced` for a request placed under `nvlink`: with `Nvlink.Require` the reason says the GPUs must be NVLink peers. */
+  unplacedWith(want, nvlink) {
+    const shortfall = this.shortfallWith(want, nvlink);
+    return shortfall.permanent ? reject(want.pod, shortfall.reason()) : wait(want.pod, shortfall.reason());
+  }
+
+  /**
+   * A `wait` for `want` when its tenant (`snapshot.tenants`) could not take
+   * its GPUs without passing its limit, counting this round's commits (the
+   * host would refuse the assignment); `null` when it may.
+   */
+  overTenantLimit(want) {
+    const t = want.request.tenant;
+    if (t === undefined) return null;
+    const tenant = this.snapshot.tenants[t];
+    if (tenant === undefined || tenant.limit === undefined) return null;
+    const held = this.tenantHeld[t] ?? 0;
+    if (held + want.count <= tenant.limit) return null;
+    return wait(want.pod, reason.overTenantLimit(tenant.name, held, tenant.limit, want.count));
+  }
+
+  /**
+   * A `preempt` decision for `want`, committed to this round's state (its
+   * GPUs are taken, its victims may not be named again), or `null` when the
+   * pod may not preempt or no eviction makes room. On each eligible node,
+   * the running pods of lower priority that are evictable, past their
+   * minimum runtime (`protectedMs` 0), in no gang and not yet a victim are
+   * released one by one, lowest priority first, then youngest, until the pod
+   * fits; the victims are those holding a GPU it is given (or its MIG
+   * parent or instance). The best node has the fewest victims, then the
+   * lowest sum of their priorities, then the lowest position. Exclusive and
+   * MIG requests preempt; shared requests, gang members and pods whose
+   * `preemption` is `'never'` do not.
+   */
+  preempt(want, fit, nvlink) {
+    const priority = want.request.priority;
+    return this.preemptWhere(want, fit, nvlink, (pod) => pod.priority < priority);
+  }
+
+  /**
+   * `preempt` with another rule for who may be evicted: running pods for
+   * which `mayEvict(pod)` holds (and which are evictable, past their minimum
+   * runtime, in no gang, not yet a victim). The host checks the rule it
+   * applies (docs/POLICIES.md).
+   */
+  preemptWhere(want, fit, nvlink, mayEvict) {
+    if (want === null) return null;
+    const request = want.request;
+    if (request.preemption === 'never' || request.gang !== undefined || !want.exclusive) return null;
+    const mode = nvlinkMode(nvlink);
+    let best = null;
+    for (const node of this.eligible(want)) {
+      const option = this.preemptOn(node, want, fit, mode, mayEvict);
+      if (option === null) continue;
+      if (
+        best === null ||
+        option.victims.length < best.victims.length ||
+        (option.victims.length === best.victims.length &&
+          (option.priorities < best.priorities || (option.priorities === best.priorities && option.node < best.node)))
+      ) {
+        best = option;
+      }
+    }
+    if (best === null) return null;
+    this.commit(best.node, best.gpus, want);
+    for (const v of best.victims) this.victimTaken[v] = true;
+    return preempt(want.pod, best.node, best.gpus, best.victims);
+  }
+
+  /**
+   * Why `want` could not preempt although pods of lower priority run where
+   * it may go: how many a PodDisruptionBudget protects now (`reason.preemptionBlocked`).
+   * `null` when none is.
+   */
+  preemptionBlocked(want) {
+    const request = want.request;
+    if (request.preemption === 'never') return null;
+    let protectedPods = 0;
+    for (const node of this.eligible(want)) {
+      for (const r of this.runningOn[node]) {
+        const pod = this.snapshot.running[r];
+        if (pod.priority < request.priority && !pod.evictable) protectedPods++;
+      }
+    }
+    return protectedPods > 0 ? reason.preemptionBlocked(protectedPods) : null;
+  }
+
+  /** The running pods on `node` that may be evicted, in eviction order. */
+  evictionCandidates(node, mayEvict) {
+    const running = this.snapshot.running;
+    const found = this.runningOn[node].filter((r) => {
+      const pod = running[r];
+      return mayEvict(pod) && pod.evictable && BigInt(pod.protectedMs) === 0n && pod.gang === undefined && !this.victimTaken[r];
+    });
+    found.sort((a, b) => {
+      const pa = running[a];
+      const pb = running[b];
+      if (pa.priority !== pb.priority) return pa.priority - pb.priority;
+      const sa = BigInt(pa.startedMs);
+      const sb = BigInt(pb.startedMs);
+      if (sa !== sb) return sa > sb ? -1 : 1;
+      return compareText(pa.pod, pb.pod);
+    });
+    return found;
+  }
+
+  /** The preemption on `node`, if evicting candidates makes room: `{ victims, priorities, node, gpus }`. */
+  preemptOn(node, want, fit, mode, mayEvict) {
+    const candidates = this.evictionCandidates(node, mayEvict);
+    if (candidates.length === 0) return null;
+    const state = this.nodes[node];
+    const saved = state.units;
+    state.units = saved.map((u) => ({ ...u }));
+    let last = -1;
+    let gpus = null;
+    for (let k = 0; k < candidates.length; k++) {
+      release(state.units, this.snapshot.running[candidates[k]]);
+      gpus = this.pick(node, want, fit, mode);
+      if (gpus !== null) {
+        last = k;
+        break;
+      }
+    }
+    state.units = saved;
+    if (gpus === null) return null;
+    const nodeGpus = this.snapshot.nodes[node].gpus;
+    const victims = candidates
+      .slice(0, last + 1)
+      .filter((v) => touches(nodeGpus, this.snapshot.running[v], gpus));
+    let priorities = 0;
+    for (const v of victims) priorities += this.snapshot.running[v].priority;
+    return { victims, priorities, node, gpus };
+  }
+
+  // --- Queries: the round's state as it stands after its commits. ---
+
+  /** How many GPUs (MIG instances included) the node lists. */
+  gpuCount(node) {
+    return this.nodes[node].units.length;
+  }
+
+  /**
+   * GPU `gpu` (a position in the node's GPU list) as the round stands:
+   * `{ healthy, held, shares, freeMib, memoryMib, wholeFree, migParent }`.
+   * `healthy`: reported healthy and published by the wasmgpu agent (an
+   * instance also takes its parent's); `held`: held exclusively (by a running
+   * pod or a placement of this round); `shares`: pods sharing it; `freeMib`:
+   * memory not yet handed out; `wholeFree`: a whole GPU nobody holds any part
+   * of (what an exclusive request can take); `migParent`: for a MIG
+   * instance, its parent's position, else `undefined`.
+   */
+  gpuNow(node, gpu) {
+    const state = this.nodes[node];
+    const u = state === undefined ? undefined : state.units[gpu];
+    if (u === undefined) throw new RangeError(`no GPU at position ${gpu} of node ${node}`);
+    return {
+      healthy: u.healthy,
+      held: u.held,
+      shares: u.shares,
+      freeMib: u.free,
+      memoryMib: u.memory,
+      wholeFree: isWholeFree(u),
+      migParent: u.parent >= 0 ? u.parent : undefined,
+    };
+  }
+
+  /**
+   * Positions of the node's whole GPUs nobody holds any part of (healthy, not
+   * held, not shared, no MIG instance held), optionally only those whose
+   * model matches the glob `model` (`"NVIDIA H100*"`). Their number without
+   * a glob is `freeWhole(node)`.
+   */
+  freeGpus(node, model) {
+    const units = this.nodes[node].units;
+    const models = this.snapshot.models;
+    const out = [];
+    for (let i = 0; i < units.length; i++) {
+      if (!isWholeFree(units[i])) continue;
+      if (model !== undefined) {
+        const name = models[units[i].model];
+        if (name === undefined || !globMatch(model, name)) continue;
+      }
+      out.push(i);
+    }
+    return out;
+  }
+
+  /**
+   * Positions of the node's GPUs (or MIG instances) that could take `want`
+   * right now, one by one: what `pickGpus` chooses from. The node fits when
+   * there are at least `count` of them.
+   */
+  fittingGpus(node, want) {
+    const units = this.nodes[node].units;
+    const out = [];
+    for (let i = 0; i < units.length; i++) if (unitFits(units[i], want)) out.push(i);
+    return out;
+  }
+
+  /**
+   * The value of the node's label `key`, or `undefined` when it has none.
+   * Only labels the policy asked for in `describe()` (`info(…, labelKeys)`)
+   * reach it: any other key reads as missing.
+   */
+  label(node, key) {
+    return labelOf(this.snapshot, node, key);
+  }
+
+  /**
+   * For each value of node label `key` (a zone, a rack), how many GPUs on
+   * `want`'s eligible nodes with that value could take `want` right now,
+   * counted one by one as in `fittingGpus`. Eligible nodes without the label
+   * are left out; values whose nodes have nothing free are listed with 0. A
+   * `Map` from value to count, in byte order of the values (as Rust's
+   * `BTreeMap`).
+   */
+  freeByLabel(key, want) {
+    const counts = new Map();
+    for (const node of this.eligible(want)) {
+      const value = this.label(node, key);
+      if (value === undefined) continue;
+      let free = 0;
+      for (const u of this.nodes[node].units) if (unitFits(u, want)) free++;
+      counts.set(value, (counts.get(value) ?? 0) + free);
+    }
+    return new Map([...counts].sort(([a], [b]) => compareText(a, b)));
+  }
+
+  /**
+   * The node's NVLink groups: its whole GPUs (MIG instances left out) split
+   * into connected components of the link graph. Every whole GPU is in
+   * exactly one group (a GPU without links alone); groups are ordered by
+   * their first GPU, GPUs by position. The GPUs of a group need not be peers
+   * of one another: see `nvlinkClique`.
+   */
+  nvlinkGroups(node) {
+    const units = this.nodes[node].units;
+    const groups = [];
+    const at = new Map();
+    for (let i = 0; i < units.length; i++) {
+      if (units[i].parent >= 0) continue;
+      const members = at.get(units[i].group);
+      if (members !== undefined) members.push(i);
+      else {
+        const fresh = [i];
+        at.set(units[i].group, fresh);
+        groups.push(fresh);
+      }
+    }
+    return groups;
+  }
+
+  /** Whether GPUs `a` and `b` (positions) of the node are NVLink peers: linked directly. */
+  nvlinkPeers(node, a, b) {
+    const row = this.links(node)[a];
+    return row !== undefined && row[b] === 1;
+  }
+
+  /** Whether the GPUs at `gpus` are all NVLink peers of one another (a clique). One GPU, or none, is one. */
+  isNvlinkClique(node, gpus) {
+    for (let k = 0; k < gpus.length; k++) {
+      for (let j = k + 1; j < gpus.length; j++) if (!this.nvlinkPeers(node, gpus[k], gpus[j])) return false;
+    }
+    return true;
+  }
+
+  /**
+   * `size` GPUs among `among` (positions of the node's GPUs) that are all
+   * NVLink peers of one another, or `null`: the first such set in `among`'s
+   * order (pass the GPUs you prefer first), in that order. To find one among
+   * the free GPUs, pass `freeGpus` or `fittingGpus`. At most the first 64 of
+   * `among` are considered.
+   */
+  nvlinkClique(node, among, size) {
+    return clique(this.links(node), Array.from(among), size);
+  }
+
+  /**
+   * Names of the GPUs at `positions` on `node`, for logs (a policy sees no
+   * UUIDs): `node/gpu<index>`, and `node/gpu<index>/mig<k>` for the k-th
+   * entry after its parent.
+   */
+  gpuNames(node, positions) {
+    const n = this.snapshot.nodes[node];
+    return Array.from(positions, (i) => {
+      const g = n.gpus[i];
+      return g.mig === undefined ? `${n.name}/gpu${g.index}` : `${n.name}/gpu${g.index}/mig${i - g.mig.parent - 1}`;
+    });
   }
 }
 
@@ -829,104 +1291,147 @@ function removeSorted(list, value) {
   if (list[lo] === value) list.splice(lo, 1);
 }
 
-/** Higher priority first, then older, then by pod name. */
-function compareRequests(ra, rb) {
-  if (ra.priority !== rb.priority) return rb.priority - ra.priority;
-  const ca = BigInt(ra.createdMs);
-  const cb = BigInt(rb.createdMs);
-  if (ca !== cb) return ca < cb ? -1 : 1;
-  return ra.pod < rb.pod ? -1 : ra.pod > rb.pod ? 1 : 0;
-}
-
+/** A whole GPU (not a MIG instance) nobody holds any part of. */
 function isWholeFree(u) {
-  return u.healthy && u.agent && !u.held && u.shares === 0 && u.free === u.memory && u.kidsHeld === 0;
+  return u.parent < 0 && u.healthy && !u.held && u.shares === 0 && u.kidsHeld === 0 && u.free === u.memory;
 }
 
-function newNodeState(node) {
-  const gpus = node.gpus;
-  const units = new Array(gpus.length);
-  // NVLink groups: connected components of the peer graph (union-find). A
-  // GPU's `nvlink` names its peers by `index`: each is the whole GPU with it.
-  const parentOf = gpus.map((_, i) => i);
-  const find = (i) => {
-    while (parentOf[i] !== i) {
-      parentOf[i] = parentOf[parentOf[i]];
-      i = parentOf[i];
+/** Whether a unit can take `want` right now. */
+function unitFits(u, want) {
+  if (!u.healthy || u.held || !want.modelOk[u.model]) return false;
+  if (want.kind === MIG) {
+    return u.parent >= 0 && u.profile === want.profile && !u.parentBusy && u.memory >= want.memory;
+  }
+  if (u.parent >= 0 || u.kidsHeld > 0) return false;
+  if (want.exclusive) return u.shares === 0 && u.free === u.memory && u.memory >= want.memory;
+  return u.free >= want.memory;
+}
+
+/** Whether a unit could take `want` once everything on it is released. */
+function couldEverFit(u, want) {
+  if (!u.healthy || !want.modelOk[u.model]) return false;
+  if (want.kind === MIG) return u.parent >= 0 && u.profile === want.profile && u.memory >= want.memory;
+  return u.parent < 0 && u.memory >= want.memory;
+}
+
+/** Frees what running pod `pod` holds among `units` (a node's state). */
+function release(units, pod) {
+  const shared = Number(pod.sharedMib);
+  for (const g of pod.gpus) {
+    const u = units[g];
+    if (u === undefined) continue;
+    if (shared > 0) {
+      u.shares = Math.max(0, u.shares - 1);
+      u.free = Math.min(u.free + shared, u.memory);
+      continue;
     }
-    return i;
+    u.held = false;
+    u.free = u.memory;
+    if (u.parent >= 0) {
+      const parent = units[u.parent];
+      if (parent !== undefined) parent.kidsHeld = Math.max(0, parent.kidsHeld - 1);
+    } else {
+      for (const other of units) if (other.parent === g) other.parentBusy = false;
+    }
+  }
+}
+
+/** Whether `pod` holds one of `picked` (positions), the parent of a picked MIG instance, or an instance of a picked GPU. */
+function touches(gpus, pod, picked) {
+  const parentOf = (g) => {
+    const gpu = gpus[g];
+    return gpu === undefined || gpu.mig === undefined ? -1 : gpu.mig.parent;
   };
-  let byIndex = null;
-  for (let i = 0; i < gpus.length; i++) {
-    if (BigInt(gpus[i].nvlink) === 0n) continue;
-    if (byIndex === null) byIndex = wholeByIndex(gpus);
-    for (const index of setMembers([gpus[i].nvlink])) {
-      const peer = byIndex.get(index);
-      if (peer !== undefined) {
-        const a = find(i);
-        const b = find(peer);
-        if (a !== b) parentOf[Math.max(a, b)] = Math.min(a, b);
-      }
+  for (const held of pod.gpus) {
+    for (const p of picked) if (p === held || parentOf(p) === held || parentOf(held) === p) return true;
+  }
+  return false;
+}
+
+function newNodeState(node, models) {
+  const gpus = node.gpus;
+  const n = gpus.length;
+  const group = groupIds(gpus);
+  const units = new Array(n);
+  let hasMig = false;
+  for (let i = 0; i < n; i++) {
+    const g = gpus[i];
+    // An instance naming a parent out of range reads as a whole GPU.
+    const mig = g.mig !== undefined && g.mig.parent < n;
+    if (mig) hasMig = true;
+    const memory = Number(g.memoryMib);
+    units[i] = {
+      // A model index out of range reads as a model no glob matches.
+      model: g.model < models ? g.model : models,
+      memory,
+      free: Math.max(0, memory - Number(g.allocatedMib)),
+      held: g.held,
+      shares: g.sharedOwners,
+      // A GPU only a DRA driver publishes is not for a GPUResource request.
+      healthy: g.healthy && agentPublished(g),
+      group: group[i],
+      parent: mig ? g.mig.parent : -1,
+      profile: mig ? g.mig.profile : -1,
+      // For a whole GPU: its MIG instances held; for an instance: its parent is in use.
+      kidsHeld: 0,
+      parentBusy: false,
+    };
+  }
+  if (hasMig) {
+    for (let i = 0; i < n; i++) {
+      const u = units[i];
+      if (u.parent < 0) continue;
+      const p = units[u.parent];
+      u.parentBusy = p.held || p.shares > 0 || p.free < p.memory;
+      // An instance takes its parent's health.
+      u.healthy = u.healthy && p.healthy;
+      if (u.held) p.kidsHeld += 1;
     }
+  }
+  let uniform = n > 0 && !hasMig;
+  for (let i = 1; uniform && i < n; i++) {
+    if (units[i].model !== units[0].model || units[i].memory !== units[0].memory) uniform = false;
   }
   let freeWhole = 0;
   let healthyWhole = 0;
-  let uniform = gpus.length > 0;
-  for (let i = 0; i < gpus.length; i++) {
-    const g = gpus[i];
-    const mig = g.mig !== undefined && g.mig.parent < gpus.length;
-    const memory = Number(g.memoryMib);
-    const allocated = Number(g.allocatedMib);
-    units[i] = {
-      model: g.model,
-      memory,
-      free: Math.max(0, memory - allocated),
-      held: g.held,
-      shares: g.sharedOwners,
-      healthy: g.healthy,
-      // Published by the wasmgpu agent: a GPUResource request may take it.
-      agent: agentPublished(g),
-      group: find(i),
-      // An instance naming a parent out of range reads as a whole GPU.
-      parent: mig ? g.mig.parent : -1,
-      profile: mig ? g.mig.profile : -1,
-      kidsHeld: 0,
-    };
-    if (mig) uniform = false;
-    else if (g.model !== gpus[0].model || memory !== Number(gpus[0].memoryMib)) uniform = false;
-  }
-  for (const u of units) {
-    if (u.parent >= 0 && u.held && u.parent < units.length) units[u.parent].kidsHeld += 1;
-  }
   for (const u of units) {
     if (u.parent >= 0) continue;
-    if (u.healthy && u.agent) healthyWhole++;
+    if (u.healthy) healthyWhole++;
     if (isWholeFree(u)) freeWhole++;
   }
-  return { units, freeWhole, healthyWhole, uniform };
+  return { units, freeWhole, healthyWhole, hasMig, uniform, cls: undefined, links: undefined, version: 0 };
 }
 
 /**
- * Parameters understood by `placeEach` (config.json, all optional).
- * `preemption` is accepted (a boolean, as the Rust binpack reads it) but
- * changes nothing: `placeEach` does not preempt yet.
+ * Parameters understood by `placeEach` (config.json, all optional) and their
+ * defaults: `nvlink` (not given: `preferNvlink` decides), `preferNvlink`
+ * (`true`: `"prefer"`, `false`: `"ignore"`), `preemption` (`true`: a pod
+ * that fits nowhere now evicts the fewest lower-priority pods that make
+ * room). `PLACEMENT_FIELDS` declares them for `parseConfig`.
  */
 export const PLACEMENT_DEFAULTS = Object.freeze({ preferNvlink: true, preemption: true });
 
 /**
- * Serves the GPUResource requests by priority then age; each goes to the
- * eligible node `chooseNode` picks for `fit`, on the GPUs `pickGpus` picks. A
+ * Serves the GPUResource requests by priority then age, exactly as the Rust
+ * SDK's `place_each`: each goes to the eligible node `chooseNodeWith` picks
+ * for `fit`, on the GPUs `pickGpus` picks, under the config's NVLink mode. A
  * gang is served whole, all or nothing (`Cluster.placeGang`), when its first
- * member's turn comes. Requests that fit nowhere get `wait` or `reject` with
- * the reason. DRA pods get no decision (they wait); nothing is preempted. An
- * invalid config.json fails the round.
+ * member's turn comes. A pod whose tenant is at its limit waits saying so
+ * (`overTenantLimit`). A request that fits nowhere now preempts
+ * lower-priority pods when `preemption` allows it (`Cluster.preempt`); the
+ * others that fit nowhere get `wait` or `reject` with the reason (a wait also
+ * says how many would-be victims a PodDisruptionBudget protects,
+ * `preemptionBlocked`). DRA pods get no decision (they wait). An invalid
+ * config.json fails the round.
  */
 export function placeEach(snapshot, fit) {
   let params;
   try {
-    params = parseConfig(snapshot.config, PLACEMENT_DEFAULTS);
+    params = parsePlacementParams(snapshot.config);
   } catch (e) {
     fail(e.message);
   }
+  const nvlink = params.nvlinkMode();
   const cluster = new Cluster(snapshot);
   const decisions = [];
   const gangServed = new Array(snapshot.gangs.length).fill(false);
@@ -935,14 +1440,29 @@ export function placeEach(snapshot, fit) {
     if (gang !== undefined && gang < gangServed.length) {
       if (!gangServed[gang]) {
         gangServed[gang] = true;
-        decisions.push(...cluster.placeGang(gang, fit, params.preferNvlink));
+        decisions.push(...cluster.placeGang(gang, fit, nvlink));
       }
       continue;
     }
     const want = cluster.want(pod);
-    const node = cluster.chooseNode(want, fit);
-    const placed = node >= 0 ? cluster.place(node, want, fit, params.preferNvlink) : null;
-    decisions.push(placed ?? cluster.unplaced(want));
+    const over = cluster.overTenantLimit(want);
+    if (over !== null) {
+      decisions.push(over);
+      continue;
+    }
+    const node = cluster.chooseNodeWith(want, fit, nvlink);
+    let placed = node >= 0 ? cluster.place(node, want, fit, nvlink) : null;
+    if (placed === null && params.preemption && !cluster.shortfallWith(want, nvlink).permanent) {
+      placed = cluster.preempt(want, fit, nvlink);
+    }
+    if (placed === null) {
+      placed = cluster.unplacedWith(want, nvlink);
+      if (placed.tag === 'wait' && params.preemption) {
+        const blocked = cluster.preemptionBlocked(want);
+        if (blocked !== null) placed.val.reason = `${placed.val.reason}; ${blocked}`;
+      }
+    }
+    decisions.push(placed);
   }
   return decisions;
 }

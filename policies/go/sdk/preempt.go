@@ -1,0 +1,257 @@
+package sdk
+
+import (
+	"sort"
+
+	"wit_component/sdk/reason"
+	. "wit_component/wasmgpu_policy_types"
+)
+
+// Preemption by priority: when a pending pod fits nowhere now, find the node
+// where evicting the fewest lower-priority pods makes room, and name exactly
+// those pods (the host refuses a needless victim).
+//
+//	eligible node ── running pods there: lower priority, evictable, past
+//	     │           their minimum runtime, in no gang, not yet a victim
+//	     │           (lowest priority first, then youngest)
+//	     ▼
+//	release them one by one on a copy of the node until the pod fits
+//	     ▼
+//	victims = those holding a GPU the pod is given (or its MIG parent or
+//	instance); best node: fewest victims, then lowest priorities, then
+//	lowest position
+//
+// Exclusive and MIG requests preempt; shared requests (which take part of a
+// GPU) and gang members do not, nor pods whose preemptionPolicy is Never.
+
+// Preempt is a preempt decision for w (see above), committed to this round's
+// state: its GPUs are taken, its victims may not be named again. ok is false
+// when the pod may not preempt or no eviction makes room. The victims are
+// running pods of lower priority than w's.
+func (c *Cluster) Preempt(w *Want, fit Fit, nvlink Nvlink) (Decision, bool) {
+	if w == nil {
+		return Decision{}, false
+	}
+	priority := w.Request.Priority
+	return c.PreemptWhere(w, fit, nvlink, func(pod *Running) bool { return pod.Priority < priority })
+}
+
+// PreemptWhere is Preempt with another rule for who may be evicted: running
+// pods for which mayEvict holds (and which are evictable, past their minimum
+// runtime, in no gang, not yet a victim). Reclaim names pods of tenants over
+// their quota this way, whatever their priority; the host checks the rule it
+// applies (docs/POLICIES.md).
+func (c *Cluster) PreemptWhere(w *Want, fit Fit, nvlink Nvlink, mayEvict func(*Running) bool) (Decision, bool) {
+	if w == nil {
+		return Decision{}, false
+	}
+	r := w.Request
+	if r.Preemption == PreemptionPolicy_Never || r.Gang.IsSome() || !w.exclusive() {
+		return Decision{}, false
+	}
+	var best *preemption
+	for _, node := range c.Eligible(w) {
+		option := c.preemptOn(node, w, fit, nvlink, mayEvict)
+		if option != nil && (best == nil || option.better(best)) {
+			best = option
+		}
+	}
+	if best == nil {
+		return Decision{}, false
+	}
+	c.Commit(best.node, best.gpus, w)
+	for _, v := range best.victims {
+		c.victimTaken[v] = true
+	}
+	return Preempt(w.Pod, best.node, best.gpus, best.victims), true
+}
+
+// preemption is one node's best preemption.
+type preemption struct {
+	victims    []uint32
+	priorities int64
+	node       uint32
+	gpus       []uint32
+}
+
+func (a *preemption) better(b *preemption) bool {
+	if len(a.victims) != len(b.victims) {
+		return len(a.victims) < len(b.victims)
+	}
+	if a.priorities != b.priorities {
+		return a.priorities < b.priorities
+	}
+	return a.node < b.node
+}
+
+// PreemptionBlocked says why w could not preempt although pods of lower
+// priority run where it may go: how many a PodDisruptionBudget protects now.
+// ok is false when none is (or w may never preempt). PlaceEach appends it to
+// the wait reason, after "; ".
+func (c *Cluster) PreemptionBlocked(w *Want) (string, bool) {
+	if w == nil || w.Request.Preemption == PreemptionPolicy_Never {
+		return "", false
+	}
+	protected := 0
+	for _, node := range c.Eligible(w) {
+		for _, r := range c.runningOn[node] {
+			pod := &c.Snapshot.Running[r]
+			if pod.Priority < w.Request.Priority && !pod.Evictable {
+				protected++
+			}
+		}
+	}
+	if protected == 0 {
+		return "", false
+	}
+	return reason.PreemptionBlocked(protected), true
+}
+
+// OverTenantLimit is a wait for w when its tenant (snapshot.Tenants) could
+// not take its GPUs without passing its limit, counting this round's
+// commits: the host would refuse the assignment. ok is false when it may.
+func (c *Cluster) OverTenantLimit(w *Want) (Decision, bool) {
+	if w == nil || w.Request.Tenant.IsNone() {
+		return Decision{}, false
+	}
+	t := int(w.Request.Tenant.Some())
+	if t >= len(c.Snapshot.Tenants) {
+		return Decision{}, false
+	}
+	tenant := &c.Snapshot.Tenants[t]
+	if tenant.Limit.IsNone() {
+		return Decision{}, false
+	}
+	limit := tenant.Limit.Some()
+	held := uint32(0)
+	if t < len(c.tenantHeld) {
+		held = c.tenantHeld[t]
+	}
+	if addSat32(held, w.Shape.Count) <= limit {
+		return Decision{}, false
+	}
+	return Wait(w.Pod, reason.TenantLimit(tenant.Name, held, limit, w.Shape.Count)), true
+}
+
+// TenantHeld is the GPUs tenant (an index into snapshot.Tenants) holds, with
+// this round's commits.
+func (c *Cluster) TenantHeld(tenant uint32) uint32 {
+	if int(tenant) < len(c.tenantHeld) {
+		return c.tenantHeld[tenant]
+	}
+	return 0
+}
+
+// candidates is the running pods w may evict on node, in eviction order:
+// lowest priority first, then youngest, then by name.
+func (c *Cluster) candidates(node uint32, mayEvict func(*Running) bool) []uint32 {
+	running := c.Snapshot.Running
+	var found []uint32
+	for _, r := range c.runningOn[node] {
+		pod := &running[r]
+		if mayEvict(pod) && pod.Evictable && pod.ProtectedMs == 0 && pod.Gang.IsNone() && !c.victimTaken[r] {
+			found = append(found, r)
+		}
+	}
+	sort.SliceStable(found, func(i, j int) bool {
+		a, b := &running[found[i]], &running[found[j]]
+		if a.Priority != b.Priority {
+			return a.Priority < b.Priority
+		}
+		if a.StartedMs != b.StartedMs {
+			return a.StartedMs > b.StartedMs
+		}
+		return a.Pod < b.Pod
+	})
+	return found
+}
+
+// preemptOn is the preemption on node, if evicting candidates makes room.
+func (c *Cluster) preemptOn(node uint32, w *Want, fit Fit, nvlink Nvlink, mayEvict func(*Running) bool) *preemption {
+	candidates := c.candidates(node, mayEvict)
+	if len(candidates) == 0 {
+		return nil
+	}
+	st := &c.nodes[node]
+	saved := append([]gpuState(nil), st.gpus...)
+	last, picked := -1, []int(nil)
+	for k, victim := range candidates {
+		release(st.gpus, &c.Snapshot.Running[victim])
+		if gpus := c.pick(node, w, fit, nvlink); gpus != nil {
+			last, picked = k, gpus
+			break
+		}
+	}
+	st.gpus = saved
+	if last < 0 {
+		return nil
+	}
+	nodeGpus := c.Snapshot.Nodes[node].Gpus
+	option := &preemption{node: node, victims: []uint32{}}
+	for _, v := range candidates[:last+1] {
+		if touches(nodeGpus, &c.Snapshot.Running[v], picked) {
+			option.victims = append(option.victims, v)
+			option.priorities += int64(c.Snapshot.Running[v].Priority)
+		}
+	}
+	option.gpus = make([]uint32, len(picked))
+	for k, g := range picked {
+		option.gpus[k] = uint32(g)
+	}
+	return option
+}
+
+// release frees what pod holds in gpus (a node's state).
+func release(gpus []gpuState, pod *Running) {
+	for _, p := range pod.Gpus {
+		g := int(p)
+		if g >= len(gpus) {
+			continue
+		}
+		gpu := &gpus[g]
+		if pod.SharedMib > 0 {
+			if gpu.shares > 0 {
+				gpu.shares--
+			}
+			free := gpu.free + pod.SharedMib
+			if free < gpu.free { // overflow: saturate
+				free = ^uint64(0)
+			}
+			gpu.free = min(free, gpu.memory)
+			continue
+		}
+		gpu.held = false
+		gpu.free = gpu.memory
+		if gpu.migParent >= 0 {
+			if parent := &gpus[gpu.migParent]; parent.migHeld > 0 {
+				parent.migHeld--
+			}
+			continue
+		}
+		for j := range gpus {
+			if gpus[j].migParent == g {
+				gpus[j].parentBusy = false
+			}
+		}
+	}
+}
+
+// touches reports whether pod holds one of picked (positions on the node),
+// the parent of a picked MIG instance, or an instance of a picked whole GPU.
+func touches(node []Gpu, pod *Running, picked []int) bool {
+	parentOf := func(g int) int {
+		if g < len(node) && node[g].Mig.IsSome() {
+			return int(node[g].Mig.Some().Parent)
+		}
+		return -1
+	}
+	for _, h := range pod.Gpus {
+		held := int(h)
+		for _, p := range picked {
+			if p == held || parentOf(p) == held || parentOf(held) == p {
+				return true
+			}
+		}
+	}
+	return false
+}

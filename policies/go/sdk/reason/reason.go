@@ -1,0 +1,161 @@
+// Package reason is the standard wording of wait and reject reasons, as the
+// SDK's own placement writes them (Shortfall.Reason, Cluster.Unplaced,
+// Cluster.PlaceGang), byte for byte the Rust SDK's (policies/sdk/src/reason.rs).
+// A policy that decides on its own can word its reasons the same way, so
+// users see one vocabulary whichever policy runs:
+//
+//	why := reason.NotNow(reason.Asked(&snapshot.Pending[0]))
+//	// "no eligible node has 4 GPU(s) with at least 40960 MiB each free right now"
+//	decision := sdk.Wait(0, why)
+//
+// The wording is for people; match on sdk.Shortfall, not on these strings.
+package reason
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	. "wit_component/wasmgpu_policy_types"
+)
+
+// shape is the GPUResource shape of r; ok is false for a DRA request (or a
+// Request built without its Ask).
+func shape(r *Request) (s GpuShape, ok bool) {
+	if r.Ask.Tag() != Ask_Gpus {
+		return GpuShape{}, false
+	}
+	defer func() {
+		if recover() != nil {
+			s, ok = GpuShape{}, false
+		}
+	}()
+	return r.Ask.Gpus(), true
+}
+
+// Asked is what request asks for, in words: `2 GPU(s) matching "NVIDIA
+// H100*" with at least 40960 MiB each`, `1 GPU(s) with 8192 MiB to share`,
+// `1 MIG instance(s) of profile "1g.10gb"`; `devices through DRA claims`
+// for a DRA request.
+func Asked(request *Request) string {
+	s, ok := shape(request)
+	if !ok {
+		return "devices through DRA claims"
+	}
+	return AskedShape(&s)
+}
+
+// AskedShape is Asked for a GPUResource shape.
+func AskedShape(r *GpuShape) string {
+	model := ""
+	if r.Model.IsSome() {
+		model = " matching \"" + r.Model.Some() + "\""
+	}
+	if r.MigProfile.IsSome() {
+		return fmt.Sprintf("%d MIG instance(s) of profile %s%s", r.Count, Quote(r.MigProfile.Some()), model)
+	}
+	if r.Sharing == Sharing_Shared {
+		return fmt.Sprintf("%d GPU(s)%s with %d MiB to share", r.Count, model, r.MemoryMib)
+	}
+	if r.MemoryMib == 0 {
+		return fmt.Sprintf("%d GPU(s)%s", r.Count, model)
+	}
+	return fmt.Sprintf("%d GPU(s)%s with at least %d MiB each", r.Count, model, r.MemoryMib)
+}
+
+// AskedNvlink is Asked, with the GPUs required to be NVLink peers of one
+// another (sdk.NvlinkRequire).
+func AskedNvlink(request *Request) string {
+	return Asked(request) + " that are all NVLink peers of one another"
+}
+
+// NoEligibleNode: the request has no eligible node at all (a reject reason).
+func NoEligibleNode() string {
+	return "no eligible node: node selector, affinity or taints exclude every GPU node"
+}
+
+// Never: no eligible node could hold what (an Asked phrase) even with all of
+// its GPUs free (a reject reason).
+func Never(what string) string {
+	return "no eligible node has " + what + ", even when idle"
+}
+
+// NotNow: some eligible node could hold what once GPUs are released, none
+// can now (a wait reason).
+func NotNow(what string) string {
+	return "no eligible node has " + what + " free right now"
+}
+
+// GangNever: gang can never be placed, member pod fits nowhere, for why (a
+// reject reason for every member).
+func GangNever(gang, pod, why string) string {
+	return fmt.Sprintf("gang %s can never be placed: member %s fits nowhere (%s)", gang, pod, why)
+}
+
+// GangShort: fit of the need more members gang needs fit now, with bound
+// bound and minMember needed (a wait reason for every member).
+func GangShort(gang string, fit, need int, bound, minMember uint32) string {
+	return fmt.Sprintf("gang %s: %d of the %d more members needed fit now (%d bound, minMember %d); all or nothing, so none is placed yet", gang, fit, need, bound, minMember)
+}
+
+// GangPlacedWithout: gang is placed without this member, fit members fit,
+// need were needed (a wait reason for the members left over).
+func GangPlacedWithout(gang string, fit, need int) string {
+	return fmt.Sprintf("gang %s is placed without this member (%d of %d needed fit); it waits for room", gang, fit, need)
+}
+
+// TenantLimit: the pod's tenant holds held of its limit GPUs and the pod
+// needs count more (a wait reason; see sdk.Cluster.OverTenantLimit).
+func TenantLimit(tenant string, held, limit, count uint32) string {
+	return fmt.Sprintf("tenant %s holds %d of its limit %d GPUs (GPUTenant %s: spec.limit); this pod needs %d more", tenant, held, limit, tenant, count)
+}
+
+// PreemptionBlocked: protected pods of lower priority the pod could preempt
+// are protected by a PodDisruptionBudget (appended to a wait reason).
+func PreemptionBlocked(protected int) string {
+	return fmt.Sprintf("%d pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now", protected)
+}
+
+// Quote writes s in double quotes the way Rust's `{:?}` writes a string (the
+// Rust SDK quotes MIG profiles so): `\"`, `\\`, `\t`, `\r`, `\n`, `\0`
+// escaped; control, unprintable and combining (Grapheme_Extend) characters
+// as `\u{hex}`; the rest as they are.
+func Quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && size == 1 {
+			// Not UTF-8 (a WIT string always is): keep the byte.
+			b.WriteByte(s[0])
+			s = s[1:]
+			continue
+		}
+		s = s[size:]
+		switch r {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\n':
+			b.WriteString(`\n`)
+		case 0:
+			b.WriteString(`\0`)
+		default:
+			grapheme := unicode.In(r, unicode.Mn, unicode.Me, unicode.Other_Grapheme_Extend)
+			if grapheme || (r < 0x80 && !strconv.IsPrint(r)) || (r >= 0x80 && !unicode.IsPrint(r)) {
+				b.WriteString(`\u{` + strconv.FormatInt(int64(r), 16) + `}`)
+			} else {
+				b.WriteRune(r)
+			}
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
