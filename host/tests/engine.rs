@@ -142,6 +142,63 @@ fn a_policy_is_compiled_once_per_digest() {
 }
 
 #[test]
+fn a_component_compiled_once_loads_from_the_disk_cache_in_another_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = policy_bytes("binpack");
+    let cwasm = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+            .collect()
+    };
+    let mut first = engine();
+    first.use_disk_cache(dir.path()).unwrap();
+    let decided = first
+        .load(&bytes)
+        .unwrap()
+        .allocate(&small())
+        .unwrap()
+        .decisions;
+    let files = cwasm();
+    assert_eq!(files.len(), 1, "one compiled file per component: {files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    let digest = wasmgpu::engine::Digest::of(&bytes);
+    assert!(
+        name.starts_with(digest.as_str().trim_start_matches("sha256:")),
+        "{name}"
+    );
+
+    // A second engine (another process, in effect) loads the compiled file.
+    let mut second = engine();
+    second.use_disk_cache(dir.path()).unwrap();
+    let again = second
+        .load(&bytes)
+        .unwrap()
+        .allocate(&small())
+        .unwrap()
+        .decisions;
+    assert_eq!(again, decided);
+    assert_eq!(cwasm(), files, "nothing compiled or written again");
+
+    // A torn file is compiled again and replaced, never trusted.
+    std::fs::write(&files[0], b"not a compiled component").unwrap();
+    let mut third = engine();
+    third.use_disk_cache(dir.path()).unwrap();
+    let after = third
+        .load(&bytes)
+        .unwrap()
+        .allocate(&small())
+        .unwrap()
+        .decisions;
+    assert_eq!(after, decided);
+    assert!(
+        std::fs::metadata(&files[0]).unwrap().len() > 1000,
+        "the file was rewritten"
+    );
+}
+
+#[test]
 fn an_infinite_loop_runs_out_of_fuel_or_time() {
     let engine = Engine::new(Limits {
         fuel: 50_000_000,

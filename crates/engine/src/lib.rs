@@ -20,9 +20,12 @@
 //!
 //! Crate `wasmgpu-engine`: below it only `wasmgpu-contract` (the types it passes)
 //! and `wasmgpu-support`; above it the controller and the CLI.
-#![forbid(unsafe_code)]
+// One use of `unsafe`, with its argument: loading a compiled component
+// from the command line's disk cache (`disk_cache.rs`).
+#![deny(unsafe_code)]
 
 pub mod bounds;
+mod disk_cache;
 mod error;
 mod guest_log;
 mod limits;
@@ -31,6 +34,7 @@ mod sandbox;
 mod world;
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -63,6 +67,7 @@ pub struct Engine {
     shared: Arc<EngineCore>,
     digest_to_component: Mutex<HashMap<Digest, (u64, Component)>>,
     clock: Mutex<u64>,
+    disk: Option<disk_cache::DiskCache>,
     _ticker: Ticker,
 }
 
@@ -114,8 +119,24 @@ impl Engine {
             }),
             digest_to_component: Mutex::new(HashMap::new()),
             clock: Mutex::new(0),
+            disk: None,
             _ticker: ticker,
         })
+    }
+
+    /// Also keeps compiled components in `dir` between processes (for the
+    /// command line; see `disk_cache.rs`): a component compiled once by an
+    /// engine of this build and configuration loads from there in
+    /// milliseconds instead of compiling again.
+    pub fn use_disk_cache(&mut self, dir: &Path) -> Result<()> {
+        let cache = disk_cache::DiskCache::open(dir, &self.shared.engine).map_err(|e| {
+            PolicyError::Engine(Cause::msg(format!(
+                "cannot use {} for compiled components: {e}",
+                dir.display()
+            )))
+        })?;
+        self.disk = Some(cache);
+        Ok(())
     }
 
     /// The limits every call runs under.
@@ -153,8 +174,21 @@ impl Engine {
         }
         // Compile outside the lock: it can take a while, and other digests
         // should not wait for it.
-        let component = Component::new(&self.shared.engine, bytes)
-            .map_err(|e| PolicyError::Compile(Cause::new(e)))?;
+        let component = match self
+            .disk
+            .as_ref()
+            .and_then(|disk| disk.load(&self.shared.engine, digest))
+        {
+            Some(component) => component,
+            None => {
+                let component = Component::new(&self.shared.engine, bytes)
+                    .map_err(|e| PolicyError::Compile(Cause::new(e)))?;
+                if let Some(disk) = &self.disk {
+                    disk.store(digest, &component);
+                }
+                component
+            }
+        };
         let mut cache = wasmgpu_support::lock(&self.digest_to_component);
         if cache.len() >= CACHE_CAPACITY
             && let Some(oldest) = cache

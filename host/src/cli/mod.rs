@@ -39,6 +39,11 @@ pub struct Cli {
 enum Command {
     /// Check, run, compare and benchmark policies offline; publish and list
     /// them in a cluster.
+    ///
+    /// Components are compiled once and kept, by digest and engine build, in
+    /// $WASMGPU_CACHE_DIR/compiled (default ~/.cache/wasmgpu/compiled; at
+    /// most 32 files): a second call on the same component starts without
+    /// compiling. WASMGPU_COMPILE_CACHE=off compiles every time.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
     /// Show where each pod landed (node, GPUs, deciding policy) and why the

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use wasmgpu_engine::{Engine, Limits};
+use wasmgpu_engine::Limits;
 use wasmgpu_oci::{self as oci, Access, ComponentRef};
 
 /// How to reach a registry.
@@ -64,7 +64,7 @@ pub(crate) fn push(file: &Path, target: &str, registry: &RegistryArgs) -> anyhow
     let target = ComponentRef::parse_tagged(target)?;
     let wasm = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     // What the controller would refuse is not worth publishing.
-    let engine = Engine::new(Limits::default())?;
+    let engine = super::policy::cli_engine(Limits::default())?;
     let policy = engine
         .load(&wasm)
         .with_context(|| format!("{} is not a usable policy", file.display()))?;
