@@ -2,11 +2,21 @@
 nodes as possible and whole nodes stay free for large jobs. Within a node, a
 multi-GPU exclusive request takes the smallest NVLink group that holds it; a
 shared request takes the GPUs with the least free memory that fits. It reads
-no node labels. DRA requests (ask `claims`) get no decision (the pod waits),
-and it never preempts.
+no node labels. DRA requests (ask `claims`) get no decision (the pod waits).
+It decides byte for byte what the Rust binpack (policies/binpack) decides.
 
-Parameters (config.json, all optional): {"preferNvlink": true, "preemption": true};
-"preemption" is accepted (a boolean) but changes nothing yet.
+Parameters (config.json, all optional), those of the Rust binpack:
+
+    {"nvlink": "prefer", "preemption": true}
+
+`nvlink`: "prefer" (the default) keeps a multi-GPU exclusive request in one
+NVLink group when a node has one that holds it, else takes any free GPUs;
+"require" gives it only GPUs that are all NVLink peers of one another, and
+leaves it waiting otherwise; "ignore" disregards NVLink. The older
+`"preferNvlink": true | false` still reads as "prefer" | "ignore".
+`preemption` (default true): a pod that fits nowhere now evicts the fewest
+pods of lower priority that make room (lowest priority first, then
+youngest); false leaves it waiting.
 """
 
 from typing import List

@@ -305,21 +305,46 @@ class Contract(unittest.TestCase):
         snap.eligible_sets[1] = node_set(200, [150])
         self.assertIn("no eligible node", allocate(snap)[0].value.reason)
 
-    def test_running_pods_are_not_preempted_and_the_preemption_key_is_accepted(self):
+    def test_lower_priority_pods_are_preempted_unless_the_config_says_no(self):
         snap = snapshot(["NVIDIA H100"], [node("a", 2, 0, 81920)], [
             request("ml/urgent", 1, EXCLUSIVE, 0, priority=1000),
         ])
         running(snap, "batch/p0", 0, 0, [0])
         running(snap, "batch/p1", 0, 0, [1])
-        for config in ("", '{"preemption": true}', '{"preemption": false, "preferNvlink": true}'):
+        for config in ("", '{"preemption": true}', '{"nvlink": "prefer"}', '{"nvlink": "require"}'):
+            snap.config = config
+            d = allocate(snap)
+            self.assertIsInstance(d[0], t.Decision_Preempt, config)
+            # Both are as young and as low: the first by name goes.
+            self.assertEqual((d[0].value.assignment.node, d[0].value.assignment.gpus, d[0].value.victims),
+                             (0, [0], [0]))
+        for config in ('{"preemption": false}', '{"preemption": false, "preferNvlink": true}'):
             snap.config = config
             d = allocate(snap)
             self.assertIsInstance(d[0], t.Decision_Wait, config)
-            self.assertIn("free right now", d[0].value.reason)
+            self.assertEqual(d[0].value.reason, "no eligible node has 1 GPU(s) free right now")
         for bad in ('{"preemption": 1}', '{"preemption": null}', '{"preemption": "yes"}'):
             snap.config = bad
             with self.assertRaisesRegex(PolicyError, "`preemption` must be a bool"):
                 allocate(snap)
+
+    def test_the_config_of_the_rust_binpack_is_read(self):
+        # The README's binpack config, and every key the Rust binpack knows.
+        n1 = with_nvlink(node("n1", 4, 0, 81920), [(2, 3)])
+        snap = snapshot(["NVIDIA H100"], [n1], [request("ns/p", 2, EXCLUSIVE, 0)])
+        for config, gpus in [
+            ('{"nvlink": "prefer"}', [2, 3]),
+            ('{"nvlink": "prefer", "preemption": true}', [2, 3]),
+            ('{"nvlink": "ignore"}', [0, 1]),
+            ('{"nvlink": "require"}', [2, 3]),
+            ('{"nvlink": "ignore", "preferNvlink": true}', [0, 1]),  # nvlink wins
+            ('{"nvlink": null, "preferNvlink": false}', [0, 1]),
+        ]:
+            snap.config = config
+            self.assertEqual(assigned(allocate(snap)), [(0, 0, gpus)], config)
+        snap.config = '{"nvlink": "always"}'
+        with self.assertRaisesRegex(PolicyError, '`nvlink` must be one of "prefer", "require", "ignore"'):
+            allocate(snap)
 
     def test_tables_name_namespaces_tenants_and_labels(self):
         snap = snapshot(["NVIDIA H100"], [node("a", 2, 0, 81920), node("b", 2, 0, 81920)], [

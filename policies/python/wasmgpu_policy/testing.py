@@ -6,6 +6,12 @@ running pods name them by index) and one label value (or None) per entry of
 `label_keys` on every node. After adding pods or label keys by hand, call
 `refresh_tables` again; `request`, `running` and `with_labels` keep the names
 they need so that it can.
+
+Unlike the Rust builders (crates/contract/src/testing.rs), which intern
+names in process-wide tables, these take table indices where the contract
+has them (a GPU's `model`, a MIG instance's `profile`) and names elsewhere;
+`large` builds the same snapshot as the Rust `large`, for benchmarks and
+comparisons.
 """
 
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -16,17 +22,26 @@ from . import pod_of
 
 __all__ = [
     "assigned",
+    "conflicts",
+    "decision_for",
     "decision_of",
     "dra_request",
     "gang",
     "gpu",
+    "gpu_uuid",
+    "large",
+    "namespace_of",
     "node",
     "node_set",
     "refresh_tables",
     "request",
     "restrict",
     "running",
+    "running_on_each_gpu",
+    "shape",
     "snapshot",
+    "snapshot_file",
+    "tenant",
     "with_full_nvlink",
     "with_labels",
     "with_mig",
@@ -185,18 +200,38 @@ def dra_request(pod: str, claims: Optional[List[t.Claim]] = None, **extra) -> t.
     return request(pod, 0, t.Sharing.EXCLUSIVE, 0, ask=t.Ask_Claims(list(claims)), **extra)
 
 
-def with_labels(snap: t.Snapshot, node_position: int, labels: Dict[str, str]) -> t.Snapshot:
-    """Sets labels `{key: value}` on the node at `node_position`; each key
-    joins `snap.label_keys` (as if the policy had asked for it) and every
-    node gets a value (or None) per key."""
-    for key in labels:
-        if key not in snap.label_keys:
-            snap.label_keys.append(key)
-    _pad_labels(snap)
-    n = snap.nodes[node_position]
-    for key, value in labels.items():
-        n.labels[snap.label_keys.index(key)] = value
-    return snap
+def with_labels(target, *args):
+    """Sets node labels, in either of two forms:
+
+    * `with_labels(node, {key: value})` (or a list of `(key, value)` pairs),
+      as the Rust builder: returns the node; `snapshot` (or
+      `refresh_tables`) adds each key to `snap.label_keys` and gives every
+      node a value (or None) per key.
+    * `with_labels(snap, node_position, {key: value})`: sets the labels on the
+      node at `node_position` of a snapshot already built; returns `snap`.
+
+    Each key joins `snap.label_keys` (as if the policy had asked for it)."""
+    if isinstance(target, t.Snapshot):
+        snap, node_position, labels = target, args[0], dict(args[1])
+        n = snap.nodes[node_position]
+        _labels_of(n).update(labels)
+        _apply_labels(snap)
+        return snap
+    (labels,) = args
+    _labels_of(target).update(dict(labels))
+    return target
+
+
+_LABELS = "_testing_labels"
+
+
+def _labels_of(n: t.Node) -> Dict[str, str]:
+    """The labels the builders set on node `n` (by key)."""
+    labels = getattr(n, _LABELS, None)
+    if labels is None:
+        labels = {}
+        setattr(n, _LABELS, labels)
+    return labels
 
 
 def _pad_labels(snap: t.Snapshot) -> None:
@@ -205,10 +240,22 @@ def _pad_labels(snap: t.Snapshot) -> None:
         n.labels.extend([None] * (len(snap.label_keys) - len(n.labels)))
 
 
+def _apply_labels(snap: t.Snapshot) -> None:
+    for n in snap.nodes:
+        for key in getattr(n, _LABELS, {}):
+            if key not in snap.label_keys:
+                snap.label_keys.append(key)
+    _pad_labels(snap)
+    for n in snap.nodes:
+        for key, value in getattr(n, _LABELS, {}).items():
+            n.labels[snap.label_keys.index(key)] = value
+
+
 def refresh_tables(snap: t.Snapshot) -> t.Snapshot:
     """Rebuilds `snap.namespaces` from the pending and running pods the
     builders made (sorted, each once) and points their `namespace` at it;
-    gives every node one label value (or None) per label key."""
+    adds the label keys `with_labels` set to `snap.label_keys` and gives
+    every node one label value (or None) per label key."""
     pods = list(snap.pending) + list(snap.running)
     names = [_namespace(p) for p in pods]
     known = set(snap.namespaces) | {n for n in names if n is not None}
@@ -216,7 +263,7 @@ def refresh_tables(snap: t.Snapshot) -> t.Snapshot:
     for p, name in zip(pods, names):
         if name is not None:
             p.namespace = snap.namespaces.index(name)
-    _pad_labels(snap)
+    _apply_labels(snap)
     return snap
 
 
@@ -313,3 +360,232 @@ def assigned(decisions: List[t.Decision]):
 def decision_of(decisions: List[t.Decision], pod: int) -> Optional[t.Decision]:
     """The decision about pending position `pod`; None when there is none."""
     return next((d for d in decisions if pod_of(d) == pod), None)
+
+
+def running_on_each_gpu(snap: t.Snapshot, node_position: int, prefix: str, priority: int) -> None:
+    """Fills node `node_position` with running pods `{prefix}{g}` of
+    `priority`, one per GPU `g` (exclusive), each started at `g`
+    milliseconds: a full node a preemption may free."""
+    for g in range(len(snap.nodes[node_position].gpus)):
+        running(snap, f"{prefix}{g}", priority, node_position, [g], started_ms=g)
+
+
+def tenant(snap: t.Snapshot, name: str, limit: Optional[int] = None, quota: int = 0, weight: int = 1,
+           holding: int = 0, waiting: int = 0, members: Iterable[int] = ()) -> int:
+    """Adds tenant `name` (a GPUTenant) to `snap.tenants` and makes the
+    pending requests at positions `members` its own; returns its index."""
+    snap.tenants.append(t.Tenant(name=name, weight=weight, quota=quota, limit=limit, holding=holding, waiting=waiting))
+    index = len(snap.tenants) - 1
+    for m in members:
+        snap.pending[m].tenant = index
+    return index
+
+
+def shape(r: t.Request) -> t.GpuShape:
+    """The GPU shape of a GPUResource request (to edit it in place); raises
+    ValueError for a DRA request."""
+    if not isinstance(r.ask, t.Ask_Gpus):
+        raise ValueError(f"{r.pod} asks through DRA claims")
+    return r.ask.value
+
+
+def namespace_of(snap: t.Snapshot, r) -> str:
+    """The namespace of a pending request (or running pod), by name; "?" when
+    out of range."""
+    return snap.namespaces[r.namespace] if 0 <= r.namespace < len(snap.namespaces) else "?"
+
+
+def decision_for(snap: t.Snapshot, decisions: List[t.Decision], pod: str) -> Optional[t.Decision]:
+    """The decision about the pending pod named `pod` (`namespace/name`), if any."""
+    position = next((i for i, r in enumerate(snap.pending) if r.pod == pod), None)
+    return None if position is None else decision_of(decisions, position)
+
+
+LARGE_MODELS = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"]
+
+
+def large(nodes: int, pods: int) -> t.Snapshot:
+    """A large, deterministic snapshot for benchmarks, the one the Rust
+    builders' `large(nodes, pods)` makes: `nodes` nodes of 8 GPUs
+    (alternating 8×H100 80GB with full NVLink and 8×A100 40GB in NVLink
+    pairs), about a quarter of the GPUs already in use, and `pods` pending
+    requests of 1, 2, 4 or 8 GPUs, mostly exclusive, a fifth shared, some
+    pinned to a model, a tenth restricted to one of three zones (eligible
+    sets 1 to 3). Models are `LARGE_MODELS`."""
+    mask = (1 << 64) - 1
+    state = [0x9E3779B97F4A7C15]
+
+    def rand() -> int:
+        # xorshift64*, as the Rust builder.
+        x = state[0]
+        x ^= x >> 12
+        x ^= (x << 25) & mask
+        x ^= x >> 27
+        state[0] = x
+        return (x * 0x2545F4914F6CDD1D) & mask
+
+    built = []
+    for n in range(nodes):
+        name = f"gpu-node-{n:04}"
+        if n % 2 == 0:
+            nd = with_full_nvlink(node(name, 8, 0, 81559))
+        else:
+            nd = node(name, 8, 1, 40960)
+            for g in nd.gpus:
+                g.nvlink = 1 << (g.index ^ 1)
+        with_labels(nd, [("kubernetes.io/hostname", name), ("topology.kubernetes.io/zone", f"zone-{n % 3}")])
+        for i, g in enumerate(nd.gpus):
+            g.numa_node = i // 4
+            roll = rand() % 8
+            if roll == 0:
+                g.held = True
+                g.allocated_mib = g.memory_mib
+            elif roll == 1:
+                g.shared_owners = 1
+                g.allocated_mib = 8192
+        built.append(nd)
+    pending = []
+    for p in range(pods):
+        roll = rand()
+        shared = roll % 5 == 0
+        count = 1 if shared else [1, 1, 2, 4, 8][(roll >> 8) % 5]
+        memory = 4096 << ((roll >> 16) % 3) if shared else [0, 40960, 65536][(roll >> 16) % 3]
+        model = {0: "NVIDIA H100*", 1: "*A100*"}.get((roll >> 24) % 6)
+        pending.append(
+            request(
+                f"team-{p % 7}/job-{p:05}",
+                count,
+                t.Sharing.SHARED if shared else t.Sharing.EXCLUSIVE,
+                memory,
+                model=model,
+                priority=(roll >> 32) % 3,
+                created_ms=1_700_000_000_000 + p * 10,
+            )
+        )
+    snap = snapshot(list(LARGE_MODELS), built, pending)
+    for z in range(3):
+        snap.eligible_sets.append(node_set(nodes, [n for n in range(nodes) if n % 3 == z]))
+    for p, r in enumerate(snap.pending):
+        if p % 10 == 0:
+            r.eligible_set = 1 + (p // 10) % 3
+    return snap
+
+
+def conflicts(snap: t.Snapshot, decisions: List[t.Decision]) -> List[str]:
+    """What is wrong with `decisions` by the simplest of the controller's
+    rules, in words (empty when nothing is): a pod decided twice, a position
+    out of range, a node the pod may not use, the wrong number of GPUs, a GPU
+    given exclusively twice or shared and given exclusively in one round, a
+    victim named twice or out of range. Not the controller's full validator
+    (that is the Rust `testing::validate`), but enough to catch a policy
+    handing out a GPU twice."""
+    problems = []
+    seen = set()
+    exclusive = set()
+    shared = set()
+    victims = set()
+    for d in decisions:
+        pod = pod_of(d)
+        if pod in seen:
+            problems.append(f"pod {pod} is decided twice")
+        seen.add(pod)
+        if not 0 <= pod < len(snap.pending):
+            problems.append(f"pod {pod} is out of range")
+            continue
+        if isinstance(d, (t.Decision_Wait, t.Decision_Reject)):
+            continue
+        a = d.value if isinstance(d, t.Decision_Assign) else d.value.assignment
+        r = snap.pending[pod]
+        if not isinstance(r.ask, t.Ask_Gpus):
+            continue
+        if not 0 <= a.node < len(snap.nodes):
+            problems.append(f"pod {r.pod}: node {a.node} is out of range")
+            continue
+        sets = snap.eligible_sets
+        words = sets[r.eligible_set] if r.eligible_set < len(sets) else []
+        if not (a.node >> 6 < len(words) and words[a.node >> 6] >> (a.node & 63) & 1):
+            problems.append(f"pod {r.pod}: node {a.node} is not eligible")
+        if len(a.gpus) != r.ask.value.count or len(set(a.gpus)) != len(a.gpus):
+            problems.append(f"pod {r.pod}: {a.gpus} is not {r.ask.value.count} distinct GPUs")
+        for g in a.gpus:
+            if not 0 <= g < len(snap.nodes[a.node].gpus):
+                problems.append(f"pod {r.pod}: GPU {g} is out of range on node {a.node}")
+                continue
+            key = (a.node, g)
+            if key in exclusive or (r.ask.value.sharing == t.Sharing.EXCLUSIVE and key in shared):
+                problems.append(f"pod {r.pod}: GPU {g} of node {a.node} is given twice")
+            (exclusive if r.ask.value.sharing == t.Sharing.EXCLUSIVE else shared).add(key)
+        if isinstance(d, t.Decision_Preempt):
+            for v in d.value.victims:
+                if not 0 <= v < len(snap.running) or v in victims:
+                    problems.append(f"pod {r.pod}: victim {v} is out of range or named twice")
+                victims.add(v)
+    return problems
+
+
+_PUBLISHERS = {t.Publisher.AGENT: "agent", t.Publisher.DRA_DRIVER: "draDriver", t.Publisher.BOTH: "both"}
+
+
+def gpu_uuid(n: t.Node, position: int) -> str:
+    """The UUID the host gives a built GPU (`GPU-{node}-{index}`, and
+    `MIG-GPU-{node}-{index}-{k}` for the k-th instance of a GPU), as the
+    Rust builders name them; what `wasmgpu policy run --output json` prints."""
+    g = n.gpus[position]
+    if g.mig is None:
+        return f"GPU-{n.name}-{g.index}"
+    return f"MIG-GPU-{n.name}-{g.index}-{position - g.mig.parent - 1}"
+
+
+def snapshot_file(snap: t.Snapshot) -> dict:
+    """`snap` as a snapshot file (contract 0.3; `json.dump` it), for
+    `wasmgpu policy run --snapshot FILE`: GPU UUIDs as `gpu_uuid` names
+    them, labels by key, eligible sets as node positions. GPUResource
+    requests only (a DRA request's claims are not written)."""
+    nodes = []
+    for n in snap.nodes:
+        gpus = []
+        for p, g in enumerate(n.gpus):
+            gpus.append({
+                "uuid": gpu_uuid(n, p), "index": g.index, "model": g.model, "memoryMiB": g.memory_mib,
+                "allocatedMiB": g.allocated_mib, "held": g.held, "sharedOwners": g.shared_owners,
+                "numaNode": g.numa_node, "healthy": g.healthy,
+                "mig": None if g.mig is None else {"parent": g.mig.parent, "profile": g.mig.profile},
+                "nvlink": [i for i in range(64) if g.nvlink >> i & 1], "publishedBy": _PUBLISHERS[g.published_by],
+            })
+        labels = {k: v for k, v in zip(snap.label_keys, n.labels) if v is not None}
+        nodes.append({"name": n.name, "labels": labels, "gpus": gpus})
+    pending = []
+    for r in snap.pending:
+        sh = shape(r)
+        pending.append({
+            "pod": r.pod, "namespace": r.namespace, "tenant": r.tenant,
+            "preemption": "Never" if r.preemption == t.PreemptionPolicy.NEVER else "PreemptLowerPriority",
+            "priority": r.priority, "createdMs": r.created_ms, "eligibleSet": r.eligible_set, "gang": r.gang,
+            "ask": {"gpus": {"count": sh.count, "model": sh.model, "migProfile": sh.mig_profile,
+                             "memoryMiB": sh.memory_mib,
+                             "sharing": "shared" if sh.sharing == t.Sharing.SHARED else "exclusive"}},
+        })
+    count = len(snap.nodes)
+    members = [[i for w, word in enumerate(words) for i in range(w * 64, w * 64 + 64) if word >> (i - w * 64) & 1 and i < count]
+               for words in snap.eligible_sets]
+    return {
+        "contract": "wasmgpu:policy@0.3.0",
+        "round": snap.round,
+        "models": list(snap.models),
+        "migProfiles": list(snap.mig_profiles),
+        "namespaces": list(snap.namespaces),
+        "nodes": nodes,
+        "pending": pending,
+        "running": [{
+            "pod": r.pod, "namespace": r.namespace, "tenant": r.tenant, "priority": r.priority, "node": r.node,
+            "gpus": list(r.gpus), "sharedMiB": r.shared_mib, "startedMs": r.started_ms, "gang": r.gang,
+            "evictable": r.evictable, "protectedMs": r.protected_ms,
+        } for r in snap.running],
+        "eligibleSets": members,
+        "candidateSets": [],
+        "gangs": [{"name": g.name, "minMember": g.min_member, "bound": g.bound, "pending": list(g.pending),
+                   "running": list(g.running)} for g in snap.gangs],
+        "tenants": [{"name": x.name, "weight": x.weight, "quota": x.quota, "limit": x.limit, "holding": x.holding,
+                     "waiting": x.waiting} for x in snap.tenants],
+        "config": snap.config,
+    }
