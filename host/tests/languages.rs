@@ -11,6 +11,7 @@
 
 use wasmgpu_test_support as common;
 
+use std::collections::BTreeSet;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -266,4 +267,231 @@ fn the_snapshots_compared_exercise_every_kind_of_decision() {
     };
     assert!(gang_decision("train/w-0", true), "the small gang is placed");
     assert!(gang_decision("train/w-3", false), "the huge gang is not");
+}
+
+// === The conformance suite: generated scenarios ===
+
+/// How many scenarios [`scenarios`] generates.
+const SCENARIOS: u64 = 24;
+
+/// The configs the scenarios cycle through: every form of binpack's config.
+const CONFIGS: &[&str] = &[
+    "",
+    r#"{"nvlink": "require"}"#,
+    r#"{"nvlink": "prefer"}"#,
+    r#"{"nvlink": "ignore"}"#,
+    r#"{"preemption": false}"#,
+    r#"{"preferNvlink": false, "nvlink": "require"}"#,
+];
+
+/// Scenario `seed`: 4 to 12 nodes of 8 GPUs with NVLink as a full mesh, a
+/// ring or bridged pairs; MIG instances carved on some; running pods of
+/// several priorities (some shared); 10 to 40 pending requests, whole,
+/// shared and MIG, of several priorities; a gang that fits and one that
+/// cannot; the config [`CONFIGS`]`[seed % 6]`.
+fn scenario(seed: u64) -> Snapshot {
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+    use wasmgpu_contract::Sharing::Shared;
+    use wasmgpu_contract::testing::{node, running, snapshot, with_full_nvlink, with_nvlink};
+
+    let mut rng = StdRng::seed_from_u64(seed);
+    let models = [
+        "NVIDIA H100 80GB HBM3",
+        "NVIDIA A100-SXM4-80GB",
+        "NVIDIA L4",
+    ];
+    let node_count = rng.random_range(4..=12u32);
+    let mut nodes = Vec::new();
+    for n in 0..node_count {
+        let model = models[rng.random_range(0..models.len())];
+        let memory = if model.contains("L4") { 23034 } else { 81559 };
+        let base = node(&format!("n{n}"), 8, model, memory);
+        let linked = match rng.random_range(0..3u32) {
+            0 => with_full_nvlink(base),
+            1 => with_nvlink(
+                base,
+                &[
+                    (0, 1),
+                    (1, 2),
+                    (2, 3),
+                    (3, 0),
+                    (4, 5),
+                    (5, 6),
+                    (6, 7),
+                    (7, 4),
+                ],
+            ),
+            _ => with_nvlink(base, &[(0, 1), (2, 3), (4, 5), (6, 7)]),
+        };
+        nodes.push(linked);
+    }
+    // MIG last: carving shifts positions (see `with_mig`).
+    for n in 0..node_count as usize {
+        if rng.random_range(0..4u32) == 0 && !nodes[n].gpus.is_empty() {
+            let carved = with_mig(
+                nodes[n].clone(),
+                7,
+                &[("1g.10gb", 9856), ("1g.10gb", 9856), ("3g.40gb", 40192)],
+            );
+            nodes[n] = carved;
+        }
+    }
+    let mut snap = snapshot(nodes, Vec::new());
+    // Running pods: some whole GPUs held at priorities 0..200, a few shared.
+    let mut pods = 0;
+    for n in 0..node_count {
+        for g in 0..6u32 {
+            match rng.random_range(0..10u32) {
+                0..=2 => {
+                    let priority = [0, 100, 200][rng.random_range(0..3usize)];
+                    running(&mut snap, &format!("old/p{pods}"), priority, n, &[g], pods);
+                    pods += 1;
+                }
+                3 => {
+                    let gpu = &mut snap.nodes[n as usize].gpus[g as usize];
+                    gpu.shared_owners = 1;
+                    gpu.allocated_mib = gpu.memory_mib / 2;
+                }
+                _ => {}
+            }
+        }
+    }
+    let pending = rng.random_range(10..=40u32);
+    for k in 0..pending {
+        let mut r = match rng.random_range(0..10u32) {
+            0..=4 => request(
+                &format!("team/w{k}"),
+                rng.random_range(1..=4u32),
+                Exclusive,
+                0,
+            ),
+            5..=7 => request(
+                &format!("team/s{k}"),
+                1,
+                Shared,
+                rng.random_range(4..=40u64) * 1000,
+            ),
+            _ => {
+                let mut r = request(&format!("team/m{k}"), 1, Exclusive, 0);
+                shape(&mut r).mig_profile =
+                    Some(["1g.10gb", "3g.40gb"][rng.random_range(0..2usize)].into());
+                r
+            }
+        };
+        r.priority = [0, 50, 150, 1000][rng.random_range(0..4usize)];
+        r.created_ms = 1_000 + u64::from(k);
+        if rng.random_range(0..5u32) == 0 {
+            shape(&mut r).model = Some("NVIDIA H100*".into());
+        }
+        snap.pending.push(r);
+    }
+    let at = snap.pending.len() as u32;
+    for k in 0..5 {
+        let mut r = request(&format!("gang/g{k}"), 2, Exclusive, 0);
+        r.created_ms = 500 + k as u64;
+        snap.pending.push(r);
+    }
+    gang(&mut snap, "gang/fits", 2, &[at, at + 1]);
+    gang(&mut snap, "gang/never", 3, &[at + 2, at + 3, at + 4]);
+    shape(&mut snap.pending[at as usize + 4]).count = 16;
+    refresh_tables(&mut snap);
+    snap.config = CONFIGS[(seed % CONFIGS.len() as u64) as usize].into();
+    as_given(HostSnapshot::from_snapshot(snap))
+}
+
+fn scenarios() -> Vec<(String, Snapshot)> {
+    (0..SCENARIOS)
+        .map(|seed| {
+            let snap = scenario(seed);
+            (format!("scenario {seed} (config {:?})", snap.config), snap)
+        })
+        .collect()
+}
+
+#[test]
+fn ports_decide_byte_for_byte_as_the_rust_binpack_on_24_generated_scenarios() {
+    let (rust, ports) = policies();
+    for (what, snap) in scenarios() {
+        let want = rust.allocate(&snap).unwrap().decisions;
+        assert!(
+            validate(&snap, &want).refused.is_empty(),
+            "the Rust binpack on {what}"
+        );
+        let want_json = serde_json::to_string(&want).unwrap();
+        for (language, policy) in ports {
+            let got = policy.allocate(&snap).unwrap().decisions;
+            let got_json = serde_json::to_string(&got).unwrap();
+            if got_json != want_json {
+                let first = got.iter().zip(&want).position(|(g, w)| g != w);
+                panic!(
+                    "{language} on {what}: decisions differ (first at {first:?}: {:?} vs the Rust {:?}; \
+                     {} vs {} decisions)",
+                    first.map(|k| &got[k]),
+                    first.map(|k| &want[k]),
+                    got.len(),
+                    want.len()
+                );
+            }
+        }
+    }
+    if ports.is_empty() {
+        eprintln!("no port was built; the scenarios ran through the Rust binpack only");
+    }
+}
+
+#[test]
+fn the_generated_scenarios_exercise_shared_mig_gangs_nvlink_require_and_preemption() {
+    // The suite means something only if the Rust binpack, across the
+    // scenarios, does each of these at least once.
+    let (rust, _) = policies();
+    let mut seen = BTreeSet::new();
+    for (_, snap) in scenarios() {
+        for d in rust.allocate(&snap).unwrap().decisions {
+            let request = |pod: u32| &snap.pending[pod as usize];
+            match &d {
+                Decision::Assign(a) => {
+                    let r = request(a.pod);
+                    let shape = wasmgpu_policy_sdk::shape_of(r).unwrap();
+                    if shape.sharing == wasmgpu_contract::Sharing::Shared {
+                        seen.insert("shared assigned");
+                    }
+                    if shape.mig_profile.is_some() {
+                        seen.insert("MIG assigned");
+                    }
+                    if r.gang.is_some() {
+                        seen.insert("gang assigned");
+                    }
+                    if snap.config.contains("require") && shape.count > 1 {
+                        seen.insert("NVLink clique assigned");
+                    }
+                }
+                Decision::Wait(w) | Decision::Reject(w) => {
+                    if w.reason.contains("NVLink peers") {
+                        seen.insert("NVLink require waits or rejects");
+                    }
+                    if w.reason.contains("gang") {
+                        seen.insert("gang held back");
+                    }
+                }
+                Decision::Preempt(_) => {
+                    seen.insert("preempt");
+                }
+            }
+        }
+    }
+    let all = [
+        "shared assigned",
+        "MIG assigned",
+        "gang assigned",
+        "gang held back",
+        "NVLink clique assigned",
+        "NVLink require waits or rejects",
+        "preempt",
+    ];
+    let missing: Vec<_> = all.iter().filter(|k| !seen.contains(*k)).collect();
+    assert!(
+        missing.is_empty(),
+        "never seen: {missing:?} (seen {seen:?})"
+    );
 }
