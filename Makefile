@@ -83,7 +83,7 @@ demo-offline: policies build ## Run binpack and spread on the demo snapshot and 
 	@echo "==> binpack and spread side by side"
 	@$(WASMGPU) policy compare $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm $(WASMGPU_POLICY_DIR)/wasmgpu_spread.wasm --snapshot $(DEMO_SNAPSHOT)
 
-test: policies-all test-sdks control-plane registry helm chromium ## Run every test (unit, Wasm engine, real control plane, registry, Helm chart, SDKs)
+test: policies-all test-sdks control-plane registry helm promtool chromium ## Run every test (unit, Wasm engine, real control plane, registry, Helm chart, SDKs)
 	@echo "==> cargo test (release)"
 	@$(CARGO) test --release --workspace
 
@@ -153,6 +153,18 @@ export WASMGPU_HELM := $(shell $(HELM_BUILD) --path)
 helm: ## Build Helm for the chart's tests (once; cached outside the clone) and print its path
 	@$(HELM_BUILD) >/dev/null
 	@echo $(WASMGPU_HELM)
+
+# promtool's `check rules` (Prometheus's own rule parser and PromQL parser),
+# for deploy/monitoring/rules.yaml (host/tests/controller/monitoring.rs,
+# docs/MONITORING.md): built from its Go module (tests/promtool) once into a
+# cache outside the clone.
+PROMTOOL_BUILD := tests/promtool/build.sh
+export WASMGPU_PROMTOOL := $(shell $(PROMTOOL_BUILD) --path)
+
+.PHONY: promtool
+promtool: ## Build promtool's rule checker for the alert rules (once; cached outside the clone) and print its path
+	@$(PROMTOOL_BUILD) >/dev/null
+	@echo $(WASMGPU_PROMTOOL)
 
 # Debian's Chromium, for the picture tests (host/tests/render.rs renders
 # `policy run --render`'s SVG headless to a PNG): installed with apt-get when absent.

@@ -5,6 +5,7 @@
 //! metric registered) and fails when the two differ.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -20,6 +21,12 @@ use wasmgpu_index::{GpuState, TenantView};
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
     policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WaitingLabels {
+    policy: String,
+    reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -138,6 +145,8 @@ pub struct Metrics {
     component_pulls: Family<LoadLabels, Counter>,
     gpus: Family<GpuLabels, Gauge>,
     tenant_gpus: Family<TenantLabels, Gauge>,
+    pods_waiting: Family<WaitingLabels, Gauge>,
+    oldest_waiting: Family<PolicyLabels, Gauge<f64, AtomicU64>>,
     leader: Gauge,
     writes: Family<WriteLabels, Counter>,
     phases: Family<PhaseLabels, Histogram>,
@@ -205,6 +214,18 @@ impl Metrics {
             "tenant_gpus",
             "GPUs per GPUTenant: holding, waiting (asked by pending pods), quota and limit (when set)",
             tenant_gpus.clone(),
+        );
+        let pods_waiting = Family::<WaitingLabels, Gauge>::default();
+        registry.register(
+            "pods_waiting",
+            "Pods still pending after the latest round, by policy and why: policy-wait, gang, rejected, refused, preempting (its victims still going), unmentioned, policy-failed, no-policy",
+            pods_waiting.clone(),
+        );
+        let oldest_waiting = Family::<PolicyLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "pod_wait_oldest_seconds",
+            "Age of the oldest pod still pending after the latest round, by policy",
+            oldest_waiting.clone(),
         );
         let leader = Gauge::default();
         registry.register(
@@ -288,6 +309,8 @@ impl Metrics {
             component_pulls,
             gpus,
             tenant_gpus,
+            pods_waiting,
+            oldest_waiting,
             leader,
             watch_connected,
             watch_failures,
@@ -403,6 +426,35 @@ impl Metrics {
                         })
                         .set(i64::from(value));
                 }
+            }
+        }
+    }
+
+    /// What is still pending after a round, per policy that had pending
+    /// pods: `(policy, [(reason, pods)], age of the oldest in ms)`. Replaces
+    /// what the previous round said (a policy with nothing pending has no
+    /// sample).
+    pub fn waiting<'a>(
+        &self,
+        per_policy: impl IntoIterator<Item = (&'a str, &'a [(&'static str, usize)], Option<u64>)>,
+    ) {
+        self.pods_waiting.clear();
+        self.oldest_waiting.clear();
+        for (policy, by_reason, oldest_ms) in per_policy {
+            for &(reason, pods) in by_reason {
+                self.pods_waiting
+                    .get_or_create(&WaitingLabels {
+                        policy: policy.into(),
+                        reason,
+                    })
+                    .set(i64::try_from(pods).unwrap_or(i64::MAX));
+            }
+            if let Some(ms) = oldest_ms {
+                self.oldest_waiting
+                    .get_or_create(&PolicyLabels {
+                        policy: policy.into(),
+                    })
+                    .set(ms as f64 / 1000.0);
             }
         }
     }
@@ -592,7 +644,16 @@ mod tests {
         metrics.shadow_placements("spread", "binpack", "same", 1);
         metrics.shadow_round("spread", "binpack", "compared");
         metrics.shadow_call("spread", "binpack", Duration::from_millis(1));
+        metrics.waiting([("binpack", &[("gang", 2)][..], Some(90_000))]);
         let text = metrics.encode();
+        assert!(
+            text.contains("wasmgpu_pods_waiting{policy=\"binpack\",reason=\"gang\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("wasmgpu_pod_wait_oldest_seconds{policy=\"binpack\"} 90.0"),
+            "{text}"
+        );
         let encoded: std::collections::BTreeSet<String> = text
             .lines()
             .filter_map(|line| line.strip_prefix("# TYPE "))

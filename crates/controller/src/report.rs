@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::apply::{StatusApi, TenantStatusApi};
 use super::events::{EventSink, Reason, gpuresource_ref, pod_ref};
 use super::metrics::Metrics;
+use super::round_plan::WaitingPlan;
 use super::status::StatusWriter;
 use super::wanted_status::WantedStatus;
 use super::wanted_tenant_status::WantedTenantStatus;
@@ -29,6 +30,8 @@ pub struct RoundOutcome {
     /// GPUResources whose policy is missing, failed, or made a decision the
     /// host refused: `(reason, message)`.
     pub policy_errors: HashMap<ObjectKey, (Reason, String)>,
+    /// Per policy that had pending pods: what is still pending, and why.
+    pub waiting: Vec<(String, WaitingPlan)>,
 }
 
 /// Decides the status of each GPUResource and the Events of problems.
@@ -81,6 +84,12 @@ impl Reporter {
         for key in &outcome.decided {
             self.key_to_policy_error.remove(key);
         }
+        self.metrics.waiting(
+            outcome
+                .waiting
+                .iter()
+                .map(|(policy, plan)| (policy.as_str(), plan.by_reason.as_slice(), plan.oldest_ms)),
+        );
         let RoundReport {
             resources: views,
             counts: key_to_counts,
@@ -213,6 +222,6 @@ impl Reporter {
 }
 
 /// Milliseconds since the Unix epoch, by this machine's clock.
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     u64::try_from(Timestamp::now().as_millisecond()).unwrap_or(0)
 }

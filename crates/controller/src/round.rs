@@ -8,8 +8,10 @@ use super::apply::Applier;
 use super::events::{EventSink, Reason, pod_ref};
 use super::metrics::Metrics;
 use super::policies::{ActivePolicy, Policies};
-use super::report::{Reporter, RoundOutcome};
-use super::round_plan::{PodEvent, failure_message, plan_verdict, resources_of};
+use super::report::{Reporter, RoundOutcome, now_ms};
+use super::round_plan::{
+    PodEvent, failure_message, plan_all_waiting, plan_verdict, plan_waiting, resources_of,
+};
 use super::shadows::Shadows;
 use super::watch::WatchedIndex;
 use tokio::sync::watch;
@@ -169,6 +171,9 @@ impl Rounds {
                         .policy_errors
                         .insert(resource, (Reason::PolicyNotFound, message.clone()));
                 }
+                outcome
+                    .waiting
+                    .push((name, plan_all_waiting(&snapshot, "no-policy", now_ms())));
                 continue;
             };
             snapshot.snapshot.config = policy.config.clone();
@@ -201,6 +206,8 @@ impl Rounds {
             );
             tokio::task::spawn_blocking(move || recorder.record(&name, copy));
         }
+        // What waits should the call fail (the snapshot goes into the call).
+        let if_failed = plan_all_waiting(&snapshot, "policy-failed", now_ms());
         let (policy, snapshot, round) = match self.call_or_fall_back(policy, snapshot).await {
             Ok(called) => called,
             Err(Some(message)) => {
@@ -209,6 +216,7 @@ impl Rounds {
                         .policy_errors
                         .insert(resource, (Reason::PolicyFailed, message.clone()));
                 }
+                outcome.waiting.push((policy.name.clone(), if_failed));
                 return 0;
             }
             Err(None) => return 0,
@@ -239,6 +247,10 @@ impl Rounds {
             "Decided"
         );
         outcome.decided.extend(resources);
+        outcome.waiting.push((
+            policy.name.clone(),
+            plan_waiting(&snapshot, &verdict, now_ms()),
+        ));
         let plan = plan_verdict(&policy.name, &snapshot, &verdict);
         for (resource, message) in plan.refused_resources {
             outcome.decided.remove(&resource);

@@ -17,6 +17,86 @@ use wasmgpu_index::ObjectKey;
 
 use super::events::Reason;
 
+/// Why pods are still pending after a policy's round, by class: the
+/// `reason` label of `wasmgpu_pods_waiting` (a fixed set, so the gauge's
+/// cardinality stays bounded whatever the policies write).
+pub(crate) const WAITING_REASONS: &[&str] = &[
+    "policy-wait",
+    "gang",
+    "rejected",
+    "refused",
+    "preempting",
+    "unmentioned",
+    "policy-failed",
+    "no-policy",
+];
+
+/// The pods still pending after one policy's round, by class, and how long
+/// the oldest of them has waited.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WaitingPlan {
+    /// `(class, pods)` for each class of [`WAITING_REASONS`] with pods.
+    pub by_reason: Vec<(&'static str, usize)>,
+    /// Milliseconds the oldest still-pending pod has existed at `now_ms`.
+    pub oldest_ms: Option<u64>,
+}
+
+/// What stays pending after `verdict` on `snapshot`: waits the policy chose
+/// (`policy-wait`), gang members held back or waiting for their gang
+/// (`gang`), rejections, refusals, preemptors waiting for their victims to
+/// go (`preempting`), and pods the policy did not mention.
+pub(crate) fn plan_waiting(snapshot: &HostSnapshot, verdict: &Verdict, now_ms: u64) -> WaitingPlan {
+    let pending = &snapshot.snapshot.pending;
+    let gang_waits = verdict.waiting.iter().filter(|w| w.gang.is_some()).count();
+    let refused: std::collections::HashSet<&str> = verdict
+        .refused
+        .iter()
+        .filter_map(|r| r.pod.as_deref())
+        .collect();
+    let decided = verdict.accepted.len()
+        + verdict.preempting.len()
+        + verdict.waiting.len()
+        + verdict.rejected.len()
+        + refused.len();
+    let counts = [
+        ("policy-wait", verdict.waiting.len() - gang_waits),
+        ("gang", gang_waits),
+        ("rejected", verdict.rejected.len()),
+        ("refused", refused.len()),
+        ("preempting", verdict.preempting.len()),
+        ("unmentioned", pending.len().saturating_sub(decided)),
+    ];
+    let placed: std::collections::HashSet<usize> =
+        verdict.accepted.iter().map(|a| a.request).collect();
+    let oldest_ms = pending
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !placed.contains(i))
+        .map(|(_, r)| now_ms.saturating_sub(r.created_ms))
+        .max();
+    WaitingPlan {
+        by_reason: counts.into_iter().filter(|(_, n)| *n > 0).collect(),
+        oldest_ms,
+    }
+}
+
+/// Every pod of `snapshot` waits for one reason (its policy failed, or none
+/// is loaded).
+pub(crate) fn plan_all_waiting(
+    snapshot: &HostSnapshot,
+    reason: &'static str,
+    now_ms: u64,
+) -> WaitingPlan {
+    let pending = &snapshot.snapshot.pending;
+    WaitingPlan {
+        by_reason: vec![(reason, pending.len())],
+        oldest_ms: pending
+            .iter()
+            .map(|r| now_ms.saturating_sub(r.created_ms))
+            .max(),
+    }
+}
+
 /// An Event a round sends on a pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PodEvent {
@@ -184,6 +264,49 @@ mod tests {
         let mut host = HostSnapshot::from_snapshot(snap);
         host.resources = vec![Some("ns/gpus".into()); 4];
         host
+    }
+
+    #[test]
+    fn pods_left_pending_are_counted_by_why() {
+        let mut snap = cluster();
+        for (i, r) in snap.snapshot.pending.iter_mut().enumerate() {
+            r.created_ms = 1_000 * i as u64;
+        }
+        // a placed; b takes a's GPU (refused); c waits (its gang holds d
+        // back too); nothing for nobody else.
+        let verdict = validate(
+            &snap,
+            &[
+                assign(0, 0, vec![0]),
+                assign(1, 0, vec![0]),
+                wait(2, "later"),
+            ],
+        );
+        let plan = plan_waiting(&snap, &verdict, 10_000);
+        let count = |reason: &str| {
+            plan.by_reason
+                .iter()
+                .find(|(r, _)| *r == reason)
+                .map_or(0, |(_, n)| *n)
+        };
+        assert_eq!(count("refused"), 1, "{plan:?}");
+        assert_eq!(
+            count("gang") + count("policy-wait") + count("unmentioned"),
+            2,
+            "{plan:?}"
+        );
+        assert_eq!(
+            count("gang"),
+            verdict.waiting.iter().filter(|w| w.gang.is_some()).count()
+        );
+        // The oldest still pending is b (created at 1 s; a was placed).
+        assert_eq!(plan.oldest_ms, Some(9_000));
+        for (reason, _) in &plan.by_reason {
+            assert!(WAITING_REASONS.contains(reason));
+        }
+        let failed = plan_all_waiting(&snap, "policy-failed", 10_000);
+        assert_eq!(failed.by_reason, [("policy-failed", 4)]);
+        assert_eq!(failed.oldest_ms, Some(10_000));
     }
 
     #[test]

@@ -530,6 +530,82 @@ fn the_rules_file_and_the_prometheusrule_hold_the_same_groups() {
     assert!(metadata.get("name").and_then(|v| v.as_str()).is_some());
 }
 
+/// promtool's rule checker: `$WASMGPU_PROMTOOL`, or what
+/// `tests/promtool/build.sh` builds (`make promtool`).
+fn promtool() -> std::path::PathBuf {
+    let path = std::env::var_os("WASMGPU_PROMTOOL")
+        .filter(|p| !p.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let script =
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/promtool/build.sh");
+            let out = std::process::Command::new(script)
+                .output()
+                .expect("run tests/promtool/build.sh");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).trim().into()
+        });
+    assert!(
+        path.is_file(),
+        "promtool is not at {}: run `make promtool`",
+        path.display()
+    );
+    path
+}
+
+fn check_rules(file: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(promtool())
+        .args(["check", "rules"])
+        .arg(file)
+        .output()
+        .expect("run promtool")
+}
+
+#[test]
+fn promtool_passes_the_rules_and_fails_a_broken_expression() {
+    let rules =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/monitoring/rules.yaml");
+    let out = check_rules(&rules);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let alerts = rule_file()
+        .groups
+        .iter()
+        .map(|g| g.rules.len())
+        .sum::<usize>();
+    assert!(out.status.success(), "promtool check rules: {said}");
+    assert!(
+        said.contains(&format!("SUCCESS: {alerts} rules found")),
+        "{said}"
+    );
+
+    // The same checker refuses what Prometheus would: an unclosed parenthesis.
+    let text = read("deploy/monitoring/rules.yaml");
+    let broken = text.replacen(
+        "expr: sum(wasmgpu_leader) > 1",
+        "expr: sum(wasmgpu_leader > 1",
+        1,
+    );
+    assert_ne!(broken, text, "the rule to break is in rules.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rules.yaml");
+    std::fs::write(&file, broken).unwrap();
+    let out = check_rules(&file);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        said.contains("WasmgpuMoreThanOneLeader") && said.contains("unclosed left parenthesis"),
+        "{said}"
+    );
+}
+
 #[test]
 fn every_alert_has_a_severity_and_says_what_to_do_in_a_runbook_that_exists() {
     let file = rule_file();
