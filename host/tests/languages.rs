@@ -327,14 +327,14 @@ fn scenario(seed: u64) -> Snapshot {
         nodes.push(linked);
     }
     // MIG last: carving shifts positions (see `with_mig`).
-    for n in 0..node_count as usize {
-        if rng.random_range(0..4u32) == 0 && !nodes[n].gpus.is_empty() {
+    for slot in nodes.iter_mut() {
+        if rng.random_range(0..4u32) == 0 && !slot.gpus.is_empty() {
             let carved = with_mig(
-                nodes[n].clone(),
+                slot.clone(),
                 7,
                 &[("1g.10gb", 9856), ("1g.10gb", 9856), ("3g.40gb", 40192)],
             );
-            nodes[n] = carved;
+            *slot = carved;
         }
     }
     let mut snap = snapshot(nodes, Vec::new());

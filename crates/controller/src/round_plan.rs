@@ -87,6 +87,10 @@ pub(crate) fn plan_all_waiting(
     reason: &'static str,
     now_ms: u64,
 ) -> WaitingPlan {
+    debug_assert!(
+        WAITING_REASONS.contains(&reason),
+        "{reason} is not a waiting reason"
+    );
     let pending = &snapshot.snapshot.pending;
     WaitingPlan {
         by_reason: vec![(reason, pending.len())],

@@ -4,6 +4,7 @@ mod agent;
 mod allocations;
 mod controller;
 mod crd;
+mod engine;
 mod kube_client;
 mod output;
 mod output_format;

@@ -312,7 +312,7 @@ impl LimitArgs {
     }
 
     fn engine(&self) -> anyhow::Result<Engine> {
-        cli_engine(self.limits()?)
+        super::engine::cli_engine(self.limits()?)
     }
 }
 
@@ -425,36 +425,6 @@ fn names(key: &str, policy: &LoadedPolicy, file: &Path) -> bool {
     key == policy.info().name
         || Path::new(key) == file
         || file.file_stem().is_some_and(|stem| stem == key)
-}
-
-/// The command line's engine: `limits`, and compiled components kept on
-/// disk between calls (see `wasmgpu policy --help`), unless
-/// `WASMGPU_COMPILE_CACHE=off`. A cache that cannot be used is said once and
-/// skipped: it costs only time.
-pub(crate) fn cli_engine(limits: Limits) -> anyhow::Result<Engine> {
-    let mut engine = Engine::new(limits)?;
-    if std::env::var_os("WASMGPU_COMPILE_CACHE").is_some_and(|v| v == "off") {
-        return Ok(engine);
-    }
-    if let Err(error) = engine.use_disk_cache(&compile_cache_dir()) {
-        eprintln!("warning: compiling without a cache: {error}");
-    }
-    Ok(engine)
-}
-
-/// `$WASMGPU_CACHE_DIR/compiled`, else `$XDG_CACHE_HOME/wasmgpu/compiled`,
-/// else `~/.cache/wasmgpu/compiled` (the build scripts' cache root).
-fn compile_cache_dir() -> PathBuf {
-    let env = |name: &str| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    let root = env("WASMGPU_CACHE_DIR")
-        .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("wasmgpu")))
-        .or_else(|| env("HOME").map(|d| d.join(".cache/wasmgpu")))
-        .unwrap_or_else(|| std::env::temp_dir().join("wasmgpu-cache"));
-    root.join("compiled")
 }
 
 pub(crate) fn load_policy(engine: &Engine, file: &Path) -> anyhow::Result<LoadedPolicy> {
@@ -641,7 +611,7 @@ fn generated_snapshot(nodes: u32, pods: u32) -> anyhow::Result<String> {
 }
 
 fn check(file: &Path, output: Output) -> anyhow::Result<ExitCode> {
-    let engine = cli_engine(Limits::default())?;
+    let engine = super::engine::cli_engine(Limits::default())?;
     let policy = match load_policy(&engine, file) {
         Ok(policy) => policy,
         Err(error) => {

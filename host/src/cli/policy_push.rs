@@ -64,7 +64,7 @@ pub(crate) fn push(file: &Path, target: &str, registry: &RegistryArgs) -> anyhow
     let target = ComponentRef::parse_tagged(target)?;
     let wasm = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     // What the controller would refuse is not worth publishing.
-    let engine = super::policy::cli_engine(Limits::default())?;
+    let engine = super::engine::cli_engine(Limits::default())?;
     let policy = engine
         .load(&wasm)
         .with_context(|| format!("{} is not a usable policy", file.display()))?;
