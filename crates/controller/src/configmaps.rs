@@ -35,11 +35,12 @@ use super::payload::{ComponentSource, Payload, RejectError, shadow_of};
 use super::policies::{ActivePolicy, Policies};
 use super::recorder::{Recorder, parse_keep};
 use super::registry::Puller;
+use super::shadows::Shadows;
 use super::watch::{Sink, WatchedIndex, follow};
 use wasmgpu_api::policy::{
     COMPONENT_REF_KEY, CONFIG_KEY, DIGEST_ANNOTATION, POLICY_SELECTOR, PULL_SECRET_ANNOTATION,
     PolicyStatus, RECORD_ROUNDS_ANNOTATION, SHADOW_OF_ANNOTATION, SHADOW_STATUS_ANNOTATION,
-    STATUS_ANNOTATION,
+    STATUS_ANNOTATION, ShadowStatus,
 };
 use wasmgpu_engine::{Cause, Digest, Engine, PolicyError};
 
@@ -106,6 +107,8 @@ pub(super) struct Loader {
     pub(super) puller: Puller,
     /// Keeps recent rounds of the policies whose ConfigMap asks for it.
     pub(super) recorder: Arc<Recorder>,
+    /// Shadows' counts, resumed from their ConfigMaps' status annotation.
+    pub(super) shadows: Shadows,
 }
 
 // === impl Loader ===
@@ -146,7 +149,14 @@ impl Loader {
                 let version = described(&policy.loaded);
                 let config_digest = config_digest(&policy.config);
                 match &shadow_of {
-                    Some(primary) => self.policies.activate_shadow(policy, primary),
+                    Some(primary) => {
+                        // Counts written before a restart (or by another
+                        // replica) go on where they were, for this version.
+                        if let Some(written) = written_shadow_status(configmap) {
+                            self.shadows.resume(&name, written);
+                        }
+                        self.policies.activate_shadow(policy, primary)
+                    }
                     None => self.policies.activate(policy),
                 }
                 // A round decides what waited for this version.
@@ -359,6 +369,20 @@ impl Sink<ConfigMap> for Loader {
 }
 
 /// What a loaded policy says it is: `describe()`'s name and version.
+/// The shadow counts written on `configmap` (annotation
+/// `wasmgpu.io/shadow-status`), when there are any that parse; unreadable
+/// ones are started afresh, as counts of an unknown version would be.
+fn written_shadow_status(configmap: &ConfigMap) -> Option<ShadowStatus> {
+    let text = configmap.annotations().get(SHADOW_STATUS_ANNOTATION)?;
+    match serde_json::from_str(text) {
+        Ok(status) => Some(status),
+        Err(error) => {
+            tracing::warn!(policy = %configmap.name_any(), %error, "Shadow status annotation unreadable; counting afresh");
+            None
+        }
+    }
+}
+
 fn described(policy: &wasmgpu_engine::LoadedPolicy) -> String {
     let info = policy.info();
     format!("{} {}", info.name, info.version)

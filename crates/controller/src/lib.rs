@@ -199,6 +199,7 @@ pub async fn run(
             metrics.clone(),
         ),
         recorder: Arc::clone(&recorder),
+        shadows: shadows.clone(),
     };
     tracing::info!(namespace = %config.policy_namespace, "Watching policy ConfigMaps");
     let span = tracing::info_span!("policy_loader", namespace = %config.policy_namespace);

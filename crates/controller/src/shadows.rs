@@ -83,6 +83,19 @@ impl Shadows {
         (shadows, writer)
     }
 
+    /// Takes up the counts `written` on shadow `name`'s ConfigMap (by this
+    /// process before a restart, or by the replica that led before) when
+    /// this process has none of its own yet; they go on only while they are
+    /// about the version and primary being shadowed ([`status_for`]).
+    pub(super) fn resume(&self, name: &str, written: ShadowStatus) {
+        let mut name_to_state = self.lock();
+        let state = name_to_state.entry(name.to_owned()).or_default();
+        if state.status.is_none() {
+            tracing::debug!(shadow = %name, rounds_compared = written.rounds_compared, since = %written.since, "Shadow counts resumed");
+            state.status = Some(written);
+        }
+    }
+
     /// Calls `shadows` (of `primary`) on `snapshot` in the background and
     /// compares their verdicts with `accepted`, the primary's. Call it once
     /// the primary's verdict went to the applier. A shadow whose previous

@@ -16,6 +16,7 @@ mod policy_push;
 mod policy_run;
 mod policy_shadow;
 mod policy_snapshot;
+mod policy_validate;
 mod render;
 mod snapshot_file;
 mod stdout;

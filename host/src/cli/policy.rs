@@ -89,6 +89,27 @@ pub(crate) enum PolicyCommand {
         #[command(flatten)]
         limits: LimitArgs,
     },
+    /// Hold decisions made anywhere to the host's rules: the verdict the
+    /// controller would give them on SNAPSHOT (accepted, preempting, waiting,
+    /// rejected, and each refused decision with its rule and reason).
+    ///
+    /// DECISIONS is a JSON array of decisions as a policy returns them,
+    /// positions into the snapshot, in serde's tagged form:
+    /// `[{"assign": {"pod": 0, "node": 1, "gpus": [0, 1]}}, {"wait": {"pod":
+    /// 1, "reason": "no room"}}]`. The SDKs' `testing` modules call this to
+    /// check a unit test's round. Exit status: 0 when nothing is refused, 2
+    /// when something is (the verdict is printed either way, as with `run
+    /// --fail-on-refused`), 1 on an error (unreadable or invalid input).
+    Validate {
+        /// A snapshot file (JSON; see `wasmgpu policy snapshot-schema`).
+        #[arg(long)]
+        snapshot: PathBuf,
+        /// The decisions (a JSON array; `-` reads standard input).
+        #[arg(long)]
+        decisions: PathBuf,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
     /// Time repeated rounds: median and p99 of instantiate, call and validate.
     Bench {
         /// The policy component (.wasm).
@@ -535,6 +556,14 @@ impl PolicyCommand {
                     )),
                     None => error,
                 })
+            }
+            PolicyCommand::Validate {
+                snapshot,
+                decisions,
+                output,
+            } => {
+                let snapshot = super::snapshot_file::read(&snapshot)?;
+                super::policy_validate::validate(&snapshot, &decisions, output)
             }
             PolicyCommand::Bench {
                 file,

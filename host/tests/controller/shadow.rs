@@ -289,6 +289,26 @@ async fn a_shadow_is_compared_with_its_primary_and_never_applied() -> Result<()>
         "{error:?}"
     );
 
+    // A restart keeps the counts: the new process takes up what the old one
+    // wrote, for the same version, and counts on from there.
+    controller.kill().await?;
+    let before = shadow_status(&ctx.api::<ConfigMap>().get("spread-next").await?)
+        .context("the shadow's status is written")?;
+    let mut controller = Controller::start(&ctx).await?;
+    let after: Vec<String> = (0..2).map(|i| format!("after-{i}")).collect();
+    one_by_one(&ctx, &after).await?;
+    let resumed = wait_shadow(&ctx, "spread-next", "counts past the restart", |s| {
+        s.rounds_compared > before.rounds_compared
+    })
+    .await?;
+    assert_eq!(resumed.since, before.since, "{before:?}\n{resumed:?}");
+    assert!(
+        resumed.totals.other_node >= before.totals.other_node
+            && resumed.totals.same >= before.totals.same,
+        "{before:?}\n{resumed:?}"
+    );
+    controller.check_alive()?;
+
     // Published again without --shadow-of: it decides under its own name,
     // and keeps no comparison.
     let spread = policy_dir()
