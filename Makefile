@@ -47,13 +47,14 @@ policies-python: ## Build the Python binpack component (componentize-py; see pol
 policies-go: ## Build the Go binpack component (stock Go, wasip1 + adapter; see policies/go/README.md)
 	@policies/go/build.sh >/dev/null
 
-test-sdks: ## Unit tests of the JavaScript, Python and Go SDKs, run natively
+# Their `validate` runs the host's own validator: `wasmgpu policy validate`.
+test-sdks: build ## Unit tests of the JavaScript, Python and Go SDKs, run natively
 	@echo "==> JavaScript SDK (node --test)"
-	@cd policies/js && node --test --test-reporter=dot test/*.test.js
+	@cd policies/js && WASMGPU=$(WASMGPU) node --test --test-reporter=dot test/*.test.js
 	@echo "==> Python SDK (unittest)"
-	@policies/python/build.sh --test
+	@WASMGPU=$(WASMGPU) policies/python/build.sh --test
 	@echo "==> Go SDK (go test)"
-	@policies/go/build.sh --test
+	@WASMGPU=$(WASMGPU) policies/go/build.sh --test
 
 deploy-policies: policies ## Refresh the shipped policy components in deploy/policies (ConfigMaps)
 	@cp $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm deploy/policies/binpack.wasm
@@ -84,6 +85,8 @@ demo-offline: policies build ## Run binpack and spread on the demo snapshot and 
 	@$(WASMGPU) policy compare $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm $(WASMGPU_POLICY_DIR)/wasmgpu_spread.wasm --snapshot $(DEMO_SNAPSHOT)
 
 test: policies-all test-sdks control-plane registry helm promtool chromium ## Run every test (unit, Wasm engine, real control plane, registry, Helm chart, SDKs)
+	@echo "==> tests/bench/figures.py (how make bench writes docs/BENCHMARKS.md)"
+	@python3 tests/bench/figures.py --self-test
 	@echo "==> cargo test (release)"
 	@$(CARGO) test --release --workspace
 
@@ -95,11 +98,14 @@ bench-snapshot: build
 	@mkdir -p $(dir $(BENCH_SNAPSHOT))
 	@test -f $(BENCH_SNAPSHOT) || $(WASMGPU) policy generate-snapshot --nodes 1000 --pods 1000 -o $(BENCH_SNAPSHOT)
 
-bench: policies bench-snapshot ## Benchmarks at 1,000 nodes × 8 GPUs and 1,000 pods (see docs/BENCHMARKS.md)
+bench: policies bench-snapshot ## Benchmarks at 1,000 nodes × 8 GPUs and 1,000 pods; writes the figures into docs/BENCHMARKS.md
 	@# `cargo test --release --bench` runs the bench binary with the release build
 	@# the tests already made, instead of a separate `bench` profile build.
-	@$(CARGO) test --quiet --release -p wasmgpu --bench round
-	@$(WASMGPU) policy bench $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm --snapshot $(BENCH_SNAPSHOT) --rounds 50
+	@# Then every policy component built, and the figures written into
+	@# docs/BENCHMARKS.md (between its `make bench` markers).
+	@set -o pipefail; $(CARGO) test --quiet --release -p wasmgpu --bench round | tee $(TARGET_DIR)/bench-round.txt
+	@python3 tests/bench/figures.py --wasmgpu $(WASMGPU) --policy-dir $(WASMGPU_POLICY_DIR) \
+		--snapshot $(BENCH_SNAPSHOT) --doc docs/BENCHMARKS.md --bench-output $(TARGET_DIR)/bench-round.txt
 
 # End to end against kube-scheduler, each on a fresh local API server; not part
 # of `make test`. Knobs: BENCH_E2E_SCALES (NODESxPODS, comma-separated),
