@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Python binpack component into the policy directory
 # (target/wasm32-wasip2/policy/binpack_py.wasm, or $WASMGPU_POLICY_DIR) and
-# prints its path.
+# prints its path; builds and tests a policy kept anywhere else (--policy,
+# --test-policy).
 #
 #   build.sh              build the component, print its path
 #   build.sh --test       run every unit test of the SDK and its policies
@@ -11,6 +12,26 @@
 #                         PATH="$(dirname "$(policies/python/build.sh --toolchain)"):$PATH"
 #   build.sh --bindings   print the directory of the contract's generated
 #                         Python bindings (wit_world), for PYTHONPATH and editors
+#   build.sh --policy DIR [--out FILE]
+#                         build the policy whose sources are in DIR (anywhere
+#                         on disk; `wasmgpu policy new NAME --lang python`
+#                         writes one): its entry module DIR/app.py (which binds
+#                         `WitWorld = export_policy(describe, allocate)`) and
+#                         the other .py files under DIR (test_*.py, *_test.py,
+#                         hidden directories, __pycache__, venv/ and
+#                         node_modules/ left out), with the SDK; writes the
+#                         component to FILE (default
+#                         DIR/<DIR's name, - as _>.wasm) and prints its path
+#   build.sh --test-policy DIR [UNITTEST ARGS...]
+#                         run DIR's unit tests (test_*.py) natively, from DIR,
+#                         with the SDK and the bindings importable; ARGS go to
+#                         `unittest discover` (-v, -k PATTERN, -f)
+#
+# DIR and FILE may be relative to the caller's directory. Nothing is written
+# into DIR but the component (--policy); tests run with
+# PYTHONDONTWRITEBYTECODE=1, so not even __pycache__. Tests that hold
+# decisions to the host's rules (testing.validate) run $WASMGPU (a relative
+# path is the caller's), else `wasmgpu` on PATH, and skip without one.
 #
 # componentize-py (pinned in requirements.txt) is installed once per
 # requirements file and Python version into a virtual environment cached
@@ -28,15 +49,55 @@ root="$(cd "$here/../.." && pwd)"
 cache="${WASMGPU_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/wasmgpu}"
 out_dir="${WASMGPU_POLICY_DIR:-$root/target/wasm32-wasip2/policy}"
 python="${PYTHON:-python3}"
+usage="usage: $0 [--test | --toolchain | --bindings | --policy DIR [--out FILE] | --test-policy DIR [UNITTEST ARGS...]]"
 mode="${1:-}"
+policy_dir=""
+policy_out=""
+unittest_args=()
 case "$mode" in
   "" | --test | --toolchain | --bindings) ;;
+  --policy | --test-policy)
+    if [[ $# -lt 2 || -z "$2" ]]; then
+      echo "$mode needs the policy's directory: $mode DIR (\`.\` for this one)" >&2
+      exit 2
+    fi
+    if [[ ! -d "$2" ]]; then
+      echo "$mode $2: no such directory" >&2
+      exit 2
+    fi
+    # Resolved now, before any cd: paths are the caller's.
+    policy_dir="$(cd "$2" && pwd)"
+    shift 2
+    if [[ "$mode" == --policy ]]; then
+      if [[ $# -eq 2 && "$1" == --out && -n "$2" ]]; then
+        policy_out="$(realpath -m -- "$2")"
+      elif [[ $# -ne 0 ]]; then
+        echo "$usage" >&2
+        exit 2
+      else
+        name="$(basename "$policy_dir")"
+        policy_out="$policy_dir/${name//-/_}.wasm"
+      fi
+      if [[ ! -f "$policy_dir/app.py" ]]; then
+        echo "no $policy_dir/app.py: a Python policy's entry module is app.py, binding" \
+          "\`WitWorld = export_policy(describe, allocate)\` (\`wasmgpu policy new NAME --lang python\` writes one)" >&2
+        exit 1
+      fi
+    else
+      unittest_args=("$@")
+    fi
+    ;;
   *)
-    echo "usage: $0 [--test | --toolchain | --bindings]" >&2
+    echo "$usage" >&2
     exit 2
     ;;
 esac
 mkdir -p "$cache"
+# The wasmgpu binary the tests' `testing.validate` runs: a relative
+# $WASMGPU is the caller's, so it is made absolute before the tests cd.
+if [[ -n "${WASMGPU:-}" && "$WASMGPU" != /* ]]; then
+  export WASMGPU="$PWD/$WASMGPU"
+fi
 
 py_version="$("$python" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')"
 tool_hash="$( (cat "$here/requirements.txt"; echo "$py_version") | sha256sum | cut -c1-16)"
@@ -101,6 +162,51 @@ if [[ "$mode" == --test ]]; then
     PYTHONPATH="$pythonpath" PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" -m unittest discover -s "$dir" -t "$dir" -p 'test_*.py' || status=1
   done
   exit "$status"
+fi
+
+if [[ "$mode" == --test-policy ]]; then
+  # From DIR, as `python -m unittest` there would; the SDK and the bindings
+  # come from the cache and this checkout, nothing is copied into DIR.
+  cd "$policy_dir"
+  if [[ -z "$(find . -mindepth 1 \( -name '.*' -o -name venv \) -prune -o -name 'test_*.py' -type f -print -quit)" ]]; then
+    echo "no test_*.py under $policy_dir" >&2
+    exit 1
+  fi
+  exec 9>&-  # the cache is ready: other builds need not wait for the tests
+  status=0
+  PYTHONPATH="$bindings:$here:$policy_dir" PYTHONDONTWRITEBYTECODE=1 \
+    "$venv/bin/python" -m unittest discover -s . -t . -p 'test_*.py' "${unittest_args[@]}" || status=$?
+  exit "$status"
+fi
+
+if [[ "$mode" == --policy ]]; then
+  # The policy's sources: every .py under DIR but its tests, hidden
+  # directories, __pycache__ and virtual environments, by relative path.
+  mapfile -t sources < <(cd "$policy_dir" && find . -mindepth 1 \
+    \( -name '.*' -o -name __pycache__ -o -name venv -o -name node_modules \) -prune \
+    -o -name '*.py' ! -name 'test_*.py' ! -name '*_test.py' -type f -printf '%P\n' | sort)
+  src_hash="$( (cd "$policy_dir" && for f in "${sources[@]}"; do echo "== $f"; cat -- "$f"; done
+    cd "$here" && cat build.sh wasmgpu_policy/*.py "$root/wit/policy.wit"; echo "$tool_hash") | sha256sum | cut -c1-16)"
+  built="$cache/policy-py-$src_hash/policy.wasm"
+  if [[ ! -f "$built" ]]; then
+    echo "Building $(basename "$policy_out") from $policy_dir (componentize-py)" >&2
+    # A staging copy: the policy's modules, and the SDK beside them.
+    tmp="$(mktemp -d "$cache/.policy-py.XXXXXX")"
+    trap 'rm -rf "$tmp"' EXIT
+    mkdir -p "$tmp/policy" "$tmp/sdk/wasmgpu_policy" "$tmp/out"
+    (cd "$policy_dir" && cp --parents -- "${sources[@]}" "$tmp/policy/")
+    cp "$here"/wasmgpu_policy/*.py "$tmp/sdk/wasmgpu_policy/"
+    (cd "$root" && "$componentize" -d wit -w policy componentize \
+      -p "$tmp/policy" -p "$tmp/sdk" app -o "$tmp/out/policy.wasm" >&2)
+    rm -rf "$(dirname "$built")"
+    mv -T "$tmp/out" "$(dirname "$built")"
+    rm -rf "$tmp"
+    trap - EXIT
+  fi
+  mkdir -p "$(dirname "$policy_out")"
+  cp "$built" "$policy_out"
+  echo "$policy_out"
+  exit 0
 fi
 
 mkdir -p "$out_dir"

@@ -18,7 +18,7 @@ class Readme(unittest.TestCase):
 
     def test_build_sh_documents_its_modes(self):
         readme = (HERE / "README.md").read_text()
-        for mode in ("--test", "--toolchain", "--bindings"):
+        for mode in ("--test", "--toolchain", "--bindings", "--policy DIR", "--test-policy DIR"):
             self.assertIn(f"build.sh {mode}", readme)
             self.assertIn(mode, (HERE / "build.sh").read_text())
 

@@ -12,8 +12,18 @@ names in process-wide tables, these take table indices where the contract
 has them (a GPU's `model`, a MIG instance's `profile`) and names elsewhere;
 `large` builds the same snapshot as the Rust `large`, for benchmarks and
 comparisons.
+
+`validate(snap, decisions)` holds a round's decisions to the host's own
+rules, the controller's validator, through `wasmgpu policy validate`;
+`conflicts` is a cheap local check of the simplest of them.
 """
 
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from wit_world.imports import types as t
@@ -25,6 +35,7 @@ __all__ = [
     "conflicts",
     "decision_for",
     "decision_of",
+    "decisions_file",
     "dra_request",
     "gang",
     "gpu",
@@ -42,6 +53,8 @@ __all__ = [
     "snapshot",
     "snapshot_file",
     "tenant",
+    "validate",
+    "wasmgpu_cli",
     "with_full_nvlink",
     "with_labels",
     "with_mig",
@@ -477,8 +490,8 @@ def conflicts(snap: t.Snapshot, decisions: List[t.Decision]) -> List[str]:
     out of range, a node the pod may not use, the wrong number of GPUs, a GPU
     given exclusively twice or shared and given exclusively in one round, a
     victim named twice or out of range. Not the controller's full validator
-    (that is the Rust `testing::validate`), but enough to catch a policy
-    handing out a GPU twice."""
+    (that is `validate`, which runs it), but enough to catch a policy
+    handing out a GPU twice, and it needs no `wasmgpu` binary."""
     problems = []
     seen = set()
     exclusive = set()
@@ -536,11 +549,28 @@ def gpu_uuid(n: t.Node, position: int) -> str:
     return f"MIG-GPU-{n.name}-{g.index}-{position - g.mig.parent - 1}"
 
 
+def _gpu_ref(g: t.GpuRef) -> dict:
+    return {"node": g.node, "gpu": g.gpu}
+
+
+def _claim(c: t.Claim) -> dict:
+    """A DRA claim as the Rust serde derives write it (camelCase)."""
+    return {
+        "name": c.name,
+        "requests": [{"name": r.name, "alternatives": [
+            {"subrequest": a.subrequest, "count": a.count, "candidates": a.candidates} for a in r.alternatives]}
+            for r in c.requests],
+        "constraints": [{"requests": list(k.requests), "distinct": k.distinct, "attribute": k.attribute,
+                         "values": [{"device": _gpu_ref(v.device), "value": v.value} for v in k.values]}
+                        for k in c.constraints],
+    }
+
+
 def snapshot_file(snap: t.Snapshot) -> dict:
-    """`snap` as a snapshot file (contract 0.3; `json.dump` it), for
-    `wasmgpu policy run --snapshot FILE`: GPU UUIDs as `gpu_uuid` names
-    them, labels by key, eligible sets as node positions. GPUResource
-    requests only (a DRA request's claims are not written)."""
+    """`snap` as a snapshot file (contract 0.3, the Rust `SnapshotFile`;
+    `json.dump` it), for `wasmgpu policy run --snapshot FILE` and `validate`:
+    GPU UUIDs as `gpu_uuid` names them, labels by key, eligible sets as node
+    positions, DRA claims and candidate sets as the contract has them."""
     nodes = []
     for n in snap.nodes:
         gpus = []
@@ -556,14 +586,18 @@ def snapshot_file(snap: t.Snapshot) -> dict:
         nodes.append({"name": n.name, "labels": labels, "gpus": gpus})
     pending = []
     for r in snap.pending:
-        sh = shape(r)
+        if isinstance(r.ask, t.Ask_Gpus):
+            sh = r.ask.value
+            ask = {"gpus": {"count": sh.count, "model": sh.model, "migProfile": sh.mig_profile,
+                            "memoryMiB": sh.memory_mib,
+                            "sharing": "shared" if sh.sharing == t.Sharing.SHARED else "exclusive"}}
+        else:
+            ask = {"claims": [_claim(c) for c in r.ask.value]}
         pending.append({
             "pod": r.pod, "namespace": r.namespace, "tenant": r.tenant,
             "preemption": "Never" if r.preemption == t.PreemptionPolicy.NEVER else "PreemptLowerPriority",
             "priority": r.priority, "createdMs": r.created_ms, "eligibleSet": r.eligible_set, "gang": r.gang,
-            "ask": {"gpus": {"count": sh.count, "model": sh.model, "migProfile": sh.mig_profile,
-                             "memoryMiB": sh.memory_mib,
-                             "sharing": "shared" if sh.sharing == t.Sharing.SHARED else "exclusive"}},
+            "ask": ask,
         })
     count = len(snap.nodes)
     members = [[i for w, word in enumerate(words) for i in range(w * 64, w * 64 + 64) if word >> (i - w * 64) & 1 and i < count]
@@ -582,10 +616,100 @@ def snapshot_file(snap: t.Snapshot) -> dict:
             "evictable": r.evictable, "protectedMs": r.protected_ms,
         } for r in snap.running],
         "eligibleSets": members,
-        "candidateSets": [],
+        "candidateSets": [[_gpu_ref(g) for g in c] for c in snap.candidate_sets],
         "gangs": [{"name": g.name, "minMember": g.min_member, "bound": g.bound, "pending": list(g.pending),
                    "running": list(g.running)} for g in snap.gangs],
         "tenants": [{"name": x.name, "weight": x.weight, "quota": x.quota, "limit": x.limit, "holding": x.holding,
                      "waiting": x.waiting} for x in snap.tenants],
         "config": snap.config,
     }
+
+
+def _assignment(a: t.Assignment) -> dict:
+    out = {"pod": a.pod, "node": a.node, "gpus": list(a.gpus)}
+    if a.claims:  # as serde writes it: left out when empty
+        out["claims"] = [{"claim": c.claim, "request": c.request, "alternative": c.alternative, "gpus": list(c.gpus)}
+                         for c in a.claims]
+    return out
+
+
+def decisions_file(decisions: List[t.Decision]) -> list:
+    """`decisions` as `wasmgpu policy validate --decisions FILE` reads them
+    (`json.dump` it): the Rust `Decision` in serde's externally tagged form,
+    positions into the snapshot, e.g. `[{"assign": {"pod": 0, "node": 1,
+    "gpus": [0, 1]}}, {"wait": {"pod": 1, "reason": "no room"}}, {"preempt":
+    {"assignment": {...}, "victims": [3]}}]`."""
+    out = []
+    for d in decisions:
+        if isinstance(d, t.Decision_Assign):
+            out.append({"assign": _assignment(d.value)})
+        elif isinstance(d, t.Decision_Preempt):
+            out.append({"preempt": {"assignment": _assignment(d.value.assignment), "victims": list(d.value.victims)}})
+        elif isinstance(d, (t.Decision_Wait, t.Decision_Reject)):
+            tag = "wait" if isinstance(d, t.Decision_Wait) else "reject"
+            out.append({tag: {"pod": d.value.pod, "reason": d.value.reason}})
+        else:
+            raise TypeError(f"decisions_file: {d!r} is not a Decision (Decision_Assign, _Wait, _Reject or _Preempt)")
+    return out
+
+
+def wasmgpu_cli() -> str:
+    """The `wasmgpu` binary `validate` runs: `$WASMGPU` when set, else
+    `wasmgpu` on PATH. Raises FileNotFoundError, naming both and the fix,
+    when there is none (tests that need it skip on that)."""
+    given = os.environ.get("WASMGPU")
+    if given:
+        if os.path.isfile(given) and os.access(given, os.X_OK):
+            return given
+        raise FileNotFoundError(
+            f"WASMGPU={given} is not an executable file; build it with `make build` in a wasmgpu checkout, "
+            "or set WASMGPU to the binary (e.g. WASMGPU=target/release/wasmgpu)")
+    found = shutil.which("wasmgpu")
+    if found:
+        return found
+    raise FileNotFoundError(
+        "no wasmgpu binary: $WASMGPU is not set and there is no `wasmgpu` on PATH; build it with `make build` "
+        "in a wasmgpu checkout and set WASMGPU=target/release/wasmgpu (or put it on PATH)")
+
+
+def validate(snap: t.Snapshot, decisions: List[t.Decision]) -> dict:
+    """Holds `decisions` to the host's own rules on `snap`: the verdict the
+    controller would give them, from `wasmgpu policy validate` (the binary
+    `wasmgpu_cli` finds), parsed:
+
+        {"valid": bool,
+         "accepted":   [{"pod": "ns/name", "node": "n", "gpus": ["GPU-n-0"]}],
+         "preempting": [{"placement": {...as accepted}, "victims": ["ns/name"]}],
+         "waiting":    [{"pod": "ns/name", "reason": "...", "gang": ...}],  # gang only when set
+         "rejected":   [...as waiting],
+         "refused":    [{"index": 0, "pod": "ns/name" or None, "decision": "text",
+                         "reason": {"kind": "wrong-count", ...}, "why": "in words"}]}
+
+    Names are the snapshot's (GPUs as `gpu_uuid` names them); `index` is the
+    decision's position in `decisions`. A refused decision is not an error:
+    `valid` is False and `refused` says why. Raises FileNotFoundError when
+    there is no binary, RuntimeError (with its stderr) when it fails. The
+    snapshot is written by `snapshot_file`, so GPUResource requests only."""
+    cli = wasmgpu_cli()
+    with tempfile.TemporaryDirectory(prefix="wasmgpu-validate-") as tmp:
+        snapshot_path = pathlib.Path(tmp, "snapshot.json")
+        decisions_path = pathlib.Path(tmp, "decisions.json")
+        snapshot_path.write_text(json.dumps(snapshot_file(snap)))
+        decisions_path.write_text(json.dumps(decisions_file(decisions)))
+        command = [cli, "policy", "validate", "--snapshot", str(snapshot_path), "--decisions", str(decisions_path),
+                   "--output", "json"]
+        done = subprocess.run(command, capture_output=True, text=True)
+    # 0: nothing refused; 2: something refused (the verdict is printed either
+    # way); 1: an error. A binary without `policy validate` also exits 2 (a
+    # usage error), with nothing on stdout: that is an error too.
+    if done.returncode in (0, 2):
+        try:
+            verdict = json.loads(done.stdout)
+        except ValueError:
+            verdict = None
+        if isinstance(verdict, dict) and "valid" in verdict:
+            return verdict
+    raise RuntimeError(
+        f"`{cli} policy validate` failed (exit status {done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
+        + ("; a wasmgpu without `policy validate` is too old: rebuild it (`make build`)"
+           if "unrecognized subcommand" in done.stderr else ""))
