@@ -23,7 +23,7 @@
 //
 // The package does not touch the component's imports, so it compiles and is
 // tested natively (`go test ./sdk/...`); the component's entry point
-// (export_wit_world) hands it the world's log import with SetLogSink.
+// (package component) hands it the world's log import with SetLogSink.
 package sdk
 
 import (

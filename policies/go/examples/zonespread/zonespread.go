@@ -5,8 +5,9 @@
 // of one another, and only on GPUs with at least config.json's minFreeMib of
 // memory free. Nodes without the label are not used.
 //
-// To ship it, put these two functions in export_wit_world (in place of
-// binpack.go, keeping its init and recover) and run build.sh.
+// To ship it, hand these two functions to component.Export in a main
+// package's init, as the starter of `wasmgpu policy new NAME --lang go` does
+// with its own, and build that module with build.sh --policy DIR.
 package zonespread
 
 import (

@@ -19,6 +19,15 @@
 // a snapshot file: GPU-{node}-{index}, and MIG-GPU-{node}-{index}-{k} for
 // the k-th instance of a GPU.
 //
+// Validate holds a round's decisions to the host's own rules, the ones the
+// controller applies to every round, by running `wasmgpu policy validate` on
+// the snapshot (written with SnapshotFile) and the decisions:
+//
+//	verdict := sdktest.ValidateOrSkip(t, s, decisions) // skips without a wasmgpu binary
+//	if !verdict.Valid {
+//		t.Fatalf("refused: %v", verdict.Refused)
+//	}
+//
 // The package imports only the contract's types, so package sdk's own tests
 // use it too.
 package sdktest
@@ -271,10 +280,12 @@ func GpuName(n *wt.Node, gpu uint32) string {
 	return fmt.Sprintf("MIG-%s-%d", whole, k)
 }
 
-// Placement is one assignment by name (Assigned).
+// Placement is one assignment by name (Assigned, and the host's Verdict):
+// the pod (namespace/name), the node and the GPUs' UUIDs.
 type Placement struct {
-	Pod, Node string
-	Gpus      []string
+	Pod  string   `json:"pod"`
+	Node string   `json:"node"`
+	Gpus []string `json:"gpus"`
 }
 
 // Assigned is the assign decisions among decisions, by

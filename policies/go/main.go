@@ -1,10 +1,10 @@
-// Package export_wit_world holds the component's exports: binpack, which
-// fills the fullest node that still fits, so pods land on as few nodes as
-// possible and whole nodes stay free for large jobs. Within a node, a
-// multi-GPU exclusive request takes the smallest NVLink group that holds it; a
-// shared request takes the GPUs with the least free memory that fits. It
-// reads no node labels. DRA requests (ask claims) get no decision (the pod
-// waits). It decides what the Rust binpack decides (sdk.PlaceEach).
+// Binpack, the Go SDK's policy: it fills the fullest node that still fits,
+// so pods land on as few nodes as possible and whole nodes stay free for
+// large jobs. Within a node, a multi-GPU exclusive request takes the smallest
+// NVLink group that holds it; a shared request takes the GPUs with the least
+// free memory that fits. It reads no node labels. DRA requests (ask claims)
+// get no decision (the pod waits). It decides what the Rust binpack decides
+// (sdk.PlaceEach).
 //
 // Parameters (config.json, all optional), as the Rust binpack's:
 //
@@ -17,19 +17,19 @@
 // older "preferNvlink": true | false reads as "prefer" | "ignore".
 // preemption (default true): a pod that fits nowhere now evicts the fewest
 // pods of lower priority that make room; false leaves it waiting.
-package export_wit_world
+package main
 
 import (
-	"fmt"
-
+	"wit_component/component"
 	"wit_component/sdk"
 	. "wit_component/wasmgpu_policy_types"
-	"wit_component/wit_world"
 )
 
-func init() {
-	sdk.SetLogSink(wit_world.Log)
-}
+// The component's exports are this policy's Describe and Allocate.
+func init() { component.Export(Describe, Allocate) }
+
+// main is never called (the component is a library), but Go wants one.
+func main() {}
 
 // Describe says who the policy is (no label keys: binpack reads none).
 func Describe() Info {
@@ -37,14 +37,6 @@ func Describe() Info {
 }
 
 // Allocate decides one round.
-func Allocate(snapshot Snapshot) (decisions []Decision) {
-	defer func() {
-		if r := recover(); r != nil {
-			if _, ok := r.(sdk.PolicyError); !ok {
-				sdk.Log(fmt.Sprintf("allocate failed: %v", r))
-			}
-			panic(r)
-		}
-	}()
+func Allocate(snapshot Snapshot) []Decision {
 	return sdk.PlaceEach(&snapshot, sdk.Tightest)
 }
