@@ -8,7 +8,18 @@
 // name, a MIG profile and a label key by name; `snapshot` (and
 // `refreshTables`, after later edits) turns names into indices, adding them to
 // the snapshot's tables.
+//
+// `validate(snapshot, decisions)` holds a round's decisions to the host's own
+// rules, the controller's validator, through `wasmgpu policy validate`; the
+// checks the SDK makes itself (`Cluster` never offers a GPU it has given out)
+// are no substitute for it.
 
+import { spawnSync } from 'node:child_process';
+import { accessSync, constants, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { delimiter, join } from 'node:path';
+
+import { setMembers } from './index.js';
 import { compareText } from './order.js';
 
 // Labels set by `withLabels`, per node, until `snapshot` or `refreshTables`
@@ -457,4 +468,275 @@ export function large(nodeCount, pods) {
     if (p % 10 === 0) r.eligibleSet = 1 + (Math.floor(p / 10) % 3);
   });
   return snap;
+}
+
+// === Snapshot files and the host's validator ===
+
+const CONTRACT = 'wasmgpu:policy@0.3.0';
+// The contract's strings as the Rust serde derives write them.
+const PUBLISHERS = { agent: 'agent', 'dra-driver': 'draDriver', both: 'both' };
+const PREEMPTION = { 'preempt-lower-priority': 'PreemptLowerPriority', never: 'Never' };
+
+// A u64 of the contract (a BigInt, or a number) as a JSON number; one JSON
+// readers would round is refused rather than written wrong.
+function u64(value, field) {
+  const n = Number(value);
+  if (!Number.isSafeInteger(n)) {
+    throw new RangeError(`snapshotFile: ${field} is ${value}, over 2^53: JSON numbers would not keep it exactly`);
+  }
+  return n;
+}
+
+const option = (value) => (value === undefined ? null : value);
+
+// The GPU indices of an NVLink bit set (a GPU's `nvlink`).
+function nvlinkIndices(set) {
+  const out = [];
+  const bits = BigInt.asUintN(64, BigInt(set));
+  for (let i = 0; i < 64; i++) if ((bits >> BigInt(i)) & 1n) out.push(i);
+  return out;
+}
+
+function fileGpu(n, g, p) {
+  return {
+    uuid: gpuName(n, p),
+    index: g.index,
+    model: g.model,
+    memoryMiB: u64(g.memoryMib, `${n.name} GPU ${p} memoryMib`),
+    allocatedMiB: u64(g.allocatedMib, `${n.name} GPU ${p} allocatedMib`),
+    held: g.held,
+    sharedOwners: g.sharedOwners,
+    numaNode: option(g.numaNode),
+    healthy: g.healthy,
+    mig: g.mig === undefined ? null : { parent: g.mig.parent, profile: g.mig.profile },
+    nvlink: nvlinkIndices(g.nvlink),
+    publishedBy: PUBLISHERS[g.publishedBy] ?? g.publishedBy,
+  };
+}
+
+const gpuRef = (r) => ({ node: r.node, gpu: r.gpu });
+
+function fileClaim(c) {
+  return {
+    name: c.name,
+    requests: c.requests.map((r) => ({
+      name: r.name,
+      alternatives: r.alternatives.map((a) => ({ subrequest: option(a.subrequest), count: a.count, candidates: a.candidates })),
+    })),
+    constraints: c.constraints.map((k) => ({
+      requests: [...k.requests],
+      distinct: k.distinct,
+      attribute: k.attribute,
+      values: k.values.map((v) => ({ device: gpuRef(v.device), value: v.value })),
+    })),
+  };
+}
+
+function fileAsk(r) {
+  if (r.ask.tag === 'claims') return { claims: r.ask.val.map(fileClaim) };
+  const s = r.ask.val;
+  return {
+    gpus: {
+      count: s.count,
+      model: option(s.model),
+      migProfile: option(s.migProfile),
+      memoryMiB: u64(s.memoryMib, `${r.pod} memoryMib`),
+      sharing: s.sharing,
+    },
+  };
+}
+
+// `snap` (built with these builders, or as the component receives it) as a
+// snapshot file: the Rust `SnapshotFile` (crates/contract/src/snapshot_file.rs),
+// camelCase, ready for JSON.stringify; for `wasmgpu policy run --snapshot
+// FILE` and `validate`. GPU UUIDs are `gpuName`'s (`GPU-{node}-{index}`,
+// `MIG-GPU-{node}-{index}-{k}`), labels by key, eligible sets as node
+// positions, a GPU's NVLink as the indices it links to.
+export function snapshotFile(snap) {
+  const nodeCount = snap.nodes.length;
+  return {
+    contract: CONTRACT,
+    round: u64(snap.round, 'round'),
+    models: [...snap.models],
+    migProfiles: [...snap.migProfiles],
+    namespaces: [...snap.namespaces],
+    nodes: snap.nodes.map((n) => {
+      const labels = {};
+      snap.labelKeys.forEach((key, k) => {
+        if (n.labels[k] !== undefined && n.labels[k] !== null) labels[key] = n.labels[k];
+      });
+      return { name: n.name, labels, gpus: n.gpus.map((g, p) => fileGpu(n, g, p)) };
+    }),
+    pending: snap.pending.map((r) => ({
+      pod: r.pod,
+      namespace: r.namespace,
+      tenant: option(r.tenant),
+      priority: r.priority,
+      preemption: PREEMPTION[r.preemption] ?? r.preemption,
+      createdMs: u64(r.createdMs, `${r.pod} createdMs`),
+      eligibleSet: r.eligibleSet,
+      gang: option(r.gang),
+      ask: fileAsk(r),
+    })),
+    running: snap.running.map((r) => ({
+      pod: r.pod,
+      namespace: r.namespace,
+      tenant: option(r.tenant),
+      priority: r.priority,
+      node: r.node,
+      gpus: [...r.gpus],
+      sharedMiB: u64(r.sharedMib, `${r.pod} sharedMib`),
+      startedMs: u64(r.startedMs, `${r.pod} startedMs`),
+      gang: option(r.gang),
+      evictable: r.evictable,
+      protectedMs: u64(r.protectedMs, `${r.pod} protectedMs`),
+    })),
+    eligibleSets: snap.eligibleSets.map((words) => setMembers(words, nodeCount)),
+    candidateSets: snap.candidateSets.map((set) => set.map(gpuRef)),
+    gangs: snap.gangs.map((g) => ({
+      name: g.name,
+      minMember: g.minMember,
+      bound: g.bound,
+      pending: [...g.pending],
+      running: [...g.running],
+    })),
+    tenants: snap.tenants.map((t) => ({
+      name: t.name,
+      weight: t.weight,
+      quota: t.quota,
+      limit: option(t.limit),
+      holding: t.holding,
+      waiting: t.waiting,
+    })),
+    config: snap.config,
+  };
+}
+
+function fileAssignment(a) {
+  const out = { pod: a.pod, node: a.node, gpus: [...a.gpus] };
+  // As serde writes it: left out when empty.
+  if (a.claims !== undefined && a.claims.length > 0) {
+    out.claims = a.claims.map((c) => ({ claim: c.claim, request: c.request, alternative: c.alternative, gpus: [...c.gpus] }));
+  }
+  return out;
+}
+
+// `decisions` as `wasmgpu policy validate --decisions FILE` reads them
+// (JSON.stringify it): the Rust `Decision` in serde's externally tagged form,
+// positions into the snapshot, e.g. `[{"assign": {"pod": 0, "node": 1,
+// "gpus": [0, 1]}}, {"wait": {"pod": 1, "reason": "no room"}}, {"preempt":
+// {"assignment": {...}, "victims": [3]}}]`.
+export function decisionsFile(decisions) {
+  return decisions.map((d, i) => {
+    switch (d === null || typeof d !== 'object' ? undefined : d.tag) {
+      case 'assign':
+        return { assign: fileAssignment(d.val) };
+      case 'preempt':
+        return { preempt: { assignment: fileAssignment(d.val.assignment), victims: [...d.val.victims] } };
+      case 'wait':
+      case 'reject':
+        return { [d.tag]: { pod: d.val.pod, reason: d.val.reason } };
+      default:
+        throw new TypeError(
+          `decisionsFile: decision ${i} (${JSON.stringify(d)}) is not a Decision: give { tag: 'assign' | 'wait' | 'reject' | 'preempt', val } (assign, wait, reject, preempt build them)`,
+        );
+    }
+  });
+}
+
+const isExecutable = (path) => {
+  try {
+    accessSync(path, constants.X_OK);
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
+};
+
+// The `wasmgpu` binary `validate` runs: `$WASMGPU` when set, else `wasmgpu`
+// on PATH. Throws an Error (code 'ENOENT'), naming both and the fix, when
+// there is none; tests that need it skip on that (`wasmgpuMissing`).
+export function wasmgpuCli() {
+  const given = process.env.WASMGPU;
+  if (given) {
+    if (isExecutable(given)) return given;
+    throw Object.assign(
+      new Error(
+        `WASMGPU=${given} is not an executable file; build it with \`make build\` in a wasmgpu checkout, or set WASMGPU to the binary (e.g. WASMGPU=target/release/wasmgpu)`,
+      ),
+      { code: 'ENOENT' },
+    );
+  }
+  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
+    if (dir !== '' && isExecutable(join(dir, 'wasmgpu'))) return join(dir, 'wasmgpu');
+  }
+  throw Object.assign(
+    new Error(
+      'no wasmgpu binary: $WASMGPU is not set and there is no `wasmgpu` on PATH; build it with `make build` in a wasmgpu checkout and set WASMGPU=target/release/wasmgpu (or put it on PATH)',
+    ),
+    { code: 'ENOENT' },
+  );
+}
+
+// Why `validate` cannot run here (no binary: `wasmgpuCli`'s message), or
+// false; for `test(name, { skip: wasmgpuMissing() }, …)`.
+export function wasmgpuMissing() {
+  try {
+    wasmgpuCli();
+    return false;
+  } catch (e) {
+    return e.message;
+  }
+}
+
+// Holds `decisions` to the host's own rules on `snap`: the verdict the
+// controller would give them, from `wasmgpu policy validate` (the binary
+// `wasmgpuCli` finds), parsed:
+//
+//   { valid: boolean,
+//     accepted:   [{ pod: 'ns/name', node: 'n', gpus: ['GPU-n-0'] }],
+//     preempting: [{ placement: { ...as accepted }, victims: ['ns/name'] }],
+//     waiting:    [{ pod: 'ns/name', reason: '...', gang }],   // gang only when set
+//     rejected:   [...as waiting],
+//     refused:    [{ index: 0, pod: 'ns/name' or null, decision: 'text',
+//                    reason: { kind: 'wrong-count', ... }, why: 'in words' }] }
+//
+// Names are the snapshot's (GPUs as `gpuName` names them); `index` is the
+// decision's position in `decisions`. A refused decision is not an error:
+// `valid` is false and `refused` says why. Throws when there is no binary
+// (`wasmgpuCli`) or when it fails (with its stderr). Synchronous.
+export function validate(snap, decisions) {
+  const cli = wasmgpuCli();
+  const dir = mkdtempSync(join(tmpdir(), 'wasmgpu-validate-'));
+  let done;
+  try {
+    const snapshotPath = join(dir, 'snapshot.json');
+    const decisionsPath = join(dir, 'decisions.json');
+    writeFileSync(snapshotPath, JSON.stringify(snapshotFile(snap)));
+    writeFileSync(decisionsPath, JSON.stringify(decisionsFile(decisions)));
+    done = spawnSync(cli, ['policy', 'validate', '--snapshot', snapshotPath, '--decisions', decisionsPath, '--output', 'json'], {
+      encoding: 'utf8',
+      maxBuffer: 1 << 30,
+    });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  if (done.error) throw new Error(`running \`${cli} policy validate\`: ${done.error.message}`);
+  // 0: nothing refused; 2: something refused (the verdict is printed either
+  // way); 1: an error. A binary without `policy validate` also exits 2 (a
+  // usage error), with nothing on stdout: that is an error too.
+  if (done.status === 0 || done.status === 2) {
+    let verdict;
+    try {
+      verdict = JSON.parse(done.stdout);
+    } catch {
+      verdict = undefined;
+    }
+    if (verdict !== null && typeof verdict === 'object' && 'valid' in verdict) return verdict;
+  }
+  const said = (done.stderr || done.stdout || '').trim();
+  const old = done.stderr.includes('unrecognized subcommand')
+    ? '; a wasmgpu without `policy validate` is too old: rebuild it (`make build`)'
+    : '';
+  throw new Error(`\`${cli} policy validate\` failed (${done.signal ? `signal ${done.signal}` : `exit status ${done.status}`}): ${said}${old}`);
 }
