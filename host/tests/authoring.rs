@@ -238,3 +238,83 @@ fn inside_a_checkout_a_new_policy_joins_the_workspace() {
         text(&again)
     );
 }
+
+/// The first `sh` block of `readme`, one command per line (comments cut).
+fn sh_block(readme: &str) -> Vec<String> {
+    readme
+        .lines()
+        .skip_while(|l| *l != "```sh")
+        .skip(1)
+        .take_while(|l| *l != "```")
+        .map(|l| l.split(" #").next().unwrap_or(l).trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// `policy new --lang js|python|go` outside the checkout: the starter's README
+/// commands, run as printed from its own directory (all but the publishing
+/// ones, which need a registry and a cluster), test it, build it, check it
+/// and run it with no decision refused by the host.
+#[test]
+fn a_starter_in_js_python_and_go_builds_tests_checks_and_runs_from_its_directory() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wasmgpu"));
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for lang in ["js", "python", "go"] {
+        let home = tempfile::tempdir().unwrap();
+        let out = Command::new(&bin)
+            .args(["policy", "new", "zone-first", "--lang", lang])
+            .current_dir(home.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{lang}: {}", text(&out));
+        let dir = home.path().join("zone-first");
+        assert!(
+            text(&out).contains(&format!("cd {}", dir.display())),
+            "{}",
+            text(&out)
+        );
+        let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+        assert!(
+            !readme.contains("{{"),
+            "{lang}: unfilled template:\n{readme}"
+        );
+        let commands = sh_block(&readme);
+        let run: Vec<&String> = commands
+            .iter()
+            .filter(|c| !c.contains("policy push") && !c.contains("policy publish"))
+            .collect();
+        assert_eq!(
+            run.len(),
+            4,
+            "{lang}: test, build, check, run in:\n{readme}"
+        );
+        let mut last = String::new();
+        for command in run {
+            let out = Command::new("bash")
+                .args(["-c", command])
+                .current_dir(&dir)
+                .env("PATH", &path)
+                .env("WASMGPU", &bin)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{lang}: `{command}` failed:\n{}",
+                text(&out)
+            );
+            last = text(&out);
+        }
+        assert!(
+            dir.join("zone_first.wasm").is_file(),
+            "{lang}: no component"
+        );
+        assert!(
+            last.contains(" assigned") && last.contains("0 refused by the host"),
+            "{lang}: policy run:\n{last}"
+        );
+    }
+}

@@ -27,15 +27,27 @@ pub(crate) enum PolicyCommand {
     /// the checkout this wasmgpu was built from) and wasmgpu's lockfile, so it
     /// builds with the dependency versions wasmgpu was tested with. Inside a
     /// checkout it is added to the workspace's members instead.
+    ///
+    /// With --lang js|python|go: the same policy in that language, with its
+    /// unit tests (one holding its decisions to the host's validator), built
+    /// and tested from its own directory through the checkout's
+    /// `policies/LANG/build.sh`.
     New {
         /// The policy's name: its ConfigMap's and its crate's (e.g. zone-first).
         name: String,
         /// Where to write the crate [default: ./NAME]; must not exist or be empty.
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// The SDK crate (a wasmgpu checkout's `policies/sdk`; it is not on crates.io).
+        /// The SDK: a wasmgpu checkout's `policies/sdk` for Rust (it is not on
+        /// crates.io), `policies/js`, `policies/python` or `policies/go` for
+        /// the others [default: the checkout this wasmgpu was built from].
         #[arg(long)]
         sdk: Option<PathBuf>,
+        /// The language: a Rust crate, or a JavaScript, Python or Go policy
+        /// built and tested by that SDK's `build.sh --policy .` and
+        /// `--test-policy .`.
+        #[arg(long, value_enum, default_value_t)]
+        lang: super::policy_new::Lang,
     },
     /// Check that FILE is a component of the wasmgpu:policy world.
     ///
@@ -461,10 +473,15 @@ pub(crate) fn load_policy(engine: &Engine, file: &Path) -> anyhow::Result<Loaded
 impl PolicyCommand {
     pub(crate) fn run(self) -> anyhow::Result<ExitCode> {
         match self {
-            PolicyCommand::New { name, dir, sdk } => {
+            PolicyCommand::New {
+                name,
+                dir,
+                sdk,
+                lang,
+            } => {
                 let example = generated_snapshot(8, 12)?;
                 let message =
-                    super::policy_new::new(&name, dir.as_deref(), sdk.as_deref(), example)?;
+                    super::policy_new::new(&name, dir.as_deref(), sdk.as_deref(), lang, example)?;
                 stdout::print(&message)?;
                 Ok(ExitCode::SUCCESS)
             }

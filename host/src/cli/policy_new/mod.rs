@@ -8,8 +8,16 @@
 //!                              workspace's members, SDK from the workspace
 //! ```
 //!
-//! What to write is worked out purely ([`files`], [`add_member`]); [`new`]
-//! does the I/O.
+//! With `--lang js|python|go` it writes the same policy in that SDK's
+//! language instead ([`ports`]), built and tested through the checkout's
+//! `policies/LANG/build.sh`.
+//!
+//! What to write is worked out purely ([`files`], [`add_member`],
+//! [`ports::files`]); [`new`] does the I/O.
+
+mod ports;
+
+pub(crate) use ports::Lang;
 
 use std::path::{Component, Path, PathBuf};
 
@@ -159,6 +167,7 @@ pub(crate) fn new(
     name: &str,
     dir: Option<&Path>,
     sdk: Option<&Path>,
+    lang: Lang,
     example_snapshot: String,
 ) -> anyhow::Result<String> {
     check_name(name)?;
@@ -169,6 +178,28 @@ pub(crate) fn new(
             "--dir {}: the directory exists and is not empty; pick another --dir or remove it",
             dir.display()
         );
+    }
+    if lang != Lang::Rust {
+        let sdk = match sdk {
+            Some(sdk) => ports::checked_sdk(lang, &cwd.join(sdk))
+                .with_context(|| format!("--sdk {}", sdk.display()))?,
+            None => ports::checked_sdk(lang, &Path::new(SOURCE_ROOT).join(lang.sdk_dir()))
+                .with_context(|| {
+                    format!(
+                        "this wasmgpu binary's source tree is gone: clone wasmgpu and pass \
+                         --sdk CHECKOUT/{}",
+                        lang.sdk_dir()
+                    )
+                })?,
+        };
+        let files = ports::files(name, lang, &sdk, &type_name(name), example_snapshot);
+        write_all(&dir, &files)?;
+        let mut message = format!("created policy {name} ({lang:?}) in {}\n", dir.display());
+        message += &format!(
+            "  SDK: {} (its build.sh builds and tests it)\n",
+            sdk.display()
+        );
+        return Ok(message + &next_steps(&dir, &files));
     }
     let layout = match (enclosing_workspace(&dir), sdk) {
         (Some((root, member)), None) => Layout::Member { root, member },
@@ -188,14 +219,7 @@ pub(crate) fn new(
             )?,
         },
     };
-    for (path, contents) in files(name, &layout, example_snapshot) {
-        let path = dir.join(path);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("creating {}", parent.display()))?;
-        }
-        std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_all(&dir, &files(name, &layout, example_snapshot))?;
     let mut message = format!("created policy {name} in {}\n", dir.display());
     match &layout {
         Layout::Standalone { sdk } => {
@@ -216,12 +240,30 @@ pub(crate) fn new(
             );
         }
     }
-    message += &format!("\nnext (see {}):\n", dir.join("README.md").display());
+    Ok(message + &next_steps(&dir, &files(name, &layout, String::new())))
+}
+
+/// Writes `files` below `dir`.
+fn write_all(dir: &Path, files: &[File]) -> anyhow::Result<()> {
+    for (path, contents) in files {
+        let path = dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// What to run next: the first `sh` block of the starter's README.
+fn next_steps(dir: &Path, files: &[File]) -> String {
+    let mut message = format!("\nnext (see {}):\n", dir.join("README.md").display());
     message += &format!("  cd {}\n", dir.display());
-    let readme = files(name, &layout, String::new())
-        .into_iter()
+    let readme = files
+        .iter()
         .find(|(path, _)| *path == "README.md")
-        .map(|(_, text)| text)
+        .map(|(_, text)| text.as_str())
         .unwrap_or_default();
     for line in readme
         .lines()
@@ -231,7 +273,7 @@ pub(crate) fn new(
     {
         message += &format!("  {line}\n");
     }
-    Ok(message)
+    message
 }
 
 /// The wasmgpu workspace `dir` would be inside, and `dir` relative to it.
