@@ -17,7 +17,7 @@
 
 mod ports;
 
-pub(crate) use ports::Lang;
+pub(crate) use ports::{File, Lang};
 
 use std::path::{Component, Path, PathBuf};
 
@@ -39,9 +39,6 @@ pub(crate) enum Layout {
     /// `/`-separated) below it.
     Member { root: PathBuf, member: String },
 }
-
-/// One file of the new crate: path relative to its directory, and contents.
-pub(crate) type File = (&'static str, String);
 
 /// The files of a new policy crate `name` (already validated).
 pub(crate) fn files(name: &str, layout: &Layout, example_snapshot: String) -> Vec<File> {

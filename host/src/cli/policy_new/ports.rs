@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-use super::File;
+/// One file of a starter, in any language: path relative to its directory,
+/// and contents.
+pub(crate) type File = (&'static str, String);
 
 /// A language a policy can be started in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
