@@ -29,7 +29,7 @@ use tokio::sync::watch;
 
 use super::connection::{Link, error_chain};
 use super::events::{EventSink, Reason};
-use super::load_plan;
+use super::load_plan::{self, config_digest};
 use super::metrics::Metrics;
 use super::payload::{ComponentSource, Payload, RejectError, shadow_of};
 use super::policies::{ActivePolicy, Policies};
@@ -81,11 +81,6 @@ pub fn fingerprint(configmap: &ConfigMap) -> Digest {
         inputs["shadowOf"] = primary.as_str().into();
     }
     Digest::of(inputs.to_string().as_bytes())
-}
-
-/// The digest of a policy's `config.json` (none when it has none).
-pub(super) fn config_digest(config: &str) -> Option<String> {
-    (!config.is_empty()).then(|| Digest::of(config.as_bytes()).to_string())
 }
 
 /// Watches policy ConfigMaps and swaps the versions they carry in.

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use wasmgpu_api::policy::PolicyStatus;
+use wasmgpu_engine::Digest;
 
 use super::events::Reason;
 
@@ -114,6 +115,11 @@ pub(crate) fn rejected(
     previous.last_error = Some(rejected.message.to_owned());
     previous.last_error_at = Some(rejected.now.to_owned());
     (event, previous)
+}
+
+/// The digest of a policy's `config.json` (none when it has none).
+pub(super) fn config_digest(config: &str) -> Option<String> {
+    (!config.is_empty()).then(|| Digest::of(config.as_bytes()).to_string())
 }
 
 #[cfg(test)]

@@ -26,8 +26,8 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
-use super::configmaps::config_digest;
 use super::connection::error_chain;
+use super::load_plan::config_digest;
 use super::metrics::Metrics;
 use super::policies::ActivePolicy;
 use wasmgpu_api::policy::{SHADOW_STATUS_ANNOTATION, ShadowStatus};
