@@ -101,7 +101,7 @@ fn samples_are_valid_and_their_pods_wait_for_gpus() {
     assert_eq!(resources, 3);
     assert!(index.problems().is_empty(), "{:?}", index.problems());
     let mut waiting: Vec<String> = index
-        .snapshots(1)
+        .snapshots(1, 0)
         .values()
         .flat_map(|s| s.snapshot.pending.iter().map(|r| r.pod.clone()))
         .collect();

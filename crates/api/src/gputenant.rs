@@ -78,6 +78,13 @@ pub struct GPUTenantSpec {
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 1000))]
     pub weight: u32,
+
+    /// Seconds a pod of the tenant keeps its GPUs before it may be preempted
+    /// or reclaimed, counted from its start (`status.startTime`, else its creation); unset: the controller's
+    /// `--min-runtime` (0 by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 604_800))]
+    pub min_runtime_seconds: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -171,6 +178,7 @@ mod tests {
             quota: 4,
             limit: Some(8),
             weight: 1,
+            min_runtime_seconds: None,
         }
     }
 

@@ -63,6 +63,7 @@ use tracing::Instrument;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::runtime::events::Reporter as EventReporter;
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -120,20 +121,41 @@ pub struct Config {
     pub allocated_events_per_second: u32,
     /// Components named by OCI reference: cache, CAs, size cap.
     pub registry: RegistrySettings,
+    /// How long a bound pod keeps its GPUs before it may be preempted or
+    /// reclaimed, unless its GPUTenant sets `minRuntimeSeconds`.
+    pub min_runtime: Duration,
+    /// Read DRA's ResourceSlices and ResourceClaims where the API server
+    /// serves `resource.k8s.io/v1`; false: GPUNodes only.
+    pub dra: bool,
 }
 
 /// Whether the API server serves scheduler-plugins PodGroups (their CRD is
 /// installed). A failure other than "not found" counts as served: the watch
 /// then reports it like any other.
 async fn podgroups_served(client: &Client) -> bool {
-    let api = Api::<PodGroup>::all(client.clone());
-    match api.list(&kube::api::ListParams::default().limit(1)).await {
+    served(Api::<PodGroup>::all(client.clone()), "PodGroups").await
+}
+
+/// Whether the API server serves DRA's `resource.k8s.io/v1` (ResourceSlices).
+async fn dra_served(client: &Client) -> bool {
+    served(Api::<ResourceSlice>::all(client.clone()), "ResourceSlices").await
+}
+
+/// Whether the API server serves the kind `api` lists.
+async fn served<K>(api: Api<K>, kind: &str) -> bool
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+    {
         Ok(_) => true,
         // An unknown resource type is a bare 404 ("404 page not found"),
         // without a Status body whose reason says NotFound.
         Err(kube::Error::Api(status)) if status.code == 404 || status.is_not_found() => false,
         Err(error) => {
-            tracing::warn!(%error, "Cannot tell whether PodGroups are served; watching them");
+            tracing::warn!(%error, "Cannot tell whether {kind} are served; watching them");
             true
         }
     }
@@ -151,7 +173,9 @@ pub async fn run(
         .with_context(|| format!("cannot make a client for the API server at {server}"))?;
     let engine = Arc::new(Engine::new(config.limits.clone())?);
     let policies = Policies::new(PolicySet::from_files(&engine, &config.policies)?);
-    let shared = WatchedIndex::new(Index::new(config.default_policy.clone()));
+    let mut index = Index::new(config.default_policy.clone());
+    index.set_min_runtime(config.min_runtime);
+    let shared = WatchedIndex::new(index);
     let metrics = Metrics::new();
     let leadership = match &config.lease {
         Some(lease) => Leadership::elect(client.clone(), lease).await?,
@@ -170,7 +194,7 @@ pub async fn run(
     // Tracked, not detached: on shutdown they stop before the Lease is
     // released (the loader holds a leadership receiver).
     let mut watches = tokio::task::JoinSet::new();
-    watch_cluster(&client, &shared, &links, &mut watches).await;
+    watch_cluster(&client, &shared, &links, config.dra, &mut watches).await;
     let (shadows, shadow_writer) = Shadows::new(
         Api::<ConfigMap>::namespaced(client.clone(), &config.policy_namespace),
         metrics.clone(),
@@ -276,12 +300,14 @@ pub async fn run(
 }
 
 /// Starts the watches that feed the index: Nodes, GPUNodes, GPUResources,
-/// GPUTenants, the pods of this scheduler, PodDisruptionBudgets, and PodGroups when the
-/// API server serves them.
+/// GPUTenants, the pods of this scheduler, PodDisruptionBudgets; and, when
+/// the API server serves them, ResourceSlices and ResourceClaims (DRA) and
+/// PodGroups.
 async fn watch_cluster(
     client: &Client,
     shared: &Arc<WatchedIndex>,
     links: &Arc<Links>,
+    dra: bool,
     watches: &mut tokio::task::JoinSet<&'static str>,
 ) {
     let pods = watcher::Config::default().fields(&format!("spec.schedulerName={SCHEDULER_NAME}"));
@@ -323,6 +349,29 @@ async fn watch_cluster(
         shared.clone(),
         links.link("PodDisruptionBudget"),
     ));
+    if !dra {
+        tracing::info!("DRA is turned off (--no-dra): only GPUNodes are read");
+    } else if dra_served(client).await {
+        tracing::info!(
+            "Watching ResourceSlices and ResourceClaims (resource.k8s.io/v1): GPUs a DRA driver publishes are counted with the GPUNodes' (one GPU per UUID), and devices any claim holds are held"
+        );
+        watches.spawn(feed(
+            Api::<ResourceSlice>::all(client.clone()),
+            watcher::Config::default(),
+            shared.clone(),
+            links.link("ResourceSlice"),
+        ));
+        watches.spawn(feed(
+            Api::<ResourceClaim>::all(client.clone()),
+            watcher::Config::default(),
+            shared.clone(),
+            links.link("ResourceClaim"),
+        ));
+    } else {
+        tracing::info!(
+            "The API server does not serve resource.k8s.io/v1 (DRA, Kubernetes 1.34+): only GPUNodes are read"
+        );
+    }
     if podgroups_served(client).await {
         tracing::info!(
             "Watching PodGroups (scheduling.x-k8s.io/v1alpha1): gangs are placed all or nothing"

@@ -141,7 +141,7 @@ impl Rounds {
         // free GPU.
         for name in policies {
             let built = Instant::now();
-            let mut snapshot = self.shared.index().snapshot(&name, round);
+            let mut snapshot = self.shared.index().snapshot(&name, round, now_ms());
             self.metrics.phase("snapshot", built.elapsed());
             if snapshot.snapshot.pending.is_empty() {
                 continue;

@@ -173,6 +173,18 @@ impl Index {
                 );
             }
         }
+        // Devices a ResourceClaim's allocation holds, whoever allocated
+        // them: no one else takes them while the claim keeps them.
+        for (claim, device) in self.dra.allocated() {
+            if let Some((node, uuid)) = self.dra.locate(device) {
+                holdings
+                    .gpu_to_use
+                    .entry((node, uuid))
+                    .or_default()
+                    .exclusive_owner
+                    .get_or_insert(Cow::Borrowed(claim));
+            }
+        }
         for (key, pod) in &self.key_to_pod {
             if let Some(nomination) = pod.nomination()
                 && !holdings.holders.contains(key)
@@ -561,6 +573,9 @@ impl Index {
         for (node, inventory) in &self.node_to_inventory {
             let first = states.len();
             for gpu in &inventory.gpus {
+                if inventory.unpublished.contains(&gpu.uuid) {
+                    continue;
+                }
                 let held = |uuid: &str| holdings.gpu_to_use.contains_key(&(node.as_str(), uuid));
                 // A GPU one of whose MIG instances is held cannot be given
                 // whole: it is allocated, in part.

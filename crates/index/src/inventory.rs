@@ -3,11 +3,23 @@
 use std::collections::HashSet;
 
 use wasmgpu_api::{GPUNode, GpuInfo};
+use wasmgpu_contract::types::Publisher;
 
-/// The GPUs a node's agent published, sorted by index, UUIDs unique.
+use crate::dra::DraNode;
+
+/// A node's GPUs (whole GPUs sorted by index, each with its MIG instances),
+/// UUIDs unique, and which inventory publishes each.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct NodeInventory {
     pub gpus: Vec<GpuInfo>,
+    /// UUIDs only a DRA driver publishes (a claim may take them; a
+    /// GPUResource may not: the agent does not hand them out).
+    pub dra_only: HashSet<String>,
+    /// UUIDs both the agent and a DRA driver publish.
+    pub both: HashSet<String>,
+    /// Parents of DRA-published MIG instances that are not published
+    /// whole (static MIG): never allocatable whole.
+    pub unpublished: HashSet<String>,
 }
 
 impl NodeInventory {
@@ -30,6 +42,78 @@ impl NodeInventory {
             .cloned()
             .collect();
         gpus.sort_by_key(|gpu| gpu.index);
-        Some(Self { gpus })
+        Some(Self {
+            gpus,
+            ..Self::default()
+        })
     }
+
+    /// Which inventory publishes the GPU or MIG instance `uuid`.
+    pub fn publisher(&self, uuid: &str) -> Publisher {
+        if self.both.contains(uuid) {
+            Publisher::Both
+        } else if self.dra_only.contains(uuid) || self.unpublished.contains(uuid) {
+            Publisher::DraDriver
+        } else {
+            Publisher::Agent
+        }
+    }
+
+    /// Whether the agent publishes `uuid` (a GPUResource may take it).
+    pub fn agent_publishes(&self, uuid: &str) -> bool {
+        self.publisher(uuid) != Publisher::DraDriver
+    }
+}
+
+/// The GPUs a node has by both inventories: its GPUNode's (as the agent
+/// lists them) and those DRA drivers publish on it. A UUID both list is one
+/// GPU, described by the agent; DRA-only GPUs are numbered after the
+/// agent's where their index is taken. `None` when neither lists any.
+pub(crate) fn merge(agent: Option<&NodeInventory>, dra: Option<DraNode>) -> Option<NodeInventory> {
+    let Some(dra) = dra else {
+        return agent.cloned();
+    };
+    let mut merged = agent.cloned().unwrap_or_default();
+    let mut known: HashSet<String> = merged
+        .gpus
+        .iter()
+        .flat_map(|g| {
+            std::iter::once(g.uuid.clone()).chain(g.mig_instances.iter().map(|m| m.uuid.clone()))
+        })
+        .collect();
+    let mut used: HashSet<u32> = merged.gpus.iter().map(|g| g.index).collect();
+    for mut gpu in dra.gpus {
+        if let Some(whole) = merged.gpus.iter_mut().find(|g| g.uuid == gpu.uuid) {
+            if !dra.unpublished.contains(&gpu.uuid) {
+                merged.both.insert(gpu.uuid.clone());
+            }
+            for instance in gpu.mig_instances {
+                if known.contains(&instance.uuid) {
+                    merged.both.insert(instance.uuid);
+                } else {
+                    known.insert(instance.uuid.clone());
+                    merged.dra_only.insert(instance.uuid.clone());
+                    whole.mig_instances.push(instance);
+                }
+            }
+            continue;
+        }
+        if !used.insert(gpu.index) {
+            gpu.index = (0..).find(|i| !used.contains(i)).unwrap_or(0);
+            used.insert(gpu.index);
+        }
+        for instance in &gpu.mig_instances {
+            known.insert(instance.uuid.clone());
+            merged.dra_only.insert(instance.uuid.clone());
+        }
+        if dra.unpublished.contains(&gpu.uuid) {
+            merged.unpublished.insert(gpu.uuid.clone());
+        } else {
+            merged.dra_only.insert(gpu.uuid.clone());
+        }
+        known.insert(gpu.uuid.clone());
+        merged.gpus.push(gpu);
+    }
+    merged.gpus.sort_by_key(|g| g.index);
+    Some(merged)
 }

@@ -8,7 +8,9 @@
 //!
 //! ```text
 //!  Node ──────────▶ name_to_node        (Ready? cordoned? labels, taints)
-//!  GPUNode ───────▶ node_to_inventory   (GPUs from the agent's status)
+//!  GPUNode ───────▶ node_to_inventory   (GPUs from the agent's status,
+//!  ResourceSlice ─▶                      merged with a DRA driver's by UUID)
+//!  ResourceClaim ─▶ dra                 (allocated devices: held)
 //!  GPUResource ───▶ key_to_resource     (spec, spec error, old ledger)
 //!  Pod ───────────▶ key_to_pod          (schedulerName wasmgpu only;
 //!                                        node, wasmgpu.io/allocation)
@@ -38,6 +40,7 @@
 #![forbid(unsafe_code)]
 
 mod budgets;
+mod dra;
 mod drift;
 mod eligibility;
 mod gangs;
@@ -57,7 +60,9 @@ mod tests;
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 
+pub use dra::PoolProblem;
 pub use drift::{OutdatedHoldings, UnhealthyHolding};
 pub use eligibility::Ineligible;
 pub use holdings::{Eviction, GpuState, PendingBinding, Release, ReleaseReason};
@@ -78,8 +83,13 @@ pub struct Index {
     /// Policy for GPUResources that name none.
     default_policy: String,
     name_to_node: BTreeMap<String, NodeFacts>,
-    /// Node name → its GPUs (from the GPUNode of that name).
+    /// Node name → its GPUs: its GPUNode's merged with those DRA drivers
+    /// publish on it (see [`inventory::merge`]).
     node_to_inventory: BTreeMap<String, NodeInventory>,
+    /// Node name → the GPUs its GPUNode lists.
+    node_to_agent_inventory: BTreeMap<String, NodeInventory>,
+    /// ResourceSlices and the ResourceClaims' allocations.
+    dra: dra::DraInventory,
     /// Node name → the GPUs its GPUNode listed before it was deleted: pods
     /// wait for the agent to publish it again instead of being told they can
     /// never be placed.
@@ -102,6 +112,9 @@ pub struct Index {
     key_to_budget: BTreeMap<ObjectKey, budgets::BudgetFacts>,
     /// GPUTenants by name: which namespaces share a quota.
     name_to_tenant: BTreeMap<String, tenants::TenantFacts>,
+    /// How long a bound pod keeps its GPUs before it may be preempted,
+    /// unless its tenant sets `minRuntimeSeconds`; ms.
+    min_runtime_ms: u64,
 }
 
 /// What the index keeps of a PodGroup.
@@ -174,6 +187,8 @@ impl Index {
             default_policy: default_policy.into(),
             name_to_node: BTreeMap::new(),
             node_to_inventory: BTreeMap::new(),
+            node_to_agent_inventory: BTreeMap::new(),
+            dra: dra::DraInventory::default(),
             node_to_lost_inventory: BTreeMap::new(),
             key_to_resource: BTreeMap::new(),
             key_to_pod: BTreeMap::new(),
@@ -183,7 +198,15 @@ impl Index {
             key_to_gang: BTreeMap::new(),
             key_to_budget: BTreeMap::new(),
             name_to_tenant: BTreeMap::new(),
+            min_runtime_ms: 0,
         }
+    }
+
+    /// How long a bound pod keeps its GPUs before it may be preempted or
+    /// reclaimed (`running.protected-ms`), for pods whose tenant sets no
+    /// `minRuntimeSeconds`. 0 (the default): no minimum.
+    pub fn set_min_runtime(&mut self, min_runtime: std::time::Duration) {
+        self.min_runtime_ms = u64::try_from(min_runtime.as_millis()).unwrap_or(u64::MAX);
     }
 
     /// Records a PodGroup (added or changed).
@@ -273,42 +296,105 @@ impl Index {
         };
         match NodeInventory::from_gpunode(gpunode) {
             Some(inventory) => {
-                self.node_to_lost_inventory.remove(&name);
-                self.node_to_inventory.insert(name, inventory);
+                self.node_to_agent_inventory.insert(name.clone(), inventory);
             }
-            None => self.lose_inventory(&name),
+            None => {
+                self.node_to_agent_inventory.remove(&name);
+            }
         };
+        self.refresh_inventory(&name);
     }
 
     /// Forgets a GPUNode's inventory. Until the agent publishes it again,
     /// the node takes no pods, its GPUs held by pods stay held, and pods
     /// that only it could hold wait.
     pub fn delete_gpunode(&mut self, name: &str) {
-        self.lose_inventory(name);
+        self.node_to_agent_inventory.remove(name);
+        self.refresh_inventory(name);
     }
 
-    fn lose_inventory(&mut self, name: &str) {
-        if let Some(inventory) = self.node_to_inventory.remove(name)
-            && self.name_to_node.contains_key(name)
-        {
-            self.node_to_lost_inventory
-                .insert(name.to_string(), inventory);
+    /// Merges a node's inventories again after one of them changed. A node
+    /// left with none keeps what it listed as lost (see
+    /// `node_to_lost_inventory`).
+    fn refresh_inventory(&mut self, name: &str) {
+        let agent = self.node_to_agent_inventory.get(name);
+        match inventory::merge(agent, self.dra.node(name)) {
+            Some(inventory) => {
+                self.node_to_lost_inventory.remove(name);
+                self.node_to_inventory.insert(name.to_string(), inventory);
+            }
+            None => {
+                if let Some(inventory) = self.node_to_inventory.remove(name)
+                    && self.name_to_node.contains_key(name)
+                {
+                    self.node_to_lost_inventory
+                        .insert(name.to_string(), inventory);
+                }
+            }
         }
     }
 
     /// Replaces every GPUNode (after a relist).
     pub fn reset_gpunodes(&mut self, gpunodes: &[GPUNode]) {
-        let names: Vec<String> = self.node_to_inventory.keys().cloned().collect();
+        let names: Vec<String> = self.node_to_agent_inventory.keys().cloned().collect();
         let listed: std::collections::HashSet<&str> = gpunodes
             .iter()
             .filter_map(|g| g.metadata.name.as_deref())
             .collect();
         for name in names.iter().filter(|n| !listed.contains(n.as_str())) {
-            self.lose_inventory(name);
+            self.delete_gpunode(name);
         }
         gpunodes
             .iter()
             .for_each(|gpunode| self.apply_gpunode(gpunode));
+    }
+
+    /// Records a ResourceSlice (added or changed): the GPUs a DRA driver
+    /// publishes, by the pool rules (see the `dra` module).
+    pub fn apply_resourceslice(&mut self, slice: &ResourceSlice) {
+        for node in self.dra.apply_slice(slice) {
+            self.refresh_inventory(&node);
+        }
+    }
+
+    /// Forgets a ResourceSlice.
+    pub fn delete_resourceslice(&mut self, name: &str) {
+        for node in self.dra.delete_slice(name) {
+            self.refresh_inventory(&node);
+        }
+    }
+
+    /// Replaces every ResourceSlice (after a relist).
+    pub fn reset_resourceslices(&mut self, slices: &[ResourceSlice]) {
+        for node in self.dra.reset_slices(slices) {
+            self.refresh_inventory(&node);
+        }
+    }
+
+    /// Pools of ResourceSlices whose devices are not used, and why (as
+    /// `pool "<name>" of driver <driver>`, the problem).
+    pub fn resourceslice_problems(&self) -> Vec<(String, PoolProblem)> {
+        self.dra
+            .problems()
+            .into_iter()
+            .map(|(key, problem)| (key.to_string(), problem.clone()))
+            .collect()
+    }
+
+    /// Records a ResourceClaim: the devices its allocation holds are held,
+    /// whoever allocated them (kube-scheduler's claims too).
+    pub fn apply_resourceclaim(&mut self, claim: &ResourceClaim) {
+        self.dra.apply_claim(claim);
+    }
+
+    /// Forgets a ResourceClaim: its devices are free.
+    pub fn delete_resourceclaim(&mut self, namespace: &str, name: &str) {
+        self.dra.delete_claim(namespace, name);
+    }
+
+    /// Replaces every ResourceClaim (after a relist).
+    pub fn reset_resourceclaims(&mut self, claims: &[ResourceClaim]) {
+        self.dra.reset_claims(claims);
     }
 
     /// Records a GPUResource as a watch delivers it: its spec (checked) and

@@ -15,8 +15,7 @@ use super::tenants::TenantTable;
 use super::{Index, ObjectKey, Problem};
 use wasmgpu_api::{GPUResourceSpec, Sharing as ApiSharing};
 use wasmgpu_contract::types::{
-    Ask, Gpu, GpuShape, MigInstance, Node, PreemptionPolicy, Publisher, Request, Running, Sharing,
-    Snapshot,
+    Ask, Gpu, GpuShape, MigInstance, Node, PreemptionPolicy, Request, Running, Sharing, Snapshot,
 };
 use wasmgpu_contract::{HostNode, HostSnapshot, bits};
 
@@ -61,7 +60,9 @@ impl Index {
     /// name. Each carries every candidate node (GPUs and what pods hold on
     /// them), that policy's pending requests oldest first, and usage
     /// per namespace. `config` is left empty: the caller sets the policy's.
-    pub fn snapshots(&self, round: u64) -> BTreeMap<String, HostSnapshot> {
+    /// `now_ms` (ms since the Unix epoch) counts down running pods'
+    /// minimum runtime (`running.protected-ms`).
+    pub fn snapshots(&self, round: u64, now_ms: u64) -> BTreeMap<String, HostSnapshot> {
         let holdings = self.holdings();
         let survey = self.survey(&holdings);
         let tenants = self.tenant_table(&holdings, survey.asks());
@@ -75,14 +76,15 @@ impl Index {
         policy_to_waiting
             .into_iter()
             .map(|(policy, waiting)| {
-                let snapshot = self.build(round, &holdings, &tenants, waiting);
+                let snapshot = self.build(round, now_ms, &holdings, &tenants, waiting);
                 (policy.to_string(), snapshot)
             })
             .collect()
     }
 
-    /// The snapshot for one policy (with no requests when none wait for it).
-    pub fn snapshot(&self, policy: &str, round: u64) -> HostSnapshot {
+    /// The snapshot for one policy (with no requests when none wait for
+    /// it), at `now_ms` as [`Index::snapshots`].
+    pub fn snapshot(&self, policy: &str, round: u64, now_ms: u64) -> HostSnapshot {
         let holdings = self.holdings();
         let survey = self.survey(&holdings);
         let tenants = self.tenant_table(&holdings, survey.asks());
@@ -91,7 +93,7 @@ impl Index {
             .into_iter()
             .filter(|w| w.policy == policy)
             .collect();
-        self.build(round, &holdings, &tenants, waiting)
+        self.build(round, now_ms, &holdings, &tenants, waiting)
     }
 
     /// The policies that have pods waiting for them.
@@ -276,12 +278,14 @@ impl Index {
                     .iter()
                     .filter(|gpu| could_hold(spec, &gpu.model, u64::MAX))
                     .flat_map(|gpu| &gpu.mig_instances)
+                    .filter(|m| inventory.agent_publishes(&m.uuid))
                     .filter(|m| &m.profile == profile)
                     .filter(|m| m.memory_total_mib >= spec.memory_mib)
                     .count(),
                 None => inventory
                     .gpus
                     .iter()
+                    .filter(|gpu| inventory.agent_publishes(&gpu.uuid))
                     .filter(|gpu| could_hold(spec, &gpu.model, gpu.memory_total_mib))
                     .count(),
             };
@@ -323,6 +327,7 @@ impl Index {
     fn build(
         &self,
         round: u64,
+        now_ms: u64,
         holdings: &Holdings,
         tenants: &TenantTable,
         mut waiting: Vec<Waiting<'_>>,
@@ -394,6 +399,10 @@ impl Index {
         for (r, key) in running.iter_mut().zip(&running_keys) {
             r.namespace = position(&key.namespace);
             r.tenant = tenants.of(&key.namespace);
+            let min_runtime_ms = tenants
+                .min_runtime_ms(r.tenant)
+                .unwrap_or(self.min_runtime_ms);
+            r.protected_ms = protected_ms(r.started_ms, min_runtime_ms, now_ms);
         }
         let resources = waiting
             .iter()
@@ -556,8 +565,12 @@ fn node_record(
     };
     let mut gpus = Vec::with_capacity(next as usize);
     let mut uuids = Vec::with_capacity(next as usize);
+    let node_inventory = candidate.inventory;
     for (gpu, &position) in inventory.iter().zip(&positions) {
         let (held, shared_mib, shared_owners) = use_of(&gpu.uuid);
+        // A static-MIG parent a DRA driver does not publish whole is never
+        // given whole.
+        let held = held || node_inventory.unpublished.contains(&gpu.uuid);
         let allocated_mib = if held {
             gpu.memory_total_mib
         } else {
@@ -580,7 +593,7 @@ fn node_record(
             ),
             healthy: gpu.healthy,
             mig: None,
-            published_by: Publisher::Agent,
+            published_by: node_inventory.publisher(&gpu.uuid),
         });
         for instance in &gpu.mig_instances {
             let (held, _, _) = use_of(&instance.uuid);
@@ -599,7 +612,7 @@ fn node_record(
                     parent: position,
                     profile: tables.mig_profile(&instance.profile),
                 }),
-                published_by: Publisher::Agent,
+                published_by: node_inventory.publisher(&instance.uuid),
             });
         }
     }
@@ -619,4 +632,15 @@ fn node_record(
             uuids,
         },
     )
+}
+
+/// What is left at `now_ms` of the minimum runtime of a pod bound at
+/// `started_ms` (0: start unknown, not protected).
+fn protected_ms(started_ms: u64, min_runtime_ms: u64, now_ms: u64) -> u64 {
+    if started_ms == 0 || min_runtime_ms == 0 {
+        return 0;
+    }
+    started_ms
+        .saturating_add(min_runtime_ms)
+        .saturating_sub(now_ms)
 }

@@ -66,12 +66,19 @@ pub(crate) struct TenantTable {
     views: Vec<TenantView>,
     /// Namespace → position in `tenants` (None: no tenant).
     namespace_to_tenant: HashMap<String, Option<u32>>,
+    /// Each tenant's `minRuntimeSeconds` in ms, same order.
+    min_runtime_ms: Vec<Option<u64>>,
 }
 
 impl TenantTable {
     /// The tenant of `namespace`, as a position in `tenants`.
     pub fn of(&self, namespace: &str) -> Option<u32> {
         self.namespace_to_tenant.get(namespace).copied().flatten()
+    }
+
+    /// The minimum runtime a tenant sets for its pods, in ms.
+    pub fn min_runtime_ms(&self, tenant: Option<u32>) -> Option<u64> {
+        self.min_runtime_ms.get(tenant? as usize).copied().flatten()
     }
 }
 
@@ -173,6 +180,11 @@ impl Index {
                 limit: t.spec.limit,
                 ..TenantView::default()
             })
+            .collect();
+        table.min_runtime_ms = self
+            .name_to_tenant
+            .values()
+            .map(|t| t.spec.min_runtime_seconds.map(|s| u64::from(s) * 1000))
             .collect();
         let mut seen: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); table.views.len()];
         let mut tenant_of = |namespace: &str| -> Option<usize> {

@@ -2,6 +2,7 @@
 //! loop can feed the index.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 
 use super::Index;
 use wasmgpu_api::{GPUNode, GPUResource, GPUTenant, PodGroup};
@@ -131,5 +132,38 @@ impl IndexResource<GPUTenant> for Index {
 
     fn reset(&mut self, tenants: &[GPUTenant]) {
         self.reset_gputenants(tenants);
+    }
+}
+
+impl IndexResource<ResourceSlice> for Index {
+    fn apply(&mut self, slice: &ResourceSlice) {
+        self.apply_resourceslice(slice);
+    }
+
+    fn delete(&mut self, slice: &ResourceSlice) {
+        if let Some(name) = &slice.metadata.name {
+            self.delete_resourceslice(name);
+        }
+    }
+
+    fn reset(&mut self, slices: &[ResourceSlice]) {
+        self.reset_resourceslices(slices);
+    }
+}
+
+impl IndexResource<ResourceClaim> for Index {
+    fn apply(&mut self, claim: &ResourceClaim) {
+        self.apply_resourceclaim(claim);
+    }
+
+    fn delete(&mut self, claim: &ResourceClaim) {
+        let meta = &claim.metadata;
+        if let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) {
+            self.delete_resourceclaim(ns, name);
+        }
+    }
+
+    fn reset(&mut self, claims: &[ResourceClaim]) {
+        self.reset_resourceclaims(claims);
     }
 }

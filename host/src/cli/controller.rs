@@ -107,6 +107,21 @@ pub struct ControllerCommand {
     #[arg(long)]
     leader_elect: bool,
 
+    /// How long a bound pod keeps its GPUs before a preemption or a
+    /// reclaim may take them (`running.protected-ms` in the snapshot; the
+    /// host refuses such a victim). A GPUTenant's `minRuntimeSeconds`
+    /// overrides it for the tenant's pods. 0s: no minimum.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = humantime::parse_duration)]
+    min_runtime: Duration,
+
+    /// Read only GPUNodes, never DRA's ResourceSlices and ResourceClaims.
+    /// By default both are read wherever the API server serves
+    /// `resource.k8s.io/v1`: GPUs a DRA driver publishes count with the
+    /// GPUNodes' (the same UUID is one GPU) and devices any claim's
+    /// allocation holds stay held.
+    #[arg(long)]
+    no_dra: bool,
+
     /// Name of the Lease.
     #[arg(long, value_name = "NAME", default_value = "wasmgpu-controller")]
     lease_name: String,
@@ -232,6 +247,8 @@ impl ControllerCommand {
                 ca_pem,
                 max_component_bytes: self.max_component_bytes,
             },
+            dra: !self.no_dra,
+            min_runtime: self.min_runtime,
         };
         let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
         runtime.block_on(async {

@@ -158,7 +158,10 @@ fn build(objects: &Objects, policy: &str, default_policy: &str) -> HostSnapshot 
     index.reset_gpunodes(&objects.gpunodes);
     index.reset_gpuresources(&objects.resources);
     index.reset_pods(&objects.pods);
-    let mut snapshot = index.snapshot(policy, 0);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let mut snapshot = index.snapshot(policy, 0, now_ms);
     snapshot.snapshot.config = objects
         .policy
         .as_ref()

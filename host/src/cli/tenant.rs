@@ -97,6 +97,7 @@ fn migrate(text: &str) -> anyhow::Result<Vec<GPUTenant>> {
                 quota: t.quota.unwrap_or(0),
                 limit: t.limit,
                 weight: (t.weight * scale).round() as u32,
+                min_runtime_seconds: None,
             };
             spec.check()
                 .map_err(|e| anyhow::anyhow!("tenants[{i}] ({}): {e}", t.name))?;

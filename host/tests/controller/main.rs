@@ -4,6 +4,7 @@
 
 mod chaos;
 mod configmaps;
+mod dra;
 mod fairshare;
 mod gangs;
 mod holdings;

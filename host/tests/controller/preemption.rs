@@ -400,3 +400,101 @@ async fn a_controller_killed_between_the_evictions_and_the_binding_binds_the_pre
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn pods_within_their_tenants_minimum_runtime_are_not_preempted() -> Result<()> {
+    use kube::api::{Patch, PatchParams};
+    use wasmgpu::api::{GPUTenant, GPUTenantSpec};
+
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("min-runtime").await?;
+    install_crds(&ctx).await?;
+    let node = format!("{}-n0", ctx.namespace);
+    gpu_node(&ctx, &node, 8).await?;
+    gpuresource(&ctx, "one", 1, Sharing::Exclusive, 0, None).await?;
+    gpuresource(&ctx, "four", 4, Sharing::Exclusive, 0, None).await?;
+    let tenants = Api::<GPUTenant>::all(ctx.client.clone());
+    let tenant = format!("{}-t", ctx.namespace);
+    tenants
+        .create(
+            &PostParams::default(),
+            &GPUTenant::new(
+                &tenant,
+                GPUTenantSpec {
+                    namespaces: vec![ctx.namespace.clone()],
+                    quota: 0,
+                    limit: None,
+                    weight: 1,
+                    min_runtime_seconds: Some(3600),
+                },
+            ),
+        )
+        .await?;
+    let low = priority_class(&ctx, "low", 100, false).await?;
+    let high = priority_class(&ctx, "high", 1000, false).await?;
+    let controller = Controller::start(&ctx).await?;
+    let pods = ctx.api::<Pod>();
+    let fillers = fill(&ctx, "low", 8, &low).await?;
+
+    // Every pod of priority 100 is in its first hour: nobody goes, and the
+    // preemptor is told why.
+    pod_of_class(&ctx, "urgent", "four", &high).await?;
+    let deadline = Instant::now() + ACT;
+    loop {
+        none_evicted(&pods).await?;
+        let events = super::events_for(&ctx, "urgent").await?;
+        if events.iter().any(|(reason, note)| {
+            reason == "Waiting"
+                && note.contains(
+                    "8 pod(s) of lower priority it could preempt are within their minimum runtime",
+                )
+        }) {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "urgent is not told of the minimum runtime: {events:?}\n{}",
+            controller.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    none_evicted(&pods).await?;
+    ensure!(node_of(&pods.get("urgent").await?).is_none());
+
+    // The tenant drops its minimum: exactly 4 go and urgent is bound.
+    tenants
+        .patch(
+            &tenant,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"minRuntimeSeconds": null}})),
+        )
+        .await?;
+    let mut gone = Vec::new();
+    let deadline = Instant::now() + ACT;
+    let urgent = loop {
+        gone.extend(finish_evicted(&pods).await?);
+        let pod = pods.get("urgent").await?;
+        if node_of(&pod).is_some() {
+            break pod;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "urgent not bound; evicted {gone:?}\n{}",
+            controller.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    ensure!(gone.len() == 4, "evicted {gone:?}");
+    ensure!(gone.iter().all(|g| fillers.contains(g)));
+    ensure!(devices(&urgent).len() == 4);
+    drop(controller);
+    tenants.delete(&tenant, &DeleteParams::default()).await?;
+    remove_nodes(&ctx, &[node]).await?;
+    for class in [low, high] {
+        Api::<PriorityClass>::all(ctx.client.clone())
+            .delete(&class, &DeleteParams::default())
+            .await?;
+    }
+    Ok(())
+}

@@ -39,6 +39,7 @@ async fn tenant(
             quota,
             limit,
             weight: 1,
+            min_runtime_seconds: None,
         },
     );
     Api::<GPUTenant>::all(ctx.client.clone())

@@ -55,7 +55,8 @@ func ParsePlacementParams(config string) (PlacementParams, error) {
 // at its limit waits saying so (OverTenantLimit). A request that fits
 // nowhere now preempts lower-priority pods when the config allows it
 // (Preempt); the others that fit nowhere get wait or reject with the reason
-// (a wait names the pods a PodDisruptionBudget protects, PreemptionBlocked).
+// (a wait counts the pods a PodDisruptionBudget protects and those within
+// their minimum runtime, PreemptionBlocked).
 // DRA requests (ask claims) get no decision: they wait. An invalid
 // config.json fails the round (Fail). It decides what the Rust SDK's
 // place_each decides, byte for byte.

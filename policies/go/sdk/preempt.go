@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"sort"
+	"strings"
 
 	"wit_component/sdk/reason"
 	. "wit_component/wasmgpu_policy_types"
@@ -85,26 +86,49 @@ func (a *preemption) better(b *preemption) bool {
 }
 
 // PreemptionBlocked says why w could not preempt although pods of lower
-// priority run where it may go: how many a PodDisruptionBudget protects now.
-// ok is false when none is (or w may never preempt). PlaceEach appends it to
-// the wait reason, after "; ".
+// priority run where it may go: how many a PodDisruptionBudget protects now
+// (reason.PreemptionBlocked), and how many are within their minimum runtime,
+// with when the first is past it (reason.PreemptionMinimumRuntime), joined by
+// "; ". ok is false when none is (or w may never preempt). PlaceEach appends
+// it to the wait reason, after "; ".
 func (c *Cluster) PreemptionBlocked(w *Want) (string, bool) {
 	if w == nil || w.Request.Preemption == PreemptionPolicy_Never {
 		return "", false
 	}
-	protected := 0
+	protected, young := 0, 0
+	var first uint64
 	for _, node := range c.Eligible(w) {
 		for _, r := range c.runningOn[node] {
 			pod := &c.Snapshot.Running[r]
-			if pod.Priority < w.Request.Priority && !pod.Evictable {
+			if pod.Priority >= w.Request.Priority {
+				continue
+			}
+			if !pod.Evictable {
 				protected++
+			} else if pod.ProtectedMs > 0 {
+				if young == 0 || pod.ProtectedMs < first {
+					first = pod.ProtectedMs
+				}
+				young++
 			}
 		}
 	}
-	if protected == 0 {
+	var why []string
+	if protected > 0 {
+		why = append(why, reason.PreemptionBlocked(protected))
+	}
+	if young > 0 {
+		// Whole seconds, rounded up (Rust's div_ceil, without overflow).
+		seconds := first / 1000
+		if first%1000 != 0 {
+			seconds++
+		}
+		why = append(why, reason.PreemptionMinimumRuntime(young, seconds))
+	}
+	if len(why) == 0 {
 		return "", false
 	}
-	return reason.PreemptionBlocked(protected), true
+	return strings.Join(why, "; "), true
 }
 
 // OverTenantLimit is a wait for w when its tenant (snapshot.Tenants) could

@@ -142,6 +142,71 @@ func TestAPodWhoseVictimsABudgetProtectsWaitsSayingSo(t *testing.T) {
 	}
 }
 
+func TestAPodWhoseVictimsAreWithinTheirMinimumRuntimeWaitsSayingSo(t *testing.T) {
+	blocked := func(s *Snapshot) string {
+		c := NewCluster(s)
+		why, ok := c.PreemptionBlocked(c.Want(0))
+		if !ok {
+			return "(none)"
+		}
+		return why
+	}
+	// As the Rust SDK's test: 6 pods protected for 1 ms, one of them 1500 ms.
+	s := full()
+	for i := range s.Running[:6] {
+		s.Running[i].ProtectedMs = 1
+	}
+	s.Running[0].ProtectedMs = 1_500
+	if got, want := blocked(s), "6 pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in 1 s)"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	// Whole seconds, rounded up.
+	s = full()
+	s.Running[0].ProtectedMs = 2_001
+	s.Running[1].ProtectedMs = 4_000
+	if got, want := blocked(s), "2 pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in 3 s)"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	s.Running[0].ProtectedMs = 2_000
+	if got, want := blocked(s), "2 pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in 2 s)"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	s.Running[0].ProtectedMs = ^uint64(0) // no overflow rounding up
+	s.Running[1].ProtectedMs = 0
+	if got, want := blocked(s), "1 pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in 18446744073709552 s)"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	// Both: the budget first, then the minimum runtime; a pod a budget
+	// protects is counted there only, and pods of equal priority not at all.
+	s = st.Snapshot([]Node{st.Node("n", 8, h100, 81920)}, []Request{st.Request("ml/urgent", 4, Exclusive, 0)})
+	s.Pending[0].Priority = 1000
+	st.RunningOnEachGpu(s, 0, "batch/p", 100)
+	for i := range s.Running[:3] {
+		s.Running[i].Evictable = false
+	}
+	s.Running[2].ProtectedMs = 500
+	s.Running[3].ProtectedMs = 61_001
+	s.Running[4].ProtectedMs = 120_000
+	s.Running[5].ProtectedMs = 1
+	s.Running[5].Priority = 1000
+	both := "3 pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now; " +
+		"2 pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in 62 s)"
+	if got := blocked(s); got != both {
+		t.Fatalf("got %q, want %q", got, both)
+	}
+	if d := PlaceEach(s, Tightest); d[0].Tag() != Decision_Wait || d[0].Wait().Reason != "no eligible node has 4 GPU(s) free right now; "+both {
+		t.Fatalf("got %s", st.Describe(s, d[0]))
+	}
+	s.Pending[0].Preemption = PreemptNever
+	if got := blocked(s); got != "(none)" {
+		t.Fatalf("a pod that never preempts is not blocked: %q", got)
+	}
+	// None protected, none young: no reason.
+	if got := blocked(full()); got != "(none)" {
+		t.Fatalf("nothing blocks: %q", got)
+	}
+}
+
 func TestPreemptWhereTakesItsOwnRule(t *testing.T) {
 	s := full()
 	s.Pending[0].Priority = 0 // below the running pods

@@ -1049,20 +1049,36 @@ export class Cluster {
 
   /**
    * Why `want` could not preempt although pods of lower priority run where
-   * it may go: how many a PodDisruptionBudget protects now (`reason.preemptionBlocked`).
-   * `null` when none is.
+   * it may go: how many a PodDisruptionBudget protects now
+   * (`reason.preemptionBlocked`), and how many are within their minimum
+   * runtime, with when the first is past it (`reason.preemptionMinimumRuntime`),
+   * joined by "; ". `null` when none is.
    */
   preemptionBlocked(want) {
     const request = want.request;
     if (request.preemption === 'never') return null;
     let protectedPods = 0;
+    let young = 0;
+    let firstMs = null;
     for (const node of this.eligible(want)) {
       for (const r of this.runningOn[node]) {
         const pod = this.snapshot.running[r];
-        if (pod.priority < request.priority && !pod.evictable) protectedPods++;
+        if (!(pod.priority < request.priority)) continue;
+        if (!pod.evictable) {
+          protectedPods++;
+          continue;
+        }
+        const ms = BigInt(pod.protectedMs);
+        if (ms > 0n) {
+          young++;
+          if (firstMs === null || ms < firstMs) firstMs = ms;
+        }
       }
     }
-    return protectedPods > 0 ? reason.preemptionBlocked(protectedPods) : null;
+    const why = [];
+    if (protectedPods > 0) why.push(reason.preemptionBlocked(protectedPods));
+    if (young > 0) why.push(reason.preemptionMinimumRuntime(young, (firstMs + 999n) / 1000n));
+    return why.length > 0 ? why.join('; ') : null;
   }
 
   /** The running pods on `node` that may be evicted, in eviction order. */
@@ -1420,9 +1436,9 @@ export const PLACEMENT_DEFAULTS = Object.freeze({ preferNvlink: true, preemption
  * (`overTenantLimit`). A request that fits nowhere now preempts
  * lower-priority pods when `preemption` allows it (`Cluster.preempt`); the
  * others that fit nowhere get `wait` or `reject` with the reason (a wait also
- * says how many would-be victims a PodDisruptionBudget protects,
- * `preemptionBlocked`). DRA pods get no decision (they wait). An invalid
- * config.json fails the round.
+ * says how many would-be victims a PodDisruptionBudget protects, and how many
+ * are within their minimum runtime, `preemptionBlocked`). DRA pods get no
+ * decision (they wait). An invalid config.json fails the round.
  */
 export function placeEach(snapshot, fit) {
   let params;

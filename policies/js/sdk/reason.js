@@ -88,3 +88,12 @@ export function overTenantLimit(tenant, held, limit, more) {
 export function preemptionBlocked(protectedPods) {
   return `${protectedPods} pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now`;
 }
+
+/**
+ * Pods of lower priority a pod could preempt are within their minimum runtime;
+ * the first is past it in `seconds` (appended to a `wait` reason, after
+ * `preemptionBlocked` when both apply).
+ */
+export function preemptionMinimumRuntime(young, seconds) {
+  return `${young} pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in ${seconds} s)`;
+}

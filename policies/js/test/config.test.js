@@ -165,4 +165,9 @@ test('the reason texts are the Rust ones', async () => {
   );
   assert.equal(reason.gangNever('ml/job', 'ml/w1', 'why'), 'gang ml/job can never be placed: member ml/w1 fits nowhere (why)');
   assert.equal(reason.gangPlacedWithout('ml/job', 2, 2), 'gang ml/job is placed without this member (2 of 2 needed fit); it waits for room');
+  assert.equal(reason.preemptionBlocked(2), '2 pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now');
+  assert.equal(
+    reason.preemptionMinimumRuntime(3, 2n),
+    '3 pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in 2 s)',
+  );
 });

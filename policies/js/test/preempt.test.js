@@ -136,6 +136,55 @@ test('a wait says how many would-be victims a PodDisruptionBudget protects', () 
   assert.equal(placeEach(snap, Fit.Tightest)[0].val.reason, 'no eligible node has 4 GPU(s) free right now');
 });
 
+test('a wait says how many would-be victims are within their minimum runtime, and when the first is past it', () => {
+  // As the Rust SDK's test: 6 pods protected for 1 ms, one of them 1500 ms.
+  let snap = full();
+  for (const r of snap.running.slice(0, 6)) r.protectedMs = 1n;
+  snap.running[0].protectedMs = 1500n;
+  let cluster = new Cluster(snap);
+  assert.equal(
+    cluster.preemptionBlocked(cluster.want(0)),
+    '6 pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in 1 s)',
+  );
+  // Whole seconds, rounded up; a plain number works as well as a BigInt.
+  snap = full();
+  snap.running[0].protectedMs = 2001n;
+  snap.running[1].protectedMs = 4000;
+  cluster = new Cluster(snap);
+  assert.equal(
+    cluster.preemptionBlocked(cluster.want(0)),
+    '2 pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in 3 s)',
+  );
+  snap.running[0].protectedMs = 2000n;
+  assert.equal(
+    new Cluster(snap).preemptionBlocked(new Cluster(snap).want(0)),
+    '2 pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in 2 s)',
+  );
+  // Both: the budget first, then the minimum runtime; a pod a budget
+  // protects is counted there only, and pods of equal priority not at all.
+  snap = full();
+  snap.nodes.pop();
+  snap.eligibleSets[0] = new BigUint64Array([1n]);
+  for (const r of snap.running.slice(0, 3)) r.evictable = false;
+  snap.running[2].protectedMs = 500n;
+  snap.running[3].protectedMs = 61_001n;
+  snap.running[4].protectedMs = 120_000n;
+  snap.running[5].protectedMs = 1n;
+  snap.running[5].priority = 1000;
+  const both =
+    '3 pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now; ' +
+    '2 pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in 62 s)';
+  cluster = new Cluster(snap);
+  assert.equal(cluster.preemptionBlocked(cluster.want(0)), both);
+  assert.deepEqual(placeEach(snap, Fit.Tightest), [
+    { tag: 'wait', val: { pod: 0, reason: `no eligible node has 4 GPU(s) free right now; ${both}` } },
+  ]);
+  snap.pending[0].preemption = 'never';
+  assert.equal(new Cluster(snap).preemptionBlocked(new Cluster(snap).want(0)), null);
+  // None protected, none young: no reason.
+  assert.equal(new Cluster(full()).preemptionBlocked(new Cluster(full()).want(0)), null);
+});
+
 test('a pod whose tenant is at its limit waits saying so', () => {
   const snap = snapshot(
     [node('n', 8, 'NVIDIA H100', 81920)],

@@ -115,6 +115,51 @@ class Preemption(unittest.TestCase):
         snap.pending[0].preemption = t.PreemptionPolicy.NEVER
         self.assertEqual(place_each(snap, Fit.TIGHTEST)[0].value.reason, "no eligible node has 4 GPU(s) free right now")
 
+    def test_pods_within_their_minimum_runtime_blocking_preemption_are_named(self):
+        # As the Rust SDK's test: 6 pods protected for 1 ms, one of them 1500 ms.
+        snap = full()
+        for r in snap.running[:6]:
+            r.protected_ms = 1
+        snap.running[0].protected_ms = 1_500
+        cluster = Cluster(snap)
+        self.assertEqual(cluster.preemption_blocked(cluster.want(0)),
+                         "6 pod(s) of lower priority it could preempt are within their minimum runtime "
+                         "(the first is past it in 1 s)")
+        # Whole seconds, rounded up.
+        snap = full()
+        snap.running[0].protected_ms = 2_001
+        snap.running[1].protected_ms = 4_000
+        cluster = Cluster(snap)
+        self.assertEqual(cluster.preemption_blocked(cluster.want(0)),
+                         "2 pod(s) of lower priority it could preempt are within their minimum runtime "
+                         "(the first is past it in 3 s)")
+        snap.running[0].protected_ms = 2_000
+        self.assertEqual(Cluster(snap).preemption_blocked(Cluster(snap).want(0)),
+                         "2 pod(s) of lower priority it could preempt are within their minimum runtime "
+                         "(the first is past it in 2 s)")
+        # Both: the budget first, then the minimum runtime; a pod a budget
+        # protects is counted there only, and pods of equal priority not at all.
+        snap = full()
+        snap.nodes[1].gpus = []
+        for r in snap.running[:3]:
+            r.evictable = False
+        snap.running[2].protected_ms = 500
+        snap.running[3].protected_ms = 61_001
+        snap.running[4].protected_ms = 120_000
+        snap.running[5].protected_ms = 1
+        snap.running[5].priority = 1000
+        both = ("3 pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now; "
+                "2 pod(s) of lower priority it could preempt are within their minimum runtime "
+                "(the first is past it in 62 s)")
+        cluster = Cluster(snap)
+        self.assertEqual(cluster.preemption_blocked(cluster.want(0)), both)
+        self.assertEqual(place_each(snap, Fit.TIGHTEST),
+                         [t.Decision_Wait(t.Deferral(0, f"no eligible node has 4 GPU(s) free right now; {both}"))])
+        snap.pending[0].preemption = t.PreemptionPolicy.NEVER
+        self.assertIsNone(Cluster(snap).preemption_blocked(Cluster(snap).want(0)))
+        # None protected, none young: no reason.
+        self.assertIsNone(Cluster(full()).preemption_blocked(Cluster(full()).want(0)))
+
     def test_preempt_where_takes_another_rule(self):
         # Reclaim: evict the batch namespace whatever its priority.
         snap = full()

@@ -1504,22 +1504,33 @@ class Cluster:
     def preemption_blocked(self, want: Want) -> Optional[str]:
         """Why `want` could not preempt although pods of lower priority run
         where it may go: how many a PodDisruptionBudget protects now (not
-        `evictable`). None when none is."""
+        `evictable`), and how many are within their minimum runtime
+        (`protected_ms` above 0), with when the first is past it, joined by
+        "; ". None when none is."""
         request = want.request
         if request.preemption == t.PreemptionPolicy.NEVER:
             return None
         eligible = self.eligible_mask(want)
         running = self.snapshot.running
         protected = 0
+        young: List[int] = []
         for node in self.running_nodes:
             if eligible[node]:
                 for r in self.running_on[node]:
                     pod = running[r]
-                    if pod.priority < request.priority and not pod.evictable:
+                    if pod.priority >= request.priority:
+                        continue
+                    if not pod.evictable:
                         protected += 1
-        if not protected:
-            return None
-        return f"{protected} pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now"
+                    elif pod.protected_ms > 0:
+                        young.append(pod.protected_ms)
+        why = []
+        if protected:
+            why.append(f"{protected} pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now")
+        if young:
+            why.append(f"{len(young)} pod(s) of lower priority it could preempt are within their minimum runtime "
+                       f"(the first is past it in {-(-min(young) // 1000)} s)")
+        return "; ".join(why) if why else None
 
     def _candidates(self, node: int, may_evict: Callable[[t.Running], bool]) -> List[int]:
         """The running pods `want` may evict on `node`, in eviction order."""
@@ -1604,7 +1615,8 @@ def place_each(snapshot: t.Snapshot, fit: str) -> List[t.Decision]:
     (`over_tenant_limit`). A request that fits nowhere now preempts
     lower-priority pods when the config allows it (`Cluster.preempt`); the
     others that fit nowhere get `wait` or `reject` with the reason (a wait
-    says how many pods a PodDisruptionBudget protects, `preemption_blocked`).
+    says how many pods a PodDisruptionBudget protects, and how many are
+    within their minimum runtime, `preemption_blocked`).
     DRA requests (ask `claims`) get no decision: they wait. An invalid
     config.json fails the round. Decides byte for byte what the Rust SDK's
     `place_each` decides."""

@@ -136,8 +136,8 @@ fn a_gang_across_two_policies_shows_each_its_own_members_and_counts_every_bound_
             .holds("n", &["GPU-n-0"], Sharing::Exclusive, 0)
             .build(),
     );
-    let binpack = index.snapshot("binpack", 1).snapshot;
-    let spread = index.snapshot("spread", 1).snapshot;
+    let binpack = index.snapshot("binpack", 1, 0).snapshot;
+    let spread = index.snapshot("spread", 1, 0).snapshot;
     let pods = |s: &wasmgpu_contract::types::Snapshot| -> Vec<String> {
         s.pending.iter().map(|r| r.pod.clone()).collect()
     };

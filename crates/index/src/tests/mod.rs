@@ -1,6 +1,7 @@
 //! Index tests: small chainable builders for the objects watches deliver,
 //! then `apply_*` and assertions on what comes out.
 
+mod dra;
 mod eligibility;
 mod gangs;
 mod holdings;
@@ -518,13 +519,13 @@ pub(super) fn eligible_names(snapshot: &Snapshot, pod: &str) -> Vec<String> {
 
 /// The snapshot of the default policy.
 pub(super) fn default_snapshot(index: &Index) -> Snapshot {
-    index.snapshot(DEFAULT_POLICY, 1).snapshot
+    index.snapshot(DEFAULT_POLICY, 1, 0).snapshot
 }
 
 /// The snapshot of the default policy with what the host keeps (labels,
 /// UUIDs).
 pub(super) fn default_host(index: &Index) -> wasmgpu_contract::HostSnapshot {
-    index.snapshot(DEFAULT_POLICY, 1)
+    index.snapshot(DEFAULT_POLICY, 1, 0)
 }
 
 /// The GPU whose UUID is `uuid` in a host snapshot.

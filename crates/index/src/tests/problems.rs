@@ -167,7 +167,7 @@ fn objects_without_names_and_other_schedulers_pods_are_skipped() {
     index.apply_gpuresource(&unnamed);
     index.apply_pod(&pod("ml", "other").scheduler("default-scheduler").build());
     assert!(index.problems().is_empty());
-    assert!(index.snapshots(1).is_empty());
+    assert!(index.snapshots(1, 0).is_empty());
 }
 
 #[test]

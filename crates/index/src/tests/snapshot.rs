@@ -20,7 +20,7 @@ fn a_request_carries_the_pod_and_its_resource() {
             .created_ms(42_000)
             .build(),
     );
-    let snapshot = index.snapshot(DEFAULT_POLICY, 9).snapshot;
+    let snapshot = index.snapshot(DEFAULT_POLICY, 9, 0).snapshot;
     assert_eq!(snapshot.round, 9);
     assert_eq!(snapshot.config, "");
     let request = &snapshot.pending[0];
@@ -87,7 +87,7 @@ fn one_snapshot_per_policy_with_the_same_nodes() {
     index.apply_pod(&pod("ml", "b").resource("topo").build());
     index.apply_pod(&pod("ml", "c").resource("topo").build());
 
-    let snapshots = index.snapshots(3);
+    let snapshots = index.snapshots(3, 0);
     let policies: Vec<_> = snapshots.keys().map(String::as_str).collect();
     assert_eq!(policies, [DEFAULT_POLICY, "topology"]);
     let pods = |policy: &str| -> Vec<String> {
@@ -102,7 +102,7 @@ fn one_snapshot_per_policy_with_the_same_nodes() {
     assert_eq!(pods("topology"), ["ml/b", "ml/c"]);
     assert_eq!(snapshots[DEFAULT_POLICY].nodes, snapshots["topology"].nodes);
     assert!(snapshots.values().all(|s| s.snapshot.round == 3));
-    assert!(index.snapshot("spread", 3).snapshot.pending.is_empty());
+    assert!(index.snapshot("spread", 3, 0).snapshot.pending.is_empty());
 }
 
 #[test]

@@ -11,6 +11,7 @@ fn tenant(name: &str, namespaces: &[&str], quota: u32, limit: Option<u32>) -> GP
             quota,
             limit,
             weight: 2,
+            min_runtime_seconds: None,
         },
     )
 }
@@ -111,4 +112,26 @@ fn no_tenants_no_table() {
     let snapshot = default_snapshot(&index);
     assert!(snapshot.tenants.is_empty());
     assert!(snapshot.pending.iter().all(|r| r.tenant.is_none()));
+}
+
+#[test]
+fn a_running_pod_is_protected_for_its_minimum_runtime() {
+    let mut index = two_tenants();
+    // a-1/running started at 1 s (its creation; no startTime).
+    let protected = |index: &Index, now_ms: u64| {
+        index.snapshot(DEFAULT_POLICY, 1, now_ms).snapshot.running[0].protected_ms
+    };
+    assert_eq!(protected(&index, 2_000), 0, "no minimum by default");
+
+    index.set_min_runtime(std::time::Duration::from_secs(10));
+    assert_eq!(protected(&index, 2_000), 9_000, "the controller's minimum");
+    assert_eq!(protected(&index, 11_000), 0, "past it");
+
+    let mut longer = tenant("team-a", &["a-*"], 2, Some(3));
+    longer.spec.min_runtime_seconds = Some(60);
+    index.apply_gputenant(&longer);
+    assert_eq!(protected(&index, 11_000), 50_000, "the tenant's own");
+    longer.spec.min_runtime_seconds = Some(0);
+    index.apply_gputenant(&longer);
+    assert_eq!(protected(&index, 2_000), 0, "a tenant may ask for none");
 }

@@ -118,6 +118,14 @@ func PreemptionBlocked(protected int) string {
 	return fmt.Sprintf("%d pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now", protected)
 }
 
+// PreemptionMinimumRuntime: young pods of lower priority the pod could
+// preempt are within their minimum runtime, and the first is past it in
+// seconds (appended to a wait reason, after PreemptionBlocked when both
+// apply).
+func PreemptionMinimumRuntime(young int, seconds uint64) string {
+	return fmt.Sprintf("%d pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in %d s)", young, seconds)
+}
+
 // Quote writes s in double quotes the way Rust's `{:?}` writes a string (the
 // Rust SDK quotes MIG profiles so): `\"`, `\\`, `\t`, `\r`, `\n`, `\0`
 // escaped; control, unprintable and combining (Grapheme_Extend) characters

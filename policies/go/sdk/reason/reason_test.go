@@ -27,6 +27,7 @@ func TestTheRustSdksWords(t *testing.T) {
 		{GangPlacedWithout("ns/g", 2, 2), "gang ns/g is placed without this member (2 of 2 needed fit); it waits for room"},
 		{TenantLimit("ml", 3, 3, 1), "tenant ml holds 3 of its limit 3 GPUs (GPUTenant ml: spec.limit); this pod needs 1 more"},
 		{PreemptionBlocked(2), "2 pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now"},
+		{PreemptionMinimumRuntime(3, 2), "3 pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in 2 s)"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)

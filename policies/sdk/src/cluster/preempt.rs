@@ -84,27 +84,41 @@ impl<'s> Cluster<'s> {
     }
 
     /// Why `want` could not preempt although pods of lower priority run
-    /// where it may go: how many a PodDisruptionBudget protects now. `None`
-    /// when none is.
+    /// where it may go: how many a PodDisruptionBudget protects now, and
+    /// how many are within their minimum runtime (with when the first is
+    /// past it). `None` when none is.
     pub fn preemption_blocked(&self, want: &Want<'s>) -> Option<String> {
         let request = want.request;
         if request.preemption == PreemptionPolicy::Never {
             return None;
         }
-        let protected = self
+        let lower: Vec<&Running> = self
             .eligible(request)
             .filter_map(|node| self.running_on.get(node as usize))
             .flatten()
-            .filter(|&&r| {
-                let pod = &self.snapshot.running[r as usize];
-                pod.priority < request.priority && !pod.evictable
-            })
-            .count();
-        (protected > 0).then(|| {
-            format!(
-                "{protected} pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now"
-            )
-        })
+            .map(|&r| &self.snapshot.running[r as usize])
+            .filter(|pod| pod.priority < request.priority)
+            .collect();
+        let unevictable = lower.iter().filter(|pod| !pod.evictable).count();
+        let young: Vec<u64> = lower
+            .iter()
+            .filter(|pod| pod.evictable && pod.protected_ms > 0)
+            .map(|pod| pod.protected_ms)
+            .collect();
+        let mut why = Vec::new();
+        if unevictable > 0 {
+            why.push(format!(
+                "{unevictable} pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now"
+            ));
+        }
+        if let Some(first) = young.iter().min() {
+            why.push(format!(
+                "{} pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in {} s)",
+                young.len(),
+                first.div_ceil(1000)
+            ));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
     }
 
     /// The running pods `want` may evict on `node`, in eviction order.
@@ -279,6 +293,16 @@ mod tests {
             r.protected_ms = 1;
         }
         assert_eq!(decide(&snap), None, "only 2 GPUs could be freed");
+        snap.running[0].protected_ms = 1_500;
+        let cluster = Cluster::new(&snap);
+        assert_eq!(
+            cluster
+                .preemption_blocked(&cluster.want(&snap.pending[0]))
+                .as_deref(),
+            Some(
+                "6 pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in 1 s)"
+            )
+        );
         for r in &mut snap.running[..2] {
             r.protected_ms = 0;
             r.evictable = true;

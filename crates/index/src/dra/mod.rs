@@ -1,0 +1,328 @@
+//! The second inventory source: GPUs a DRA driver publishes as
+//! `ResourceSlice`s, and the devices `ResourceClaim` allocations hold.
+//!
+//! ```text
+//!  ResourceSlice ─▶ name_to_slice ─▶ pools (pool rules) ─▶ GPUs by node
+//!                                     │  newest generation, complete,
+//!                                     │  device names unique
+//!                                     ▼
+//!                   node(name): the node's GPUs as GpuInfo (MIG instances
+//!                   under their parent), each with its DeviceId
+//!  ResourceClaim ─▶ key_to_claim ─▶ allocated devices (adminAccess not
+//!                                   counted) ─▶ held, whoever allocated them
+//! ```
+//!
+//! The index merges a node's GPUs from here with its GPUNode's: the same
+//! UUID is one GPU (published by both), so a node never over-admits when
+//! both paths exist.
+
+mod device;
+mod pools;
+pub(crate) mod quantity;
+
+#[cfg(test)]
+pub(crate) mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice, ResourceSliceSpec};
+use wasmgpu_api::{GpuInfo, MigInstanceInfo};
+
+use crate::ObjectKey;
+pub(crate) use device::DraGpu;
+pub use pools::PoolProblem;
+pub(crate) use pools::{DeviceId, PoolKey};
+
+/// What the index keeps of ResourceSlices and ResourceClaims.
+#[derive(Debug, Default)]
+pub(crate) struct DraInventory {
+    /// Slice name → its pool and spec.
+    name_to_slice: BTreeMap<String, (PoolKey, ResourceSliceSpec)>,
+    /// Pool → its GPUs by node, or why it is unusable.
+    pool_to_view: BTreeMap<PoolKey, Result<Vec<(String, DraGpu)>, PoolProblem>>,
+    /// Node → the pools with GPUs on it.
+    node_to_pools: BTreeMap<String, BTreeSet<PoolKey>>,
+    /// Device → its node and UUID.
+    device_to_gpu: HashMap<DeviceId, (String, String)>,
+    /// Claim → the devices its allocation holds.
+    key_to_claim: BTreeMap<ObjectKey, Vec<DeviceId>>,
+}
+
+/// A node's GPUs from DRA, as the GPUNode path lists them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct DraNode {
+    /// Whole GPUs sorted by index, MIG instances under their parent.
+    pub gpus: Vec<GpuInfo>,
+    /// UUID → the device (whole GPU or MIG instance).
+    pub uuid_to_device: HashMap<String, DeviceId>,
+    /// Parents of published MIG instances that are not published
+    /// themselves (static MIG): never allocatable whole.
+    pub unpublished: HashSet<String>,
+}
+
+impl DraInventory {
+    /// Records a ResourceSlice; returns the nodes whose GPUs may have changed.
+    pub fn apply_slice(&mut self, slice: &ResourceSlice) -> BTreeSet<String> {
+        let Some(name) = slice.metadata.name.clone() else {
+            return BTreeSet::new();
+        };
+        let key = PoolKey {
+            driver: slice.spec.driver.clone(),
+            pool: slice.spec.pool.name.clone(),
+        };
+        let old = self
+            .name_to_slice
+            .insert(name, (key.clone(), slice.spec.clone()));
+        let mut touched = self.recompute(&key);
+        if let Some((old_key, _)) = old
+            && old_key != key
+        {
+            touched.extend(self.recompute(&old_key));
+        }
+        touched
+    }
+
+    /// Forgets a ResourceSlice; returns the nodes whose GPUs may have changed.
+    pub fn delete_slice(&mut self, name: &str) -> BTreeSet<String> {
+        match self.name_to_slice.remove(name) {
+            Some((key, _)) => self.recompute(&key),
+            None => BTreeSet::new(),
+        }
+    }
+
+    /// Replaces every ResourceSlice (after a relist); returns the nodes
+    /// whose GPUs may have changed.
+    pub fn reset_slices(&mut self, slices: &[ResourceSlice]) -> BTreeSet<String> {
+        let mut touched: BTreeSet<String> = self.node_to_pools.keys().cloned().collect();
+        self.name_to_slice.clear();
+        self.pool_to_view.clear();
+        self.node_to_pools.clear();
+        self.device_to_gpu.clear();
+        for slice in slices {
+            if let Some(name) = &slice.metadata.name {
+                let key = PoolKey {
+                    driver: slice.spec.driver.clone(),
+                    pool: slice.spec.pool.name.clone(),
+                };
+                self.name_to_slice
+                    .insert(name.clone(), (key, slice.spec.clone()));
+            }
+        }
+        let keys: BTreeSet<PoolKey> = self
+            .name_to_slice
+            .values()
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            touched.extend(self.recompute(&key));
+        }
+        touched
+    }
+
+    /// Reads one pool again from its slices.
+    fn recompute(&mut self, key: &PoolKey) -> BTreeSet<String> {
+        let mut touched = BTreeSet::new();
+        if let Some(Ok(old)) = self.pool_to_view.remove(key) {
+            for (node, gpu) in old {
+                self.device_to_gpu.remove(&gpu.id);
+                if let Some(pools) = self.node_to_pools.get_mut(&node) {
+                    pools.remove(key);
+                    if pools.is_empty() {
+                        self.node_to_pools.remove(&node);
+                    }
+                }
+                touched.insert(node);
+            }
+        }
+        let slices: Vec<&ResourceSliceSpec> = self
+            .name_to_slice
+            .values()
+            .filter(|(k, _)| k == key)
+            .map(|(_, spec)| spec)
+            .collect();
+        if slices.is_empty() {
+            return touched;
+        }
+        let view = pools::pool_of(slices).map(|pool| {
+            let (gpus, skipped) = device::gpus_of(key, &pool);
+            for skip in skipped {
+                tracing::debug!(%key, ?skip, "Not a GPU");
+            }
+            gpus
+        });
+        match &view {
+            Ok(gpus) => {
+                for (node, gpu) in gpus {
+                    self.node_to_pools
+                        .entry(node.clone())
+                        .or_default()
+                        .insert(key.clone());
+                    self.device_to_gpu
+                        .insert(gpu.id.clone(), (node.clone(), gpu.uuid.clone()));
+                    touched.insert(node.clone());
+                }
+            }
+            Err(problem) => tracing::info!(%key, %problem, "ResourceSlice pool not used"),
+        }
+        self.pool_to_view.insert(key.clone(), view);
+        touched
+    }
+
+    /// The pools that are not used, and why.
+    pub fn problems(&self) -> Vec<(&PoolKey, &PoolProblem)> {
+        self.pool_to_view
+            .iter()
+            .filter_map(|(key, view)| view.as_ref().err().map(|p| (key, p)))
+            .collect()
+    }
+
+    /// The GPUs DRA drivers publish on `node`; `None` when there are none.
+    pub fn node(&self, node: &str) -> Option<DraNode> {
+        let pools = self.node_to_pools.get(node)?;
+        let gpus: Vec<&DraGpu> = pools
+            .iter()
+            .filter_map(|key| self.pool_to_view.get(key)?.as_ref().ok())
+            .flatten()
+            .filter(|(n, _)| n == node)
+            .map(|(_, gpu)| gpu)
+            .collect();
+        Some(assemble(node, &gpus))
+    }
+
+    /// Where a device is: its node and UUID.
+    pub fn locate(&self, id: &DeviceId) -> Option<(&str, &str)> {
+        self.device_to_gpu
+            .get(id)
+            .map(|(node, uuid)| (node.as_str(), uuid.as_str()))
+    }
+
+    /// Records a ResourceClaim's allocation (or its absence).
+    pub fn apply_claim(&mut self, claim: &ResourceClaim) {
+        let (Some(namespace), Some(name)) = (&claim.metadata.namespace, &claim.metadata.name)
+        else {
+            return;
+        };
+        let key = ObjectKey::new(namespace, name);
+        let devices = allocated_devices(claim);
+        if devices.is_empty() {
+            self.key_to_claim.remove(&key);
+        } else {
+            self.key_to_claim.insert(key, devices);
+        }
+    }
+
+    /// Forgets a ResourceClaim: its devices are free.
+    pub fn delete_claim(&mut self, namespace: &str, name: &str) {
+        self.key_to_claim.remove(&ObjectKey::new(namespace, name));
+    }
+
+    /// Replaces every ResourceClaim (after a relist).
+    pub fn reset_claims(&mut self, claims: &[ResourceClaim]) {
+        self.key_to_claim.clear();
+        claims.iter().for_each(|c| self.apply_claim(c));
+    }
+
+    /// Every allocated device with the claim holding it.
+    pub fn allocated(&self) -> impl Iterator<Item = (&ObjectKey, &DeviceId)> {
+        self.key_to_claim
+            .iter()
+            .flat_map(|(claim, devices)| devices.iter().map(move |d| (claim, d)))
+    }
+}
+
+/// The devices a claim's allocation holds: every result but those with
+/// `adminAccess` (which monitor a device without holding it).
+fn allocated_devices(claim: &ResourceClaim) -> Vec<DeviceId> {
+    let results = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.as_ref());
+    results
+        .into_iter()
+        .flatten()
+        .filter(|r| r.admin_access != Some(true))
+        .map(|r| DeviceId {
+            driver: r.driver.clone(),
+            pool: r.pool.clone(),
+            device: r.device.clone(),
+        })
+        .collect()
+}
+
+/// A node's DRA GPUs in the GPUNode shape: whole GPUs by index (those
+/// without one numbered after the rest), each MIG instance under its
+/// parent; a parent that is not published itself is listed, and marked
+/// unpublished, so that its instances have a place.
+fn assemble(node: &str, gpus: &[&DraGpu]) -> DraNode {
+    let mut out = DraNode::default();
+    let mut uuid_to_position: HashMap<String, usize> = HashMap::new();
+    let mut wholes: Vec<&DraGpu> = gpus.iter().copied().filter(|g| g.mig.is_none()).collect();
+    wholes.sort_by_key(|g| (g.index.is_none(), g.index, g.id.device.clone()));
+    let mut used: HashSet<u32> = HashSet::new();
+    let next_index = |wanted: Option<u32>, used: &mut HashSet<u32>| {
+        if let Some(i) = wanted.filter(|i| used.insert(*i)) {
+            return i;
+        }
+        let i = (0..).find(|i| !used.contains(i)).unwrap_or(0);
+        used.insert(i);
+        i
+    };
+    for gpu in wholes {
+        if uuid_to_position.contains_key(&gpu.uuid) {
+            tracing::info!(%node, uuid = %gpu.uuid, device = %gpu.id, "Ignoring a device repeating a UUID");
+            continue;
+        }
+        uuid_to_position.insert(gpu.uuid.clone(), out.gpus.len());
+        out.uuid_to_device.insert(gpu.uuid.clone(), gpu.id.clone());
+        out.gpus.push(GpuInfo {
+            uuid: gpu.uuid.clone(),
+            index: next_index(gpu.index, &mut used),
+            model: gpu.model.clone(),
+            memory_total_mib: gpu.memory_mib,
+            pci_bus_id: gpu.pci_bus_id.clone(),
+            numa_node: gpu.numa_node,
+            healthy: true,
+            ..GpuInfo::default()
+        });
+    }
+    for gpu in gpus.iter().filter(|g| g.mig.is_some()) {
+        let mig = gpu.mig.as_ref().expect("filtered");
+        let Some(parent) = mig.parent_uuid.clone() else {
+            tracing::info!(%node, device = %gpu.id, "Ignoring a MIG device whose parent GPU is unknown (no parentUUID, no shared counter set)");
+            continue;
+        };
+        if out.uuid_to_device.contains_key(&gpu.uuid) {
+            tracing::info!(%node, uuid = %gpu.uuid, device = %gpu.id, "Ignoring a device repeating a UUID");
+            continue;
+        }
+        let position = *uuid_to_position.entry(parent.clone()).or_insert_with(|| {
+            out.unpublished.insert(parent.clone());
+            out.gpus.push(GpuInfo {
+                uuid: parent.clone(),
+                index: next_index(None, &mut used),
+                model: gpu.model.clone(),
+                numa_node: gpu.numa_node,
+                healthy: true,
+                ..GpuInfo::default()
+            });
+            out.gpus.len() - 1
+        });
+        out.uuid_to_device.insert(gpu.uuid.clone(), gpu.id.clone());
+        out.gpus[position].mig_instances.push(MigInstanceInfo {
+            uuid: gpu.uuid.clone(),
+            profile: mig.profile.clone(),
+            memory_total_mib: gpu.memory_mib,
+            ..MigInstanceInfo::default()
+        });
+    }
+    for gpu in &mut out.gpus {
+        if !gpu.mig_instances.is_empty() {
+            gpu.mig_mode = Some(wasmgpu_api::MigMode::Enabled);
+            gpu.mig_instances.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+        }
+    }
+    out.gpus.sort_by_key(|g| g.index);
+    out
+}

@@ -1,0 +1,131 @@
+//! DRA as a second inventory: a node's ResourceSlices merged with its
+//! GPUNode by UUID (one GPU, counted once), devices a ResourceClaim holds
+//! held for everyone, and GPUResource pods told the truth about DRA-only GPUs.
+
+use super::*;
+use crate::dra::tests::{allocated_claim, h100_slice, static_mig_slice};
+use wasmgpu_contract::types::Publisher;
+
+fn publishers(index: &Index, node: &str) -> Vec<Publisher> {
+    let snapshot = default_snapshot(index);
+    let node = snapshot.nodes.iter().find(|n| n.name == node).unwrap();
+    node.gpus.iter().map(|g| g.published_by).collect()
+}
+
+/// A pending pod of `ml/r` (one exclusive GPU), so that snapshots are built.
+fn waiting(index: &mut Index) {
+    index.apply_gpuresource(&gpuresource("ml", "r").build());
+    index.apply_pod(&pod("ml", "wait").resource("r").build());
+}
+
+#[test]
+fn a_gpu_both_inventories_list_is_one_gpu() {
+    let mut index = index();
+    waiting(&mut index);
+    add_gpu_node(&mut index, "node-a", 8);
+    index.apply_resourceslice(&h100_slice("node-a", 8));
+    assert_eq!(publishers(&index, "node-a"), vec![Publisher::Both; 8]);
+    let states = index.gpu_states();
+    assert_eq!(states.iter().map(|s| s.count).sum::<u32>(), 8, "{states:?}");
+
+    // The slice goes: the agent's GPUs stay.
+    index.reset_resourceslices(&[]);
+    assert_eq!(publishers(&index, "node-a"), vec![Publisher::Agent; 8]);
+}
+
+#[test]
+fn a_node_only_a_dra_driver_publishes_appears_with_its_gpus() {
+    let mut index = index();
+    waiting(&mut index);
+    index.apply_node(&node("node-d").build());
+    index.apply_resourceslice(&h100_slice("node-d", 4));
+    assert_eq!(publishers(&index, "node-d"), vec![Publisher::DraDriver; 4]);
+    let problems = index.problems();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.to_string().contains("can never be placed")),
+        "a GPUResource pod cannot take DRA-only GPUs, and is told so: {problems:?}"
+    );
+
+    // Its GPUNode appears with two of the four: those two are both.
+    index.apply_gpunode(&gpunode("node-d").with_gpus(2).build());
+    assert_eq!(
+        publishers(&index, "node-d"),
+        [
+            Publisher::Both,
+            Publisher::Both,
+            Publisher::DraDriver,
+            Publisher::DraDriver
+        ]
+    );
+    assert!(index.problems().is_empty(), "{:?}", index.problems());
+}
+
+#[test]
+fn devices_a_claim_holds_are_held_even_for_gpuresource_pods() {
+    let mut index = index();
+    waiting(&mut index);
+    add_gpu_node(&mut index, "node-a", 2);
+    index.apply_resourceslice(&h100_slice("node-a", 2));
+    index.apply_resourceclaim(&allocated_claim(
+        "other",
+        "c",
+        "node-a",
+        &[("gpu-1", false)],
+    ));
+    let host = default_host(&index);
+    assert!(!gpu_by_uuid(&host, "GPU-node-a-0").held);
+    assert!(
+        gpu_by_uuid(&host, "GPU-node-a-1").held,
+        "kube-scheduler's claim holds it"
+    );
+    assert_eq!(holder(&index, "GPU-node-a-1").as_deref(), Some("other/c"));
+
+    index.delete_resourceclaim("other", "c");
+    assert!(!gpu_by_uuid(&default_host(&index), "GPU-node-a-1").held);
+
+    // adminAccess watches a device without holding it.
+    index.apply_resourceclaim(&allocated_claim("other", "m", "node-a", &[("gpu-1", true)]));
+    assert!(!gpu_by_uuid(&default_host(&index), "GPU-node-a-1").held);
+}
+
+#[test]
+fn a_static_mig_parent_the_driver_does_not_publish_is_never_free() {
+    let mut index = index();
+    waiting(&mut index);
+    index.apply_node(&node("node-s").build());
+    index.apply_resourceslice(&static_mig_slice("node-s"));
+    let host = default_host(&index);
+    let parent = gpu_by_uuid(&host, "GPU-node-s-0");
+    assert!(parent.held, "listed only as the instances' parent");
+    let instance = gpu_by_uuid(&host, "MIG-node-s-0");
+    assert!(!instance.held);
+    assert_eq!(instance.mig.as_ref().map(|m| m.parent), Some(0));
+    assert_eq!(instance.published_by, Publisher::DraDriver);
+    assert_eq!(index.gpu_states().iter().map(|s| s.count).sum::<u32>(), 0);
+}
+
+#[test]
+fn a_broken_pool_is_reported_and_its_gpus_are_gone() {
+    let mut index = index();
+    waiting(&mut index);
+    index.apply_node(&node("node-d").build());
+    let mut slice = h100_slice("node-d", 2);
+    slice.spec.pool.resource_slice_count = 3;
+    index.apply_resourceslice(&slice);
+    let problems = index.resourceslice_problems();
+    assert_eq!(problems.len(), 1);
+    assert!(
+        problems[0]
+            .0
+            .contains("\"node-d\" of driver gpu.nvidia.com")
+    );
+    assert!(
+        problems[0]
+            .1
+            .to_string()
+            .contains("1 of its resourceSliceCount 3")
+    );
+    assert!(default_snapshot(&index).nodes.is_empty());
+}
