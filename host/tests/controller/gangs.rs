@@ -303,3 +303,69 @@ async fn a_controller_killed_while_binding_a_gang_finishes_it_after_a_restart() 
     remove_nodes(&ctx, &nodes).await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_gang_preempted_goes_whole_and_its_gpus_serve_the_preemptor() -> Result<()> {
+    use super::preemption::{finish_evicted, pod_of_class, priority_class};
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    use kube::api::DeleteParams;
+
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("gang-victim").await?;
+    install_crds(&ctx).await?;
+    install_podgroup_crd(&ctx).await?;
+    let node = format!("{}-n0", ctx.namespace);
+    gpu_node(&ctx, &node, 8).await?;
+    gpuresource(&ctx, "two", 2, Sharing::Exclusive, 0, None).await?;
+    gpuresource(&ctx, "four", 4, Sharing::Exclusive, 0, None).await?;
+    let low = priority_class(&ctx, "low", 100, false).await?;
+    let high = priority_class(&ctx, "high", 1000, false).await?;
+    podgroup(&ctx, "train", 4, None).await?;
+    let controller = Controller::start(&ctx).await?;
+    let pods = ctx.api::<Pod>();
+
+    // A gang of 4 members of priority 100, 2 GPUs each, holds the node.
+    let mut gang = Vec::new();
+    for i in 0..4 {
+        let name = format!("train-{i}");
+        let mut pod = pod(&ctx, &name, "two");
+        pod.metadata.labels = Some(BTreeMap::from([(
+            POD_GROUP_LABEL.to_string(),
+            "train".to_string(),
+        )]));
+        pod.spec.as_mut().expect("a spec").priority_class_name = Some(low.clone());
+        pods.create(&PostParams::default(), &pod).await?;
+        gang.push(name);
+    }
+    all_bound(&pods, &gang).await?;
+
+    // A pod of priority 1000 needs 4 GPUs, 2 members' worth: the whole gang
+    // goes, and it gets GPUs only the gang held.
+    pod_of_class(&ctx, "urgent", "four", &high).await?;
+    let mut gone = Vec::new();
+    let deadline = Instant::now() + ACT;
+    let urgent = loop {
+        gone.extend(finish_evicted(&pods).await?);
+        let pod = pods.get("urgent").await?;
+        if node_of(&pod).is_some() {
+            break pod;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "urgent not bound; evicted {gone:?}\n{}",
+            controller.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    gone.sort();
+    ensure!(gone == gang, "the whole gang goes, nothing else: {gone:?}");
+    ensure!(devices(&urgent).len() == 4);
+    drop(controller);
+    remove_nodes(&ctx, &[node]).await?;
+    for class in [low, high] {
+        Api::<PriorityClass>::all(ctx.client.clone())
+            .delete(&class, &DeleteParams::default())
+            .await?;
+    }
+    Ok(())
+}

@@ -23,7 +23,12 @@ use super::{devices, node_of, wait_bound};
 use crate::support::*;
 
 /// Creates PriorityClass `{namespace}-{name}` of `value`.
-async fn priority_class(ctx: &TestContext, name: &str, value: i32, never: bool) -> Result<String> {
+pub(super) async fn priority_class(
+    ctx: &TestContext,
+    name: &str,
+    value: i32,
+    never: bool,
+) -> Result<String> {
     let name = format!("{}-{name}", ctx.namespace);
     let class = PriorityClass {
         metadata: ObjectMeta {
@@ -42,7 +47,12 @@ async fn priority_class(ctx: &TestContext, name: &str, value: i32, never: bool) 
 
 /// Creates pod `name` of GPUResource `resource` and PriorityClass `class`,
 /// labelled `tier: {class}`.
-async fn pod_of_class(ctx: &TestContext, name: &str, resource: &str, class: &str) -> Result<Pod> {
+pub(super) async fn pod_of_class(
+    ctx: &TestContext,
+    name: &str,
+    resource: &str,
+    class: &str,
+) -> Result<Pod> {
     let mut pod = pod(ctx, name, resource);
     pod.spec.as_mut().expect("a spec").priority_class_name = Some(class.to_owned());
     pod.metadata.labels = Some([("tier".to_owned(), class.to_owned())].into());

@@ -13,14 +13,18 @@ import (
 // those pods (the host refuses a needless victim).
 //
 //	eligible node ── running pods there: lower priority, evictable, past
-//	     │           their minimum runtime, in no gang, not yet a victim
-//	     │           (lowest priority first, then youngest)
+//	     │           their minimum runtime, not yet a victim; a gang
+//	     │           member only if every running member of its gang is
+//	     │           (lowest priority first, pods in no gang first, then
+//	     │           youngest)
 //	     ▼
-//	release them one by one on a copy of the node until the pod fits
+//	release them one by one on a copy of the node until the pod fits (a
+//	gang's members on the node together)
 //	     ▼
 //	victims = those holding a GPU the pod is given (or its MIG parent or
-//	instance); best node: fewest victims, then lowest priorities, then
-//	lowest position
+//	instance), each gang among them with all its running members, on any
+//	node; best node: fewest victims, then lowest priorities, then lowest
+//	position
 //
 // Exclusive and MIG requests preempt; shared requests (which take part of a
 // GPU) and gang members do not, nor pods whose preemptionPolicy is Never.
@@ -39,7 +43,8 @@ func (c *Cluster) Preempt(w *Want, fit Fit, nvlink Nvlink) (Decision, bool) {
 
 // PreemptWhere is Preempt with another rule for who may be evicted: running
 // pods for which mayEvict holds (and which are evictable, past their minimum
-// runtime, in no gang, not yet a victim). Reclaim names pods of tenants over
+// runtime, not yet a victim; a gang member only when all its gang's running
+// members are, and then with all of them). Reclaim names pods of tenants over
 // their quota this way, whatever their priority; the host checks the rule it
 // applies (docs/POLICIES.md).
 func (c *Cluster) PreemptWhere(w *Want, fit Fit, nvlink Nvlink, mayEvict func(*Running) bool) (Decision, bool) {
@@ -167,13 +172,29 @@ func (c *Cluster) TenantHeld(tenant uint32) uint32 {
 }
 
 // candidates is the running pods w may evict on node, in eviction order:
-// lowest priority first, then youngest, then by name.
+// lowest priority first, pods in no gang first, then youngest, then by name.
+// A gang member is one only when every running member of its gang may go.
 func (c *Cluster) candidates(node uint32, mayEvict func(*Running) bool) []uint32 {
 	running := c.Snapshot.Running
+	mayGo := func(r uint32) bool {
+		pod := &running[r]
+		return mayEvict(pod) && pod.Evictable && pod.ProtectedMs == 0 && !c.victimTaken[r]
+	}
 	var found []uint32
 	for _, r := range c.runningOn[node] {
-		pod := &running[r]
-		if mayEvict(pod) && pod.Evictable && pod.ProtectedMs == 0 && pod.Gang.IsNone() && !c.victimTaken[r] {
+		if !mayGo(r) {
+			continue
+		}
+		all := true
+		if members, ok := c.gangOf(r); ok {
+			for _, m := range members {
+				if !mayGo(m) {
+					all = false
+					break
+				}
+			}
+		}
+		if all {
 			found = append(found, r)
 		}
 	}
@@ -181,6 +202,9 @@ func (c *Cluster) candidates(node uint32, mayEvict func(*Running) bool) []uint32
 		a, b := &running[found[i]], &running[found[j]]
 		if a.Priority != b.Priority {
 			return a.Priority < b.Priority
+		}
+		if a.Gang.IsSome() != b.Gang.IsSome() {
+			return b.Gang.IsSome()
 		}
 		if a.StartedMs != b.StartedMs {
 			return a.StartedMs > b.StartedMs
@@ -190,17 +214,44 @@ func (c *Cluster) candidates(node uint32, mayEvict func(*Running) bool) []uint32
 	return found
 }
 
+// gangOf is the running members of running pod r's gang (positions in
+// snapshot.Running); ok is false when it is in none.
+func (c *Cluster) gangOf(r uint32) ([]uint32, bool) {
+	g := c.Snapshot.Running[r].Gang
+	if g.IsNone() || int(g.Some()) >= len(c.Snapshot.Gangs) {
+		return nil, false
+	}
+	return c.Snapshot.Gangs[g.Some()].Running, true
+}
+
+// group is r's gang's running members, or r alone when it is in none.
+func (c *Cluster) group(r uint32) []uint32 {
+	if members, ok := c.gangOf(r); ok {
+		return members
+	}
+	return []uint32{r}
+}
+
 // preemptOn is the preemption on node, if evicting candidates makes room.
 func (c *Cluster) preemptOn(node uint32, w *Want, fit Fit, nvlink Nvlink, mayEvict func(*Running) bool) *preemption {
 	candidates := c.candidates(node, mayEvict)
 	if len(candidates) == 0 {
 		return nil
 	}
+	running := c.Snapshot.Running
 	st := &c.nodes[node]
 	saved := append([]gpuState(nil), st.gpus...)
+	released := make([]bool, len(running))
 	last, picked := -1, []int(nil)
 	for k, victim := range candidates {
-		release(st.gpus, &c.Snapshot.Running[victim])
+		// A gang member goes with its gang: its mates here free their GPUs
+		// at the same time.
+		for _, r := range c.group(victim) {
+			if running[r].Node == node && !released[r] {
+				released[r] = true
+				release(st.gpus, &running[r])
+			}
+		}
 		if gpus := c.pick(node, w, fit, nvlink); gpus != nil {
 			last, picked = k, gpus
 			break
@@ -212,10 +263,26 @@ func (c *Cluster) preemptOn(node uint32, w *Want, fit Fit, nvlink Nvlink, mayEvi
 	}
 	nodeGpus := c.Snapshot.Nodes[node].Gpus
 	option := &preemption{node: node, victims: []uint32{}}
+	named := make(map[uint32]bool)
 	for _, v := range candidates[:last+1] {
-		if touches(nodeGpus, &c.Snapshot.Running[v], picked) {
-			option.victims = append(option.victims, v)
-			option.priorities += int64(c.Snapshot.Running[v].Priority)
+		members := c.group(v)
+		// A gang is needed when any of its members here is.
+		needed := false
+		for _, m := range members {
+			if running[m].Node == node && touches(nodeGpus, &running[m], picked) {
+				needed = true
+				break
+			}
+		}
+		if !needed {
+			continue
+		}
+		for _, m := range members {
+			if !named[m] {
+				named[m] = true
+				option.victims = append(option.victims, m)
+				option.priorities += int64(running[m].Priority)
+			}
 		}
 	}
 	option.gpus = make([]uint32, len(picked))

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 
@@ -87,13 +88,73 @@ func TestNobodyIsPreemptedForEqualPriorityNeverOrProtected(t *testing.T) {
 	if _, ok := decide(s); ok {
 		t.Fatal("gang member")
 	}
-	// Pods in a gang are not victims.
+	// A gang with a member that is not evictable is no victim either: p5-p7
+	// free only 3 GPUs.
 	s = full()
-	for i := range s.Running {
-		s.Running[i].Gang = witTypes.Some(uint32(0))
-	}
+	gangOf(s, 0, 1, 2, 3, 4)
+	s.Running[0].Evictable = false
 	if _, ok := decide(s); ok {
 		t.Fatal("gang victims")
+	}
+}
+
+// gangOf makes running pods members gang "batch/g".
+func gangOf(s *Snapshot, members ...uint32) {
+	g := st.Gang(s, "batch/g", uint32(len(members)))
+	for _, r := range members {
+		s.Running[r].Gang = witTypes.Some(g)
+		s.Gangs[g].Running = append(s.Gangs[g].Running, r)
+	}
+}
+
+// accepted fails t unless the host accepts decisions on s (when there is a
+// wasmgpu to ask).
+func accepted(t *testing.T, s *Snapshot, decisions []Decision) {
+	t.Helper()
+	verdict, err := st.Validate(s, decisions)
+	if errors.Is(err, st.ErrNoWasmgpu) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(verdict.Refused) != 0 {
+		t.Fatalf("refused: %v", verdict.Refused)
+	}
+}
+
+func TestAGangGoesWholeAndOnlyWhenCheaperThanPodsInNone(t *testing.T) {
+	// The youngest two are a gang: the four youngest in no gang go.
+	s := full()
+	gangOf(s, 6, 7)
+	d, ok := decide(s)
+	if !ok || !reflect.DeepEqual(d, Preempt(0, 0, []uint32{2, 3, 4, 5}, []uint32{5, 4, 3, 2})) {
+		t.Fatalf("gang of the youngest: %s", st.Describe(s, d))
+	}
+	accepted(t, s, []Decision{d})
+
+	// p0-p3 are protected; p4 and p5 are a gang with m0 on node m. On m,
+	// evicting m0 makes room, and the gang goes whole: 3 victims, fewer than
+	// n's 5 (p7, p6 and the gang).
+	s = full()
+	if r := st.Running(s, "batch/m0", 100, 1, []uint32{0}, 0); r != 8 {
+		t.Fatalf("m0 at %d", r)
+	}
+	for i := range s.Running[:4] {
+		s.Running[i].ProtectedMs = 1
+	}
+	gangOf(s, 4, 5, 8)
+	d, ok = decide(s)
+	if !ok || !reflect.DeepEqual(d, Preempt(0, 1, []uint32{0, 1, 2, 3}, []uint32{4, 5, 8})) {
+		t.Fatalf("gang across nodes: %s", st.Describe(s, d))
+	}
+	accepted(t, s, []Decision{d})
+
+	// A gang member that may not go keeps its whole gang: 2 GPUs can be
+	// freed on n, none on m.
+	s.Running[8].Evictable = false
+	if d, ok := decide(s); ok {
+		t.Fatalf("a member may not go: %s", st.Describe(s, d))
 	}
 }
 

@@ -1004,13 +1004,15 @@ export class Cluster {
    * GPUs are taken, its victims may not be named again), or `null` when the
    * pod may not preempt or no eviction makes room. On each eligible node,
    * the running pods of lower priority that are evictable, past their
-   * minimum runtime (`protectedMs` 0), in no gang and not yet a victim are
-   * released one by one, lowest priority first, then youngest, until the pod
-   * fits; the victims are those holding a GPU it is given (or its MIG
-   * parent or instance). The best node has the fewest victims, then the
-   * lowest sum of their priorities, then the lowest position. Exclusive and
-   * MIG requests preempt; shared requests, gang members and pods whose
-   * `preemption` is `'never'` do not.
+   * minimum runtime (`protectedMs` 0) and not yet a victim (a gang member
+   * only when every running member of its gang is) are released one by one,
+   * lowest priority first, pods in no gang first, then youngest, until the
+   * pod fits (a gang's members on the node together); the victims are those
+   * holding a GPU it is given (or its MIG parent or instance), each gang
+   * among them with all its running members, on any node. The best node has
+   * the fewest victims, then the lowest sum of their priorities, then the
+   * lowest position. Exclusive and MIG requests preempt; shared requests,
+   * gang members and pods whose `preemption` is `'never'` do not.
    */
   preempt(want, fit, nvlink) {
     const priority = want.request.priority;
@@ -1020,8 +1022,9 @@ export class Cluster {
   /**
    * `preempt` with another rule for who may be evicted: running pods for
    * which `mayEvict(pod)` holds (and which are evictable, past their minimum
-   * runtime, in no gang, not yet a victim). The host checks the rule it
-   * applies (docs/POLICIES.md).
+   * runtime, not yet a victim; a gang member only when all its gang's
+   * running members are, and then with all of them). The host checks the
+   * rule it applies (docs/POLICIES.md).
    */
   preemptWhere(want, fit, nvlink, mayEvict) {
     if (want === null) return null;
@@ -1084,14 +1087,22 @@ export class Cluster {
   /** The running pods on `node` that may be evicted, in eviction order. */
   evictionCandidates(node, mayEvict) {
     const running = this.snapshot.running;
-    const found = this.runningOn[node].filter((r) => {
+    const mayGo = (r) => {
       const pod = running[r];
-      return mayEvict(pod) && pod.evictable && BigInt(pod.protectedMs) === 0n && pod.gang === undefined && !this.victimTaken[r];
+      return mayEvict(pod) && pod.evictable && BigInt(pod.protectedMs) === 0n && !this.victimTaken[r];
+    };
+    const found = this.runningOn[node].filter((r) => {
+      if (!mayGo(r)) return false;
+      const members = this.gangOfRunning(r);
+      return members === null || members.every((m) => mayGo(m));
     });
     found.sort((a, b) => {
       const pa = running[a];
       const pb = running[b];
       if (pa.priority !== pb.priority) return pa.priority - pb.priority;
+      const ga = pa.gang !== undefined;
+      const gb = pb.gang !== undefined;
+      if (ga !== gb) return ga ? 1 : -1;
       const sa = BigInt(pa.startedMs);
       const sb = BigInt(pb.startedMs);
       if (sa !== sb) return sa > sb ? -1 : 1;
@@ -1100,17 +1111,36 @@ export class Cluster {
     return found;
   }
 
+  /** The running members of running pod `r`'s gang (positions in `running`); `null` when it is in none. */
+  gangOfRunning(r) {
+    const g = this.snapshot.running[r].gang;
+    if (g === undefined || g === null) return null;
+    const gang = this.snapshot.gangs[g];
+    if (gang === undefined) return null;
+    return Array.from(gang.running);
+  }
+
   /** The preemption on `node`, if evicting candidates makes room: `{ victims, priorities, node, gpus }`. */
   preemptOn(node, want, fit, mode, mayEvict) {
     const candidates = this.evictionCandidates(node, mayEvict);
     if (candidates.length === 0) return null;
+    const running = this.snapshot.running;
     const state = this.nodes[node];
     const saved = state.units;
     state.units = saved.map((u) => ({ ...u }));
+    const released = new Array(running.length).fill(false);
     let last = -1;
     let gpus = null;
     for (let k = 0; k < candidates.length; k++) {
-      release(state.units, this.snapshot.running[candidates[k]]);
+      // A gang member goes with its gang: its mates here free their GPUs at
+      // the same time.
+      const members = this.gangOfRunning(candidates[k]);
+      const going = members === null ? [candidates[k]] : members.filter((m) => running[m].node === node);
+      for (const r of going) {
+        if (released[r]) continue;
+        released[r] = true;
+        release(state.units, running[r]);
+      }
       gpus = this.pick(node, want, fit, mode);
       if (gpus !== null) {
         last = k;
@@ -1120,11 +1150,21 @@ export class Cluster {
     state.units = saved;
     if (gpus === null) return null;
     const nodeGpus = this.snapshot.nodes[node].gpus;
-    const victims = candidates
-      .slice(0, last + 1)
-      .filter((v) => touches(nodeGpus, this.snapshot.running[v], gpus));
+    // A gang is needed when any of its members here is.
+    const touching = candidates.slice(0, last + 1).filter((v) =>
+      (this.gangOfRunning(v) ?? [v]).some((m) => running[m].node === node && touches(nodeGpus, running[m], gpus)),
+    );
+    const victims = [];
+    const named = new Set();
+    for (const v of touching) {
+      for (const m of this.gangOfRunning(v) ?? [v]) {
+        if (named.has(m)) continue;
+        named.add(m);
+        victims.push(m);
+      }
+    }
     let priorities = 0;
-    for (const v of victims) priorities += this.snapshot.running[v].priority;
+    for (const v of victims) priorities += running[v].priority;
     return { victims, priorities, node, gpus };
   }
 

@@ -5,7 +5,19 @@ import { test } from 'node:test';
 
 import { allocate } from '../binpack/binpack.js';
 import { Cluster, Fit, Nvlink, placeEach, preempt, usage } from '../sdk/index.js';
-import { decisionOf, node, request, running, runningOnEachGpu, snapshot, tenant, withMig } from '../sdk/testing.js';
+import {
+  decisionOf,
+  gang,
+  node,
+  request,
+  running,
+  runningOnEachGpu,
+  snapshot,
+  tenant,
+  validate,
+  wasmgpuMissing,
+  withMig,
+} from '../sdk/testing.js';
 
 /** Node "n": 8 GPUs each held by a pod of priority 100 (started 0–7); node "m": 4 free GPUs. */
 function full() {
@@ -21,6 +33,48 @@ function decide(snap) {
   const cluster = new Cluster(snap);
   return cluster.preempt(cluster.want(0), Fit.Tightest, Nvlink.Ignore);
 }
+
+/** Makes running pods `members` gang `batch/g`. */
+function gangOf(snap, members) {
+  const g = gang(snap, 'batch/g', members.length, []);
+  for (const r of members) snap.running[r].gang = g;
+  snap.gangs[g].running = Uint32Array.from(members);
+}
+
+const missing = wasmgpuMissing();
+if (missing) console.log(`# skipping the checks that run \`wasmgpu policy validate\`: ${missing}`);
+
+/** The host accepts `decisions` on `snap` (when there is a `wasmgpu` to ask). */
+function accepted(snap, decisions) {
+  if (missing) return;
+  const verdict = validate(snap, decisions);
+  assert.deepEqual(verdict.refused, [], JSON.stringify(verdict.refused));
+}
+
+test('a gang goes whole, and only when cheaper than pods in none', () => {
+  // The youngest two are a gang: the four youngest in no gang go.
+  let snap = full();
+  gangOf(snap, [6, 7]);
+  let decision = decide(snap);
+  assert.deepEqual(decision, preempt(0, 0, [2, 3, 4, 5], [5, 4, 3, 2]));
+  accepted(snap, [decision]);
+
+  // p0–p3 are protected; p4 and p5 are a gang with m0 on node m. On m,
+  // evicting m0 makes room, and the gang goes whole: 3 victims, fewer than
+  // n's 5 (p7, p6 and the gang).
+  snap = full();
+  assert.equal(running(snap, 'batch/m0', 100, 1, [0], 0), 8);
+  for (const r of snap.running.slice(0, 4)) r.protectedMs = 1n;
+  gangOf(snap, [4, 5, 8]);
+  decision = decide(snap);
+  assert.deepEqual(decision, preempt(0, 1, [0, 1, 2, 3], [4, 5, 8]));
+  accepted(snap, [decision]);
+
+  // A gang member that may not go keeps its whole gang: 2 GPUs can be freed
+  // on n, none on m.
+  snap.running[8].evictable = false;
+  assert.equal(decide(snap), null);
+});
 
 test('the fewest, lowest, youngest pods go', () => {
   const snap = full();
@@ -44,9 +98,11 @@ test('nobody is preempted for equal priority, by a pod that never preempts, or w
   assert.equal(decide(snap), null, 'only 2 GPUs could be freed');
   for (const r of snap.running.slice(0, 2)) r.protectedMs = 0n;
   assert.deepEqual(decide(snap), preempt(0, 0, [0, 1, 6, 7], [7, 6, 1, 0]));
-  // Pods in a gang, or not evictable, are never victims either.
+  // A gang with a member that is not evictable is no victim either: p5–p7
+  // free only 3 GPUs.
   snap = full();
-  for (const r of snap.running.slice(0, 5)) r.gang = 0;
+  gangOf(snap, [0, 1, 2, 3, 4]);
+  snap.running[0].evictable = false;
   assert.equal(decide(snap), null);
 });
 

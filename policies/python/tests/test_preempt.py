@@ -7,12 +7,15 @@ from wasmgpu_policy import EXCLUSIVE, SHARED, Cluster, Fit, Nvlink, namespace_na
 from wasmgpu_policy.testing import (
     conflicts,
     decision_of,
+    gang,
     node,
     request,
     running,
     running_on_each_gpu,
     snapshot,
     tenant,
+    validate,
+    wasmgpu_cli,
     with_mig,
 )
 from wit_world.imports import types as t
@@ -36,7 +39,51 @@ def decide(snap, nvlink=Nvlink.IGNORE):
     return cluster.preempt(cluster.want(0), Fit.TIGHTEST, nvlink)
 
 
+def gang_of(snap, members):
+    """Makes running pods `members` gang `batch/g`."""
+    g = gang(snap, "batch/g", len(members), [])
+    for r in members:
+        snap.running[r].gang = g
+        snap.gangs[g].running.append(r)
+
+
 class Preemption(unittest.TestCase):
+    def assert_accepted(self, snap, decisions):
+        """No conflict, and the host accepts `decisions` on `snap` (when there
+        is a `wasmgpu` to ask)."""
+        self.assertEqual(conflicts(snap, decisions), [])
+        try:
+            wasmgpu_cli()
+        except FileNotFoundError:
+            return
+        verdict = validate(snap, decisions)
+        self.assertEqual(verdict["refused"], [], verdict["refused"])
+
+    def test_a_gang_goes_whole_and_only_when_cheaper_than_pods_in_none(self):
+        # The youngest two are a gang: the four youngest in no gang go.
+        snap = full()
+        gang_of(snap, [6, 7])
+        decision = decide(snap)
+        self.assertEqual(decision, preempt(0, 0, [2, 3, 4, 5], [5, 4, 3, 2]))
+        self.assert_accepted(snap, [decision])
+
+        # p0-p3 are protected; p4 and p5 are a gang with m0 on node m. On m,
+        # evicting m0 makes room, and the gang goes whole: 3 victims, fewer
+        # than n's 5 (p7, p6 and the gang).
+        snap = full()
+        self.assertEqual(running(snap, "batch/m0", 100, 1, [0]), 8)
+        for r in snap.running[:4]:
+            r.protected_ms = 1
+        gang_of(snap, [4, 5, 8])
+        decision = decide(snap)
+        self.assertEqual(decision, preempt(0, 1, [0, 1, 2, 3], [4, 5, 8]))
+        self.assert_accepted(snap, [decision])
+
+        # A gang member that may not go keeps its whole gang: 2 GPUs can be
+        # freed on n, none on m.
+        snap.running[8].evictable = False
+        self.assertIsNone(decide(snap))
+
     def test_the_fewest_lowest_youngest_pods_go(self):
         snap = full()
         # m has 2 GPUs free and 2 held by priority-10 pods: 2 victims there.

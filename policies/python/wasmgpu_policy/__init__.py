@@ -1458,14 +1458,17 @@ class Cluster:
         (its GPUs are taken, its victims may not be named again), or None when
         the pod may not preempt or no eviction makes room. On each eligible
         node the running pods of lower priority that are evictable, past
-        their minimum runtime (`protected_ms` 0), in no gang and not yet a
-        victim are released one by one, lowest priority first, then youngest,
-        then by name, until `pick_gpus` finds room; the victims are those
-        that hold a GPU the pod is given (or its MIG parent, or an instance of
-        it). The best node has the fewest victims, then the lowest sum of
-        their priorities, then the lowest position. Exclusive and MIG
-        requests preempt; shared requests, gang members and pods whose
-        `preemption` is `Never` do not."""
+        their minimum runtime (`protected_ms` 0) and not yet a victim (a gang
+        member only when every running member of its gang is) are released
+        one by one, lowest priority first, pods in no gang first, then
+        youngest, then by name, until `pick_gpus` finds room (a gang's
+        members on the node together); the victims are those that hold a GPU
+        the pod is given (or its MIG parent, or an instance of it), each gang
+        among them with all its running members, on any node. The best node
+        has the fewest victims, then the lowest sum of their priorities, then
+        the lowest position. Exclusive and MIG requests preempt; shared
+        requests, gang members and pods whose `preemption` is `Never` do
+        not."""
         priority = want.request.priority
         return self.preempt_where(want, fit, nvlink, lambda pod: pod.priority < priority)
 
@@ -1474,7 +1477,8 @@ class Cluster:
     ) -> Optional[t.Decision]:
         """`preempt` with another rule for who may be evicted: running pods for
         which `may_evict(pod)` holds (and which are evictable, past their
-        minimum runtime, in no gang, not yet a victim). Reclaim names pods of
+        minimum runtime, not yet a victim; a gang member only when all its
+        gang's running members are, and then with all of them). Reclaim names pods of
         tenants over their quota this way, whatever their priority; the host
         checks the rule it applies (docs/POLICIES.md)."""
         request = want.request
@@ -1535,13 +1539,29 @@ class Cluster:
     def _candidates(self, node: int, may_evict: Callable[[t.Running], bool]) -> List[int]:
         """The running pods `want` may evict on `node`, in eviction order."""
         running = self.snapshot.running
+
+        def may_go(r: int) -> bool:
+            pod = running[r]
+            return bool(may_evict(pod)) and pod.evictable and pod.protected_ms == 0 and not self.victim_taken[r]
+
         found = []
         for r in self.running_on[node]:
-            pod = running[r]
-            if may_evict(pod) and pod.evictable and pod.protected_ms == 0 and pod.gang is None and not self.victim_taken[r]:
+            if not may_go(r):
+                continue
+            members = self._gang_of(r)
+            if members is None or all(may_go(m) for m in members):
                 found.append(r)
-        found.sort(key=lambda r: (running[r].priority, -running[r].started_ms, running[r].pod.encode()))
+        found.sort(key=lambda r: (running[r].priority, running[r].gang is not None, -running[r].started_ms,
+                                  running[r].pod.encode()))
         return found
+
+    def _gang_of(self, r: int) -> Optional[List[int]]:
+        """The running members of running pod `r`'s gang (positions in
+        `running`); None when it is in none."""
+        g = self.snapshot.running[r].gang
+        if g is None or not 0 <= g < len(self.snapshot.gangs):
+            return None
+        return list(self.snapshot.gangs[g].running)
 
     def _preempt_on(self, node: int, want: Want, fit: str, mode: Nvlink, may_evict) -> Optional[tuple]:
         """The preemption on `node` (victims, sum of their priorities, GPUs),
@@ -1553,8 +1573,16 @@ class Cluster:
         units = self.nodes[node].units
         saved = [(u.held, u.free, u.shares, u.kids_held, u.busy) for u in units]
         picked = None
+        released = set()
         for k, victim in enumerate(candidates):
-            _release(units, running[victim])
+            # A gang member goes with its gang: its mates here free their
+            # GPUs at the same time.
+            members = self._gang_of(victim)
+            going = [victim] if members is None else [m for m in members if running[m].node == node]
+            for r in going:
+                if r not in released:
+                    released.add(r)
+                    _release(units, running[r])
             gpus = self.pick_gpus(node, want, fit, mode)
             if gpus is not None:
                 picked = (k, gpus)
@@ -1565,7 +1593,18 @@ class Cluster:
             return None
         last, gpus = picked
         node_gpus = self.snapshot.nodes[node].gpus
-        victims = [v for v in candidates[: last + 1] if _touches(node_gpus, running[v], gpus)]
+        victims: List[int] = []
+        named = set()
+        for v in candidates[: last + 1]:
+            members = self._gang_of(v)
+            group = [v] if members is None else members
+            # A gang is needed when any of its members here is.
+            if not any(running[m].node == node and _touches(node_gpus, running[m], gpus) for m in group):
+                continue
+            for m in group:
+                if m not in named:
+                    named.add(m)
+                    victims.append(m)
         return victims, sum(running[v].priority for v in victims), gpus
 
 

@@ -98,13 +98,21 @@ pub(super) fn check(
             });
         }
     }
-    let placement = replay.check(a, request, &released(replay, a.node, &here, None))?;
+    let placement = replay.check(a, request, &released(replay, a.node, &here, &[]))?;
+    // Without any one victim (a gang: without all of its members here) the
+    // preemptor must not fit.
     for &v in &here {
-        let gang_forced = snapshot.running[v].gang.is_some();
-        if !gang_forced
-            && replay
-                .check(a, request, &released(replay, a.node, &here, Some(v)))
-                .is_ok()
+        let kept: Vec<usize> = match snapshot.running[v].gang {
+            Some(g) => here
+                .iter()
+                .copied()
+                .filter(|&h| snapshot.running[h].gang == Some(g))
+                .collect(),
+            None => vec![v],
+        };
+        if replay
+            .check(a, request, &released(replay, a.node, &here, &kept))
+            .is_ok()
         {
             return Err(Invalid::NeedlessVictim {
                 victim: snapshot.running[v].pod.clone(),
@@ -156,12 +164,12 @@ fn reclaimable(replay: &Replay<'_>, request: &Request, running: &Running, lost: 
 
 /// The node's GPUs as they are with the victims `here` gone, but for
 /// `kept` (to see whether it was needed).
-fn released(replay: &Replay<'_>, node: u32, here: &[usize], kept: Option<usize>) -> Vec<GpuLeft> {
+fn released(replay: &Replay<'_>, node: u32, here: &[usize], kept: &[usize]) -> Vec<GpuLeft> {
     let snapshot = replay.snapshot;
     let mut left = replay.node_slice(node).to_vec();
     let gpus = &snapshot.nodes[node as usize].gpus;
     for &v in here {
-        if Some(v) == kept {
+        if kept.contains(&v) {
             continue;
         }
         let running = &snapshot.running[v];

@@ -121,6 +121,23 @@ fn a_gang_member_as_victim_means_its_whole_gang() {
 }
 
 #[test]
+fn a_gang_no_gpu_of_which_is_needed_is_a_needless_victim() {
+    let mut snap = full();
+    gang(&mut snap, "batch/g", 2, &[]);
+    for r in [6, 7] {
+        snap.running[r].gang = Some(0);
+        snap.gangs[0].running.push(r as u32);
+    }
+    // GPUs 0–3 are enough: the gang on GPUs 6 and 7 need not go.
+    let needless = preempt(0, 0, vec![0, 1, 2, 3], vec![0, 1, 2, 3, 6, 7]);
+    assert_eq!(code(&validate(&snap, &[needless])), ["needless-victim"]);
+    // Taking GPUs 4–7, the gang is needed (as a whole).
+    let needed = preempt(0, 0, vec![4, 5, 6, 7], vec![4, 5, 6, 7]);
+    let verdict = validate(&snap, &[needed]);
+    assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+}
+
+#[test]
 fn nominated_gpus_are_taken_for_the_rest_of_the_round() {
     let mut snap = full();
     snap.pending.push(request("ml/second", 1, S::Exclusive, 0));

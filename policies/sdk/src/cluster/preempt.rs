@@ -4,14 +4,18 @@
 //!
 //! ```text
 //!   eligible node ── running pods there: lower priority, evictable, past
-//!        │           their minimum runtime, in no gang, not yet a victim
-//!        │           (lowest priority first, then youngest)
+//!        │           their minimum runtime, not yet a victim; a gang
+//!        │           member only if every running member of its gang is
+//!        │           (lowest priority first, pods in no gang first, then
+//!        │           youngest)
 //!        ▼
-//!   release them one by one on a copy of the node until the pod fits
+//!   release them one by one on a copy of the node until the pod fits (a
+//!   gang's members on the node together)
 //!        ▼
 //!   victims = those holding a GPU the pod is given (or its MIG parent or
-//!   instance); best node: fewest victims, then lowest priorities, then
-//!   lowest position
+//!   instance), each gang among them with all its running members, on any
+//!   node; best node: fewest victims, then lowest priorities, then lowest
+//!   position
 //! ```
 //!
 //! Exclusive and MIG requests preempt; shared requests (which take part of a
@@ -36,7 +40,8 @@ impl<'s> Cluster<'s> {
 
     /// [`Cluster::preempt`] with another rule for who may be evicted:
     /// running pods for which `may_evict` holds (and which are evictable,
-    /// past their minimum runtime, in no gang, not yet a victim). Reclaim
+    /// past their minimum runtime, not yet a victim; a gang member only
+    /// when all its gang's running members are, and then with all of them). Reclaim
     /// names pods of tenants over their quota this way, whatever their
     /// priority; the host checks the rule it applies (docs/POLICIES.md).
     pub fn preempt_where(
@@ -124,27 +129,47 @@ impl<'s> Cluster<'s> {
     /// The running pods `want` may evict on `node`, in eviction order.
     fn candidates(&self, node: u32, may_evict: &dyn Fn(&Running) -> bool) -> Vec<u32> {
         let running = &self.snapshot.running;
+        let may_go = |r: u32| {
+            let pod = &running[r as usize];
+            may_evict(pod)
+                && pod.evictable
+                && pod.protected_ms == 0
+                && !self.victim_taken[r as usize]
+        };
         let mut found: Vec<u32> = self.running_on[node as usize]
             .iter()
             .copied()
             .filter(|&r| {
-                let pod = &running[r as usize];
-                may_evict(pod)
-                    && pod.evictable
-                    && pod.protected_ms == 0
-                    && pod.gang.is_none()
-                    && !self.victim_taken[r as usize]
+                may_go(r)
+                    && self
+                        .gang_of(r)
+                        .is_none_or(|members| members.iter().all(|&m| may_go(m)))
             })
             .collect();
         found.sort_by(|&a, &b| {
             let (a, b) = (&running[a as usize], &running[b as usize]);
-            (a.priority, std::cmp::Reverse(a.started_ms), &a.pod).cmp(&(
-                b.priority,
-                std::cmp::Reverse(b.started_ms),
-                &b.pod,
-            ))
+            (
+                a.priority,
+                a.gang.is_some(),
+                std::cmp::Reverse(a.started_ms),
+                &a.pod,
+            )
+                .cmp(&(
+                    b.priority,
+                    b.gang.is_some(),
+                    std::cmp::Reverse(b.started_ms),
+                    &b.pod,
+                ))
         });
         found
+    }
+
+    /// The running members of running pod `r`'s gang; `None` when it is in
+    /// none.
+    fn gang_of(&self, r: u32) -> Option<&'s [u32]> {
+        let g = self.snapshot.running[r as usize].gang?;
+        let gang = self.snapshot.gangs.get(g as usize)?;
+        Some(&gang.running)
     }
 
     /// The preemption on `node`, if evicting candidates makes room.
@@ -162,11 +187,26 @@ impl<'s> Cluster<'s> {
         }
         let saved = self.nodes[node as usize].gpus.clone();
         let mut picked = None;
+        let mut released = vec![false; self.snapshot.running.len()];
         for (k, &victim) in candidates.iter().enumerate() {
-            release(
-                &mut self.nodes[node as usize].gpus,
-                &self.snapshot.running[victim as usize],
-            );
+            // A gang member goes with its gang: its mates here free their
+            // GPUs at the same time.
+            let going: Vec<u32> = match self.gang_of(victim) {
+                Some(members) => members
+                    .iter()
+                    .copied()
+                    .filter(|&m| self.snapshot.running[m as usize].node == node)
+                    .collect(),
+                None => vec![victim],
+            };
+            for r in going {
+                if !std::mem::replace(&mut released[r as usize], true) {
+                    release(
+                        &mut self.nodes[node as usize].gpus,
+                        &self.snapshot.running[r as usize],
+                    );
+                }
+            }
             if let Some(gpus) = self.pick(node, want, fit, nvlink) {
                 picked = Some((k, gpus));
                 break;
@@ -175,11 +215,33 @@ impl<'s> Cluster<'s> {
         self.nodes[node as usize].gpus = saved;
         let (last, gpus) = picked?;
         let node_gpus = &self.snapshot.nodes[node as usize].gpus;
-        let victims: Vec<u32> = candidates[..=last]
+        let touching: Vec<u32> = candidates[..=last]
             .iter()
             .copied()
-            .filter(|&v| touches(node_gpus, &self.snapshot.running[v as usize], &gpus))
+            .filter(|&v| {
+                // A gang is needed when any of its members here is.
+                let members: Vec<u32> = match self.gang_of(v) {
+                    Some(members) => members.to_vec(),
+                    None => vec![v],
+                };
+                members.iter().any(|&m| {
+                    let pod = &self.snapshot.running[m as usize];
+                    pod.node == node && touches(node_gpus, pod, &gpus)
+                })
+            })
             .collect();
+        let mut victims: Vec<u32> = Vec::with_capacity(touching.len());
+        for v in touching {
+            let members: Vec<u32> = match self.gang_of(v) {
+                Some(members) => members.to_vec(),
+                None => vec![v],
+            };
+            for m in members {
+                if !victims.contains(&m) {
+                    victims.push(m);
+                }
+            }
+        }
         let priorities = victims
             .iter()
             .map(|&v| i64::from(self.snapshot.running[v as usize].priority))
@@ -261,6 +323,45 @@ mod tests {
         let mut cluster = Cluster::new(snap);
         let want = cluster.want(&snap.pending[0]);
         cluster.preempt(&want, Fit::Tightest, Nvlink::Ignore)
+    }
+
+    /// Makes running pods `members` gang `batch/g`.
+    fn gang_of(snap: &mut crate::Snapshot, members: &[u32]) {
+        crate::testing::gang(snap, "batch/g", members.len() as u32, &[]);
+        let g = snap.gangs.len() as u32 - 1;
+        for &r in members {
+            snap.running[r as usize].gang = Some(g);
+            snap.gangs[g as usize].running.push(r);
+        }
+    }
+
+    #[test]
+    fn a_gang_goes_whole_and_only_when_cheaper_than_pods_in_none() {
+        // The youngest two are a gang: the four youngest in no gang go.
+        let mut snap = full();
+        gang_of(&mut snap, &[6, 7]);
+        let decision = decide(&snap).expect("a preemption");
+        assert_eq!(decision, preempt(0, 0, vec![2, 3, 4, 5], vec![5, 4, 3, 2]));
+        assert!(validate(&snap, &[decision]).refused.is_empty());
+
+        // p0–p3 are protected; p4 and p5 are a gang with m0 on node m. On
+        // m, evicting m0 makes room, and the gang goes whole: 3 victims,
+        // fewer than n's 5 (p7, p6 and the gang).
+        let mut snap = full();
+        running(&mut snap, "batch/m0", 100, 1, &[0], 0);
+        for r in &mut snap.running[..4] {
+            r.protected_ms = 1;
+        }
+        gang_of(&mut snap, &[4, 5, 8]);
+        let decision = decide(&snap).expect("a preemption");
+        assert_eq!(decision, preempt(0, 1, vec![0, 1, 2, 3], vec![4, 5, 8]));
+        let verdict = validate(&snap, &[decision]);
+        assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+
+        // A gang member that may not go keeps its whole gang: 2 GPUs can
+        // be freed on n, none on m.
+        snap.running[8].evictable = false;
+        assert_eq!(decide(&snap), None);
     }
 
     #[test]
