@@ -92,6 +92,8 @@ reasons! {
     GangTimedOut = "GangTimedOut",
     /// Pod: [`Problem::Unsatisfiable`].
     Unsatisfiable = "Unsatisfiable",
+    /// ResourceSlice: [`Problem::UnusableResourcePool`].
+    UnusableResourcePool = "UnusableResourcePool",
     /// Pod: GPUs are nominated for it and its victims are being evicted.
     Preempting = "Preempting",
     /// Pod: evicted so that a pod of higher priority can take its GPUs.
@@ -116,6 +118,7 @@ impl Reason {
             }
             Problem::GangTimedOut { .. } => Self::GangTimedOut,
             Problem::Unsatisfiable { .. } => Self::Unsatisfiable,
+            Problem::UnusableResourcePool { .. } => Self::UnusableResourcePool,
         }
     }
 }
@@ -190,6 +193,16 @@ pub fn pod_ref(pod: &ObjectKey, uid: Option<&str>) -> ObjectReference {
         namespace: Some(pod.namespace.clone()),
         name: Some(pod.name.clone()),
         uid: uid.map(Into::into),
+        ..Default::default()
+    }
+}
+
+/// The ResourceSlice (cluster-scoped) an Event is about.
+pub fn resourceslice_ref(name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("resource.k8s.io/v1".into()),
+        kind: Some("ResourceSlice".into()),
+        name: Some(name.into()),
         ..Default::default()
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::jiff::Timestamp;
 
 use super::apply::{StatusApi, TenantStatusApi};
-use super::events::{EventSink, Reason, gpuresource_ref, pod_ref};
+use super::events::{EventSink, Reason, gpuresource_ref, pod_ref, resourceslice_ref};
 use super::metrics::Metrics;
 use super::round_plan::WaitingPlan;
 use super::status::StatusWriter;
@@ -186,6 +186,7 @@ impl Reporter {
                             .and_then(|v| v.uid.clone());
                         gpuresource_ref(key, uid.as_deref())
                     }
+                    Subject::ResourceSlice(name) => resourceslice_ref(name),
                 };
                 tracing::info!(%message, "Problem");
                 self.events

@@ -371,13 +371,16 @@ impl Index {
         }
     }
 
-    /// Pools of ResourceSlices whose devices are not used, and why (as
-    /// `pool "<name>" of driver <driver>`, the problem).
-    pub fn resourceslice_problems(&self) -> Vec<(String, PoolProblem)> {
+    /// Pools of ResourceSlices whose devices are not used, and why.
+    pub fn resourceslice_problems(&self) -> Vec<Problem> {
         self.dra
             .problems()
             .into_iter()
-            .map(|(key, problem)| (key.to_string(), problem.clone()))
+            .map(|(key, problem, slice)| Problem::UnusableResourcePool {
+                slice: slice.to_string(),
+                pool: key.to_string(),
+                problem: problem.clone(),
+            })
             .collect()
     }
 

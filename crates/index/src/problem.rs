@@ -79,6 +79,16 @@ pub enum Problem {
         /// Members waiting.
         waiting: u32,
     },
+    /// A DRA driver's pool of ResourceSlices is unusable (incomplete, or a
+    /// device name repeated): none of its devices is used until fixed.
+    UnusableResourcePool {
+        /// A slice of the pool (its newest, by name), to report on.
+        slice: String,
+        /// The pool, as `pool "<name>" of driver <driver>`.
+        pool: String,
+        /// Why.
+        problem: crate::PoolProblem,
+    },
     /// No node could ever hold the pod's request as posed.
     Unsatisfiable {
         /// The pod.
@@ -97,6 +107,8 @@ pub enum Subject<'a> {
     Pod(&'a ObjectKey),
     /// A GPUResource.
     GPUResource(&'a ObjectKey),
+    /// A ResourceSlice (cluster-scoped), by name.
+    ResourceSlice(&'a str),
 }
 
 impl Problem {
@@ -111,6 +123,7 @@ impl Problem {
             | Self::GangTimedOut { pod, .. }
             | Self::Unsatisfiable { pod, .. } => Subject::Pod(pod),
             Self::InvalidResource { resource, .. } => Subject::GPUResource(resource),
+            Self::UnusableResourcePool { slice, .. } => Subject::ResourceSlice(slice),
         }
     }
 }
@@ -159,6 +172,9 @@ impl fmt::Display for Problem {
                 f,
                 "pod {pod} of gang {group} has waited longer than the PodGroup's scheduleTimeoutSeconds ({timeout_s} s): {bound} member(s) hold GPUs and {waiting} wait, short of minMember {min_member}; the gang keeps waiting until all of it fits at once and holds no GPUs meanwhile (free GPUs, lower minMember, or delete the gang's pods)"
             ),
+            Self::UnusableResourcePool { pool, problem, .. } => {
+                write!(f, "ResourceSlice {pool} is {problem}")
+            }
             Self::Unsatisfiable {
                 pod,
                 resource,

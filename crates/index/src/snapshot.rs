@@ -116,7 +116,9 @@ impl Index {
     /// Errors users can act on: pods naming no or a missing GPUResource,
     /// invalid GPUResources, requests no node could ever hold.
     pub fn problems(&self) -> Vec<Problem> {
-        self.survey(&self.holdings()).problems
+        let mut problems = self.survey(&self.holdings()).problems;
+        problems.extend(self.resourceslice_problems());
+        problems
     }
 
     /// The problems of [`Index::problems`], and gang members waiting past
@@ -125,6 +127,7 @@ impl Index {
         let survey = self.survey(holdings);
         let mut problems = survey.problems;
         problems.extend(self.gang_timeouts(&survey.waiting, holdings, now_ms));
+        problems.extend(self.resourceslice_problems());
         problems
     }
 

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use wasmgpu::api::{Phase, Sharing};
 use wasmgpu_test_harness::TestContext;
@@ -125,7 +126,44 @@ async fn a_gpu_in_a_gpunode_and_a_resourceslice_is_one_gpu_and_a_claims_devices_
     got.sort();
     assert_eq!(got, [format!("GPU-{node}-0"), format!("GPU-{node}-1")]);
 
+    // A pool the driver has not finished publishing is not used, and the
+    // operator is told on the slice.
+    let mut incomplete = nvidia_slice(&format!("{}-n2", ctx.namespace), 2)?;
+    incomplete.spec.pool.resource_slice_count = 2;
+    let incomplete_name = incomplete.metadata.name.clone().expect("named");
+    slices.create(&PostParams::default(), &incomplete).await?;
+    let events: Api<Event> = Api::namespaced(ctx.client.clone(), "default");
+    let deadline = std::time::Instant::now() + ACT;
+    let note = loop {
+        let found = events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("UnusableResourcePool")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                        == Some(incomplete_name.as_str())
+            });
+        if let Some(event) = found {
+            break event.note.unwrap_or_default();
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "no UnusableResourcePool Event on {incomplete_name}\n{}",
+            controller.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        note.contains("is incomplete: generation 1 has 1 of its resourceSliceCount 2 slices"),
+        "{note}"
+    );
+
     drop(controller);
     slices.delete(&slice_name, &DeleteParams::default()).await?;
+    slices
+        .delete(&incomplete_name, &DeleteParams::default())
+        .await?;
     remove_nodes(&ctx, &[node]).await
 }

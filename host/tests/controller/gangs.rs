@@ -306,7 +306,7 @@ async fn a_controller_killed_while_binding_a_gang_finishes_it_after_a_restart() 
 
 #[tokio::test]
 async fn a_gang_preempted_goes_whole_and_its_gpus_serve_the_preemptor() -> Result<()> {
-    use super::preemption::{finish_evicted, pod_of_class, priority_class};
+    use super::preemption::{bound_evicting, pod_of_class, priority_class};
     use k8s_openapi::api::scheduling::v1::PriorityClass;
     use kube::api::DeleteParams;
 
@@ -342,21 +342,7 @@ async fn a_gang_preempted_goes_whole_and_its_gpus_serve_the_preemptor() -> Resul
     // A pod of priority 1000 needs 4 GPUs, 2 members' worth: the whole gang
     // goes, and it gets GPUs only the gang held.
     pod_of_class(&ctx, "urgent", "four", &high).await?;
-    let mut gone = Vec::new();
-    let deadline = Instant::now() + ACT;
-    let urgent = loop {
-        gone.extend(finish_evicted(&pods).await?);
-        let pod = pods.get("urgent").await?;
-        if node_of(&pod).is_some() {
-            break pod;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "urgent not bound; evicted {gone:?}\n{}",
-            controller.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (urgent, mut gone) = bound_evicting(&pods, "urgent", &controller).await?;
     gone.sort();
     ensure!(gone == gang, "the whole gang goes, nothing else: {gone:?}");
     ensure!(devices(&urgent).len() == 4);

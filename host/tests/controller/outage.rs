@@ -22,11 +22,12 @@ const OUTAGE: Duration = Duration::from_secs(15);
 /// for a loaded machine.
 const RECOVERY_BOUND: Duration = Duration::from_secs(10);
 /// The watches' lines an outage shorter than 30 s may cost: each watch logs
-/// its first failure (then a summary each 30 s). Seven watches (Node,
+/// its first failure (then a summary each 30 s). Nine watches (Node,
 /// GPUNode, GPUResource, GPUTenant, Pod, PodDisruptionBudget, the policy
-/// ConfigMaps), eight once the PodGroup CRD is installed (the gang tests
+/// ConfigMaps, and ResourceSlice and ResourceClaim where `resource.k8s.io/v1`
+/// is served), ten once the PodGroup CRD is installed (the gang tests
 /// install it on the same API server).
-const WATCH_LINES: usize = 8;
+const WATCH_LINES: usize = 10;
 /// All lines the outage may cost: the watches', kube's notice of each
 /// watch stream cut, and the rounds' failed writes (a round each 2 s
 /// resync). Retried requests logged one by one would be ~100.

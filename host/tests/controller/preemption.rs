@@ -90,6 +90,30 @@ pub(super) async fn finish_evicted(pods: &Api<Pod>) -> Result<Vec<String>> {
     Ok(gone)
 }
 
+/// Plays the kubelet (evicted pods finish) until pod `name` is bound;
+/// the pod, and the names of the pods evicted meanwhile.
+pub(super) async fn bound_evicting(
+    pods: &Api<Pod>,
+    name: &str,
+    controller: &Controller,
+) -> Result<(Pod, Vec<String>)> {
+    let mut gone = Vec::new();
+    let deadline = Instant::now() + ACT;
+    loop {
+        gone.extend(finish_evicted(pods).await?);
+        let pod = pods.get(name).await?;
+        if node_of(&pod).is_some() {
+            return Ok((pod, gone));
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{name} not bound; evicted {gone:?}\n{}",
+            controller.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_higher_priority_pod_evicts_exactly_what_it_needs_and_never_means_never() -> Result<()> {
     let _turn = exclusive().await;
@@ -124,21 +148,7 @@ async fn a_higher_priority_pod_evicts_exactly_what_it_needs_and_never_means_neve
     // Priority 1000, may preempt: exactly 4 go, and it gets their GPUs.
     let created = Instant::now();
     pod_of_class(&ctx, "urgent", "four", &high).await?;
-    let mut gone = Vec::new();
-    let deadline = Instant::now() + ACT;
-    let urgent = loop {
-        gone.extend(finish_evicted(&pods).await?);
-        let pod = pods.get("urgent").await?;
-        if node_of(&pod).is_some() {
-            break pod;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "urgent not bound; evicted {gone:?}\n{}",
-            controller.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (urgent, mut gone) = bound_evicting(&pods, "urgent", &controller).await?;
     let bound_after = created.elapsed();
     gone.sort();
     ensure!(gone.len() == 4, "evicted {gone:?}");
@@ -480,21 +490,7 @@ async fn pods_within_their_tenants_minimum_runtime_are_not_preempted() -> Result
             &Patch::Merge(serde_json::json!({"spec": {"minRuntimeSeconds": null}})),
         )
         .await?;
-    let mut gone = Vec::new();
-    let deadline = Instant::now() + ACT;
-    let urgent = loop {
-        gone.extend(finish_evicted(&pods).await?);
-        let pod = pods.get("urgent").await?;
-        if node_of(&pod).is_some() {
-            break pod;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "urgent not bound; evicted {gone:?}\n{}",
-            controller.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (urgent, gone) = bound_evicting(&pods, "urgent", &controller).await?;
     ensure!(gone.len() == 4, "evicted {gone:?}");
     ensure!(gone.iter().all(|g| fillers.contains(g)));
     ensure!(devices(&urgent).len() == 4);

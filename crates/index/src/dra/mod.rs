@@ -38,6 +38,8 @@ pub(crate) use pools::{DeviceId, PoolKey};
 pub(crate) struct DraInventory {
     /// Slice name → its pool and spec.
     name_to_slice: BTreeMap<String, (PoolKey, ResourceSliceSpec)>,
+    /// Pool → the names of its slices.
+    pool_to_slices: BTreeMap<PoolKey, BTreeSet<String>>,
     /// Pool → its GPUs by node, or why it is unusable.
     pool_to_view: BTreeMap<PoolKey, Result<Vec<(String, DraGpu)>, PoolProblem>>,
     /// Node → the pools with GPUs on it.
@@ -70,11 +72,9 @@ impl DraInventory {
             driver: slice.spec.driver.clone(),
             pool: slice.spec.pool.name.clone(),
         };
-        let old = self
-            .name_to_slice
-            .insert(name, (key.clone(), slice.spec.clone()));
+        let old = self.insert_slice(name, key.clone(), slice.spec.clone());
         let mut touched = self.recompute(&key);
-        if let Some((old_key, _)) = old
+        if let Some(old_key) = old
             && old_key != key
         {
             touched.extend(self.recompute(&old_key));
@@ -84,10 +84,38 @@ impl DraInventory {
 
     /// Forgets a ResourceSlice; returns the nodes whose GPUs may have changed.
     pub fn delete_slice(&mut self, name: &str) -> BTreeSet<String> {
-        match self.name_to_slice.remove(name) {
-            Some((key, _)) => self.recompute(&key),
+        match self.remove_slice(name) {
+            Some(key) => self.recompute(&key),
             None => BTreeSet::new(),
         }
+    }
+
+    /// Stores a slice under its pool; returns the pool it was under before.
+    fn insert_slice(
+        &mut self,
+        name: String,
+        key: PoolKey,
+        spec: ResourceSliceSpec,
+    ) -> Option<PoolKey> {
+        let old = self.remove_slice(&name);
+        self.pool_to_slices
+            .entry(key.clone())
+            .or_default()
+            .insert(name.clone());
+        self.name_to_slice.insert(name, (key, spec));
+        old
+    }
+
+    /// Forgets a slice; returns its pool.
+    fn remove_slice(&mut self, name: &str) -> Option<PoolKey> {
+        let (key, _) = self.name_to_slice.remove(name)?;
+        if let Some(names) = self.pool_to_slices.get_mut(&key) {
+            names.remove(name);
+            if names.is_empty() {
+                self.pool_to_slices.remove(&key);
+            }
+        }
+        Some(key)
     }
 
     /// Replaces every ResourceSlice (after a relist); returns the nodes
@@ -95,6 +123,7 @@ impl DraInventory {
     pub fn reset_slices(&mut self, slices: &[ResourceSlice]) -> BTreeSet<String> {
         let mut touched: BTreeSet<String> = self.node_to_pools.keys().cloned().collect();
         self.name_to_slice.clear();
+        self.pool_to_slices.clear();
         self.pool_to_view.clear();
         self.node_to_pools.clear();
         self.device_to_gpu.clear();
@@ -104,15 +133,10 @@ impl DraInventory {
                     driver: slice.spec.driver.clone(),
                     pool: slice.spec.pool.name.clone(),
                 };
-                self.name_to_slice
-                    .insert(name.clone(), (key, slice.spec.clone()));
+                self.insert_slice(name.clone(), key, slice.spec.clone());
             }
         }
-        let keys: BTreeSet<PoolKey> = self
-            .name_to_slice
-            .values()
-            .map(|(k, _)| k.clone())
-            .collect();
+        let keys: Vec<PoolKey> = self.pool_to_slices.keys().cloned().collect();
         for key in keys {
             touched.extend(self.recompute(&key));
         }
@@ -135,9 +159,11 @@ impl DraInventory {
             }
         }
         let slices: Vec<&ResourceSliceSpec> = self
-            .name_to_slice
-            .values()
-            .filter(|(k, _)| k == key)
+            .pool_to_slices
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|name| self.name_to_slice.get(name))
             .map(|(_, spec)| spec)
             .collect();
         if slices.is_empty() {
@@ -168,11 +194,16 @@ impl DraInventory {
         touched
     }
 
-    /// The pools that are not used, and why.
-    pub fn problems(&self) -> Vec<(&PoolKey, &PoolProblem)> {
+    /// The pools that are not used, why, and a slice of each (the last by
+    /// name) to report on.
+    pub fn problems(&self) -> Vec<(&PoolKey, &PoolProblem, &str)> {
         self.pool_to_view
             .iter()
-            .filter_map(|(key, view)| view.as_ref().err().map(|p| (key, p)))
+            .filter_map(|(key, view)| {
+                let problem = view.as_ref().err()?;
+                let slice = self.pool_to_slices.get(key)?.last()?;
+                Some((key, problem, slice.as_str()))
+            })
             .collect()
     }
 

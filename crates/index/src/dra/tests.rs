@@ -377,3 +377,20 @@ fn a_relist_forgets_what_is_gone() {
     assert!(dra.node("node-a").is_none());
     assert_eq!(dra.node("node-b").unwrap().gpus.len(), 2);
 }
+
+#[test]
+fn a_slice_that_moves_to_another_pool_leaves_the_old_one() {
+    let mut dra = DraInventory::default();
+    let mut moved = h100_slice("node-a", 2);
+    moved.metadata.name = Some("slice".into());
+    dra.apply_slice(&moved);
+    let mut again = h100_slice("node-b", 2);
+    again.metadata.name = Some("slice".into());
+    let touched = dra.apply_slice(&again);
+    assert_eq!(
+        touched,
+        BTreeSet::from(["node-a".to_string(), "node-b".to_string()])
+    );
+    assert!(dra.node("node-a").is_none());
+    assert_eq!(dra.node("node-b").unwrap().gpus.len(), 2);
+}

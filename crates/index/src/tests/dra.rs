@@ -116,16 +116,18 @@ fn a_broken_pool_is_reported_and_its_gpus_are_gone() {
     index.apply_resourceslice(&slice);
     let problems = index.resourceslice_problems();
     assert_eq!(problems.len(), 1);
+    let message = problems[0].to_string();
     assert!(
-        problems[0]
-            .0
-            .contains("\"node-d\" of driver gpu.nvidia.com")
+        message.starts_with("ResourceSlice pool \"node-d\" of driver gpu.nvidia.com is incomplete: generation 1 has 1 of its resourceSliceCount 3 slices"),
+        "{message}"
+    );
+    assert_eq!(
+        problems[0].subject(),
+        crate::Subject::ResourceSlice("node-d-gpu.nvidia.com-1-2")
     );
     assert!(
-        problems[0]
-            .1
-            .to_string()
-            .contains("1 of its resourceSliceCount 3")
+        index.problems().contains(&problems[0]),
+        "reported with the others"
     );
     assert!(default_snapshot(&index).nodes.is_empty());
 }
