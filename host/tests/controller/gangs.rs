@@ -306,9 +306,9 @@ async fn a_controller_killed_while_binding_a_gang_finishes_it_after_a_restart() 
 
 #[tokio::test]
 async fn a_gang_preempted_goes_whole_and_its_gpus_serve_the_preemptor() -> Result<()> {
-    use super::preemption::{bound_evicting, pod_of_class, priority_class};
-    use k8s_openapi::api::scheduling::v1::PriorityClass;
-    use kube::api::DeleteParams;
+    use super::preemption::{
+        bound_evicting, pod_of_class, priority_class, remove_priority_classes,
+    };
 
     let _turn = exclusive().await;
     let ctx = TestContext::new("gang-victim").await?;
@@ -348,10 +348,5 @@ async fn a_gang_preempted_goes_whole_and_its_gpus_serve_the_preemptor() -> Resul
     ensure!(devices(&urgent).len() == 4);
     drop(controller);
     remove_nodes(&ctx, &[node]).await?;
-    for class in [low, high] {
-        Api::<PriorityClass>::all(ctx.client.clone())
-            .delete(&class, &DeleteParams::default())
-            .await?;
-    }
-    Ok(())
+    remove_priority_classes(&ctx, [low, high]).await
 }

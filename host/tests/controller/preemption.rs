@@ -45,6 +45,19 @@ pub(super) async fn priority_class(
     Ok(name)
 }
 
+/// Deletes the PriorityClasses `classes` (cluster-scoped, so each test
+/// removes its own).
+pub(super) async fn remove_priority_classes<const N: usize>(
+    ctx: &TestContext,
+    classes: [String; N],
+) -> Result<()> {
+    let api = Api::<PriorityClass>::all(ctx.client.clone());
+    for class in classes {
+        api.delete(&class, &DeleteParams::default()).await?;
+    }
+    Ok(())
+}
+
 /// Creates pod `name` of GPUResource `resource` and PriorityClass `class`,
 /// labelled `tier: {class}`.
 pub(super) async fn pod_of_class(
@@ -219,12 +232,7 @@ async fn a_higher_priority_pod_evicts_exactly_what_it_needs_and_never_means_neve
     }
     drop(controller);
     remove_nodes(&ctx, &[node]).await?;
-    for class in [low, high, polite] {
-        Api::<PriorityClass>::all(ctx.client.clone())
-            .delete(&class, &DeleteParams::default())
-            .await?;
-    }
-    Ok(())
+    remove_priority_classes(&ctx, [low, high, polite]).await
 }
 
 /// No pod of `pods` is being evicted.
@@ -315,12 +323,7 @@ async fn a_hostile_policys_preemptions_are_refused_each_with_its_reason() -> Res
     )
     .await?;
     remove_nodes(&ctx, &nodes).await?;
-    for class in [low, lower, high, polite] {
-        Api::<PriorityClass>::all(ctx.client.clone())
-            .delete(&class, &DeleteParams::default())
-            .await?;
-    }
-    Ok(())
+    remove_priority_classes(&ctx, [low, lower, high, polite]).await
 }
 
 #[tokio::test]
@@ -413,12 +416,7 @@ async fn a_controller_killed_between_the_evictions_and_the_binding_binds_the_pre
     )
     .await?;
     remove_nodes(&ctx, &[node]).await?;
-    for class in [low, high] {
-        Api::<PriorityClass>::all(ctx.client.clone())
-            .delete(&class, &DeleteParams::default())
-            .await?;
-    }
-    Ok(())
+    remove_priority_classes(&ctx, [low, high]).await
 }
 
 #[tokio::test]
@@ -497,10 +495,5 @@ async fn pods_within_their_tenants_minimum_runtime_are_not_preempted() -> Result
     drop(controller);
     tenants.delete(&tenant, &DeleteParams::default()).await?;
     remove_nodes(&ctx, &[node]).await?;
-    for class in [low, high] {
-        Api::<PriorityClass>::all(ctx.client.clone())
-            .delete(&class, &DeleteParams::default())
-            .await?;
-    }
-    Ok(())
+    remove_priority_classes(&ctx, [low, high]).await
 }
