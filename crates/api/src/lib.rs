@@ -69,6 +69,12 @@ pub const SCHEDULER_NAME: &str = "wasmgpu";
 pub const HANDOFF_ANNOTATION: &str = "wasmgpu.io/handoff";
 /// Pod annotation naming the `GPUResource` (same namespace) the pod uses.
 pub const GPURESOURCE_ANNOTATION: &str = "wasmgpu.io/gpuresource";
+/// Pod annotation naming the policy that places a DRA pod (one asking
+/// through `spec.resourceClaims`); without it, the controller's default.
+pub const POLICY_ANNOTATION: &str = "wasmgpu.io/policy";
+/// The finalizer kube-scheduler (and wasmgpu) puts on a ResourceClaim
+/// before allocating it, so that it is not deleted while allocated.
+pub const CLAIM_DELETE_PROTECTION: &str = "resource.kubernetes.io/delete-protection";
 /// Finalizer earlier versions put on GPUResources to release their ledger
 /// before they went; the controller now removes it (GPUs are held by pods,
 /// not by GPUResources).

@@ -50,6 +50,7 @@ use wasmgpu_contract::types::{Ask, Sharing as WitSharing};
 use wasmgpu_contract::validate::Placement;
 use wasmgpu_index::{ObjectKey, PendingBinding, Release, ResourceView};
 
+mod claims;
 mod preempt;
 
 /// Field manager of the controller's writes.
@@ -571,30 +572,52 @@ impl Writer {
     /// Binds one pod with its allocation, and tells the index what became
     /// of it.
     async fn bind(&self, binding: PendingBinding, decided: Instant) {
-        let outcome = match self.send_binding(&binding).await {
-            Ok(()) => Outcome::Bound,
-            Err(error) => self.read_back(&binding, &error).await,
+        let outcome = match self.write_claims(&binding).await {
+            Err(outcome) => outcome,
+            Ok(()) => match self.send_binding(&binding).await {
+                Ok(()) => Outcome::Bound,
+                Err(error) => self.read_back(&binding, &error).await,
+            },
         };
+        if matches!(outcome, Outcome::NotBound(_)) && !binding.claims.is_empty() {
+            self.undo_claims(&binding).await;
+        }
         self.metrics.binding(decided.elapsed());
         let PendingBinding {
             pod,
             uid,
             allocation,
+            claims,
         } = &binding;
         match outcome {
             Outcome::Bound => {
                 let devices = allocation.device_list();
-                tracing::info!(%pod, node = %allocation.node, %devices, policy = %allocation.policy.name, "Bound");
+                let claims: Vec<String> = claims.iter().map(|c| c.claim.to_string()).collect();
+                let claims = claims.join(",");
+                tracing::info!(%pod, node = %allocation.node, %devices, %claims, policy = %allocation.policy.name, "Bound");
                 self.metrics.pods_bound(1);
                 // Rate-limited: past the rate, the annotations say it.
                 let _sent = self.events.per_pod(
                     pod_ref(pod, Some(uid)),
                     Reason::Allocated,
                     "Bind",
-                    format!(
-                        "Assigned to {} with GPUs {} (policy {} {})",
-                        allocation.node, devices, allocation.policy.name, allocation.policy.digest
-                    ),
+                    if claims.is_empty() {
+                        format!(
+                            "Assigned to {} with GPUs {} (policy {} {})",
+                            allocation.node,
+                            devices,
+                            allocation.policy.name,
+                            allocation.policy.digest
+                        )
+                    } else {
+                        format!(
+                            "Assigned to {} with ResourceClaims {claims} (devices {}; policy {} {})",
+                            allocation.node,
+                            if devices.is_empty() { "allocated already" } else { &devices },
+                            allocation.policy.name,
+                            allocation.policy.digest
+                        )
+                    },
                 );
             }
             Outcome::BoundElsewhere => {
@@ -620,7 +643,10 @@ impl Writer {
                 name: Some(binding.pod.name.clone()),
                 namespace: Some(binding.pod.namespace.clone()),
                 uid: Some(binding.uid.clone()),
-                annotations: Some(binding.allocation.annotations()),
+                // A DRA pod whose claims were all allocated already gets
+                // no GPUs of its own to record.
+                annotations: (!binding.allocation.devices.is_empty())
+                    .then(|| binding.allocation.annotations()),
                 ..Default::default()
             },
             target: ObjectReference {
@@ -680,9 +706,10 @@ impl Writer {
             // Bound already: by an earlier try of this binding (it timed
             // out, or this replica lost and regained the lead), or by
             // another writer. Either way the pod watch shows what it holds.
-            let ours = PodAllocation::from_annotations(current.metadata.annotations.as_ref())
-                .and_then(Result::ok)
-                .is_some_and(|held| held == binding.allocation);
+            let ours = binding.allocation.devices.is_empty()
+                || PodAllocation::from_annotations(current.metadata.annotations.as_ref())
+                    .and_then(Result::ok)
+                    .is_some_and(|held| held == binding.allocation);
             return if ours {
                 Outcome::Bound
             } else {
@@ -720,40 +747,88 @@ fn binding_of(
     let (n, ref positions) = placement.at;
     let node = snapshot.snapshot.nodes.get(n)?;
     let pod = ObjectKey::parse(&request.pod)?;
-    let resource = ObjectKey::parse(snapshot.resource(placement.request)?)?;
     let uid = index.pod_uid(&pod)?.to_string();
-    let Ask::Gpus(shape) = &request.ask else {
-        return None;
-    };
-    let sharing = match shape.sharing {
-        WitSharing::Exclusive => Sharing::Exclusive,
-        WitSharing::Shared => Sharing::Shared,
-    };
-    let devices = positions
-        .iter()
-        .filter_map(|&g| {
-            let gpu = node.gpus.get(g as usize)?;
-            Some(Device {
-                uuid: snapshot.uuid(n as u32, g)?.to_owned(),
-                index: gpu.index,
-                memory_mib: match sharing {
-                    Sharing::Exclusive => gpu.memory_mib,
-                    Sharing::Shared => shape.memory_mib,
-                },
-            })
+    let device = |g: u32, memory_mib: Option<u64>| {
+        let gpu = node.gpus.get(g as usize)?;
+        Some(Device {
+            uuid: snapshot.uuid(n as u32, g)?.to_owned(),
+            index: gpu.index,
+            memory_mib: memory_mib.unwrap_or(gpu.memory_mib),
         })
-        .collect();
+    };
+    let (resource, sharing, devices, claims) = match &request.ask {
+        Ask::Gpus(shape) => {
+            let resource = ObjectKey::parse(snapshot.resource(placement.request)?)?;
+            let sharing = match shape.sharing {
+                WitSharing::Exclusive => Sharing::Exclusive,
+                WitSharing::Shared => Sharing::Shared,
+            };
+            let memory = (sharing == Sharing::Shared).then_some(shape.memory_mib);
+            let devices = positions
+                .iter()
+                .filter_map(|&g| device(g, memory))
+                .collect();
+            (resource.name, sharing, devices, Vec::new())
+        }
+        Ask::Claims(pending) => {
+            let writes = claim_writes(snapshot, placement, pending, &pod, index)?;
+            let devices = positions.iter().filter_map(|&g| device(g, None)).collect();
+            (String::new(), Sharing::Exclusive, devices, writes)
+        }
+    };
     Some(PendingBinding {
         pod,
         uid,
         allocation: PodAllocation {
-            resource: resource.name,
+            resource,
             node: placement.node.clone(),
             sharing,
             devices,
             policy: policy.reference(),
         },
+        claims,
     })
+}
+
+/// The claim writes of a DRA pod's placement; `None` (logged) when a claim
+/// or device changed since the snapshot: the pod is decided again.
+fn claim_writes(
+    snapshot: &HostSnapshot,
+    placement: &Placement,
+    pending: &[wasmgpu_contract::types::Claim],
+    pod: &ObjectKey,
+    index: &wasmgpu_index::Index,
+) -> Option<Vec<wasmgpu_index::ClaimWrite>> {
+    let n = placement.at.0 as u32;
+    let mut chosen = Vec::new();
+    for choice in &placement.claims {
+        let request = pending
+            .get(choice.claim as usize)?
+            .requests
+            .get(choice.request as usize)?;
+        let name = match request
+            .alternatives
+            .get(choice.alternative as usize)
+            .and_then(|a| a.subrequest.as_deref())
+        {
+            Some(sub) => format!("{}/{sub}", request.name),
+            None => request.name.clone(),
+        };
+        for &g in &choice.gpus {
+            chosen.push(wasmgpu_index::Chosen {
+                claim: choice.claim as usize,
+                request: name.clone(),
+                uuid: snapshot.uuid(n, g)?,
+            });
+        }
+    }
+    match index.claim_writes(pod, pending, &chosen, &placement.node) {
+        Ok(writes) => Some(writes),
+        Err(why) => {
+            tracing::info!(%pod, %why, "Not binding the DRA pod; it is decided again");
+            None
+        }
+    }
 }
 
 /// Splits `bindings` into gangs (by PodGroup, from the snapshot's requests)

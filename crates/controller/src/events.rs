@@ -94,6 +94,8 @@ reasons! {
     Unsatisfiable = "Unsatisfiable",
     /// ResourceSlice: [`Problem::UnusableResourcePool`].
     UnusableResourcePool = "UnusableResourcePool",
+    /// Pod: [`Problem::UnusableClaim`].
+    UnusableClaim = "UnusableClaim",
     /// Pod: GPUs are nominated for it and its victims are being evicted.
     Preempting = "Preempting",
     /// Pod: evicted so that a pod of higher priority can take its GPUs.
@@ -119,6 +121,7 @@ impl Reason {
             Problem::GangTimedOut { .. } => Self::GangTimedOut,
             Problem::Unsatisfiable { .. } => Self::Unsatisfiable,
             Problem::UnusableResourcePool { .. } => Self::UnusableResourcePool,
+            Problem::UnusableClaim { .. } => Self::UnusableClaim,
         }
     }
 }
@@ -520,9 +523,14 @@ mod tests {
                 waiting: 2,
             },
             Problem::Unsatisfiable {
-                pod,
+                pod: pod.clone(),
                 resource,
                 reason: "no node has 9 GPUs".into(),
+            },
+            Problem::UnusableClaim {
+                pod,
+                claim: "ml/train".into(),
+                reason: "DeviceClass \"x\" does not exist".into(),
             },
         ];
         let reasons = [
@@ -534,6 +542,7 @@ mod tests {
             "GPULimitMismatch",
             "GangTimedOut",
             "Unsatisfiable",
+            "UnusableClaim",
         ];
         for (problem, reason) in problems.iter().zip(reasons) {
             assert_eq!(Reason::of(problem).as_str(), reason, "{problem:?}");

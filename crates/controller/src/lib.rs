@@ -63,7 +63,7 @@ use tracing::Instrument;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::runtime::events::Reporter as EventReporter;
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -353,7 +353,7 @@ async fn watch_cluster(
         tracing::info!("DRA is turned off (--no-dra): only GPUNodes are read");
     } else if dra_served(client).await {
         tracing::info!(
-            "Watching ResourceSlices and ResourceClaims (resource.k8s.io/v1): GPUs a DRA driver publishes are counted with the GPUNodes' (one GPU per UUID), and devices any claim holds are held"
+            "Watching ResourceSlices, ResourceClaims and DeviceClasses (resource.k8s.io/v1): GPUs a DRA driver publishes are counted with the GPUNodes' (one GPU per UUID), devices any claim holds are held, and pods asking through spec.resourceClaims are placed"
         );
         watches.spawn(feed(
             Api::<ResourceSlice>::all(client.clone()),
@@ -366,6 +366,12 @@ async fn watch_cluster(
             watcher::Config::default(),
             shared.clone(),
             links.link("ResourceClaim"),
+        ));
+        watches.spawn(feed(
+            Api::<DeviceClass>::all(client.clone()),
+            watcher::Config::default(),
+            shared.clone(),
+            links.link("DeviceClass"),
         ));
     } else {
         tracing::info!(

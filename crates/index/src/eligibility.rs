@@ -77,7 +77,7 @@ pub(crate) fn check(pod: &PodFacts, node_name: &str, node: &NodeFacts) -> Result
 
 /// A node selector term: all its expressions and fields match. A term with
 /// neither matches nothing.
-fn term_matches(
+pub(crate) fn term_matches(
     term: &NodeSelectorTerm,
     node_name: &str,
     labels: &BTreeMap<String, String>,

@@ -66,12 +66,13 @@ impl Index {
                 continue;
             }
             for w in &members {
-                let Some(pod) = ObjectKey::parse(&w.request.pod) else {
+                let (Some(pod), Some(resource)) = (ObjectKey::parse(&w.request.pod), &w.resource)
+                else {
                     continue;
                 };
                 problems.push(Problem::GangTimedOut {
                     pod,
-                    resource: w.resource.clone(),
+                    resource: resource.clone(),
                     group: key.clone(),
                     timeout_s,
                     min_member: facts.min_member,

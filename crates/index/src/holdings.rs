@@ -56,7 +56,7 @@ impl fmt::Display for ReleaseReason {
 }
 
 /// A pod to bind (again) with a known allocation.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PendingBinding {
     /// The pod.
     pub pod: ObjectKey,
@@ -64,6 +64,8 @@ pub struct PendingBinding {
     pub uid: String,
     /// What it gets.
     pub allocation: PodAllocation,
+    /// For a DRA pod: what its claims get, written before the binding.
+    pub claims: Vec<crate::ClaimWrite>,
 }
 
 /// A victim of a nomination to evict.
@@ -79,10 +81,12 @@ pub struct Eviction {
 
 /// A binding this controller sent whose result the pod watch has not shown
 /// yet. It holds its GPUs meanwhile.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct InFlight {
     pub uid: String,
     pub allocation: PodAllocation,
+    /// A DRA pod's claim writes, sent again with the binding.
+    pub claims: Vec<crate::ClaimWrite>,
     /// The binding's outcome is unknown (timeout, unreadable pod): send it
     /// again (binding the same pod to the same node twice is refused, not
     /// applied twice).
@@ -297,6 +301,7 @@ impl Index {
             InFlight {
                 uid: binding.uid.clone(),
                 allocation: binding.allocation.clone(),
+                claims: binding.claims.clone(),
                 retry: false,
             },
         );
@@ -349,6 +354,7 @@ impl Index {
                 pod: pod.clone(),
                 uid: in_flight.uid.clone(),
                 allocation: in_flight.allocation.clone(),
+                claims: in_flight.claims.clone(),
             })
             .collect();
         bindings.extend(
@@ -367,6 +373,7 @@ impl Index {
                     pod: h.pod.clone().into_owned(),
                     uid: h.uid.to_string(),
                     allocation: h.allocation.clone().into_owned(),
+                    claims: Vec::new(),
                 }),
         );
         bindings
@@ -446,6 +453,7 @@ impl Index {
                 pod: h.pod.clone().into_owned(),
                 uid: h.uid.to_string(),
                 allocation: h.allocation.clone().into_owned(),
+                claims: Vec::new(),
             })
             .collect()
     }

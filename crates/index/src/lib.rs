@@ -10,7 +10,8 @@
 //!  Node ──────────▶ name_to_node        (Ready? cordoned? labels, taints)
 //!  GPUNode ───────▶ node_to_inventory   (GPUs from the agent's status,
 //!  ResourceSlice ─▶                      merged with a DRA driver's by UUID)
-//!  ResourceClaim ─▶ dra                 (allocated devices: held)
+//!  ResourceClaim ─▶ dra                 (allocated devices: held; the
+//!  DeviceClass ───▶                      claims DRA pods ask through)
 //!  GPUResource ───▶ key_to_resource     (spec, spec error, old ledger)
 //!  Pod ───────────▶ key_to_pod          (schedulerName wasmgpu only;
 //!                                        node, wasmgpu.io/allocation)
@@ -40,6 +41,9 @@
 #![forbid(unsafe_code)]
 
 mod budgets;
+mod claim_asks;
+mod claim_records;
+mod claim_writes;
 mod dra;
 mod drift;
 mod eligibility;
@@ -60,8 +64,9 @@ mod tests;
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 
+pub use claim_writes::{Chosen, ClaimWrite};
 pub use dra::PoolProblem;
 pub use drift::{OutdatedHoldings, UnhealthyHolding};
 pub use eligibility::Ineligible;
@@ -398,6 +403,22 @@ impl Index {
     /// Replaces every ResourceClaim (after a relist).
     pub fn reset_resourceclaims(&mut self, claims: &[ResourceClaim]) {
         self.dra.reset_claims(claims);
+    }
+
+    /// Records a DeviceClass: the selectors DRA requests naming it apply
+    /// (compiled once here) and the configuration allocations copy.
+    pub fn apply_deviceclass(&mut self, class: &DeviceClass) {
+        self.dra.apply_class(class);
+    }
+
+    /// Forgets a DeviceClass.
+    pub fn delete_deviceclass(&mut self, name: &str) {
+        self.dra.delete_class(name);
+    }
+
+    /// Replaces every DeviceClass (after a relist).
+    pub fn reset_deviceclasses(&mut self, classes: &[DeviceClass]) {
+        self.dra.reset_classes(classes);
     }
 
     /// Records a GPUResource as a watch delivers it: its spec (checked) and

@@ -53,6 +53,34 @@ pub(crate) struct PodFacts {
     /// Kubernetes rule for extended resources ([`api::pod_gpus`]: init
     /// containers give theirs back); `None` when no container names it.
     pub gpu_limit: Result<Option<u64>, UnreadableGpuLimit>,
+    /// The pod's DRA claims (`spec.resourceClaims`), in order.
+    pub claims: Vec<PodClaim>,
+    /// The `wasmgpu.io/policy` annotation: the policy for a DRA pod (a
+    /// GPUResource pod uses its GPUResource's).
+    pub policy: Option<String>,
+}
+
+/// One entry of a pod's `spec.resourceClaims`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PodClaim {
+    /// The entry's name (what containers reference).
+    pub name: String,
+    /// The claim it names, or the template its claim is made from.
+    pub source: ClaimSource,
+}
+
+/// Where a pod's claim comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ClaimSource {
+    /// `resourceClaimName`: a claim of that name in the pod's namespace.
+    Claim(String),
+    /// `resourceClaimTemplateName`: the claim made for the pod from it,
+    /// as `pod.status.resourceClaimStatuses` names it (`Some(None)`: no
+    /// claim is needed; `None`: not made yet).
+    Template {
+        template: String,
+        made: Option<Option<String>>,
+    },
 }
 
 impl PodFacts {
@@ -118,6 +146,13 @@ impl PodFacts {
                 .and_then(|l| l.get(POD_GROUP_LABEL))
                 .map(|g| g.trim().to_string())
                 .filter(|g| !g.is_empty()),
+            claims: pod_claims(pod),
+            policy: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(api::POLICY_ANNOTATION))
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty()),
         })
     }
 
@@ -134,4 +169,37 @@ impl PodFacts {
             _ => None,
         }
     }
+}
+
+/// A pod's `spec.resourceClaims`, each with its source.
+fn pod_claims(pod: &Pod) -> Vec<PodClaim> {
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref());
+    let made = |name: &str| {
+        statuses
+            .into_iter()
+            .flatten()
+            .find(|s| s.name == name)
+            .map(|s| s.resource_claim_name.clone())
+    };
+    pod.spec
+        .iter()
+        .flat_map(|s| s.resource_claims.iter().flatten())
+        .map(|c| PodClaim {
+            name: c.name.clone(),
+            source: match (&c.resource_claim_name, &c.resource_claim_template_name) {
+                (Some(claim), _) => ClaimSource::Claim(claim.clone()),
+                (None, Some(template)) => ClaimSource::Template {
+                    template: template.clone(),
+                    made: made(&c.name),
+                },
+                (None, None) => ClaimSource::Template {
+                    template: String::new(),
+                    made: Some(None),
+                },
+            },
+        })
+        .collect()
 }

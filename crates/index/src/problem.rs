@@ -89,6 +89,19 @@ pub enum Problem {
         /// Why.
         problem: crate::PoolProblem,
     },
+    /// A DRA pod's claim cannot be used as it is: missing, being deleted,
+    /// naming a missing DeviceClass, a CEL selector that does not compile
+    /// or fails on a device, a field wasmgpu does not support. The pod
+    /// waits until it is fixed.
+    UnusableClaim {
+        /// The pod.
+        pod: ObjectKey,
+        /// The claim (`namespace/name`), or empty when the pod itself is
+        /// at fault.
+        claim: String,
+        /// The field and what is wrong, in words.
+        reason: String,
+    },
     /// No node could ever hold the pod's request as posed.
     Unsatisfiable {
         /// The pod.
@@ -121,6 +134,7 @@ impl Problem {
             | Self::LimitMismatch { pod, .. }
             | Self::UnreadableLimit { pod, .. }
             | Self::GangTimedOut { pod, .. }
+            | Self::UnusableClaim { pod, .. }
             | Self::Unsatisfiable { pod, .. } => Subject::Pod(pod),
             Self::InvalidResource { resource, .. } => Subject::GPUResource(resource),
             Self::UnusableResourcePool { slice, .. } => Subject::ResourceSlice(slice),
@@ -174,6 +188,12 @@ impl fmt::Display for Problem {
             ),
             Self::UnusableResourcePool { pool, problem, .. } => {
                 write!(f, "ResourceSlice {pool} is {problem}")
+            }
+            Self::UnusableClaim { pod, claim, reason } if claim.is_empty() => {
+                write!(f, "pod {pod}: {reason}")
+            }
+            Self::UnusableClaim { pod, claim, reason } => {
+                write!(f, "pod {pod} waits for ResourceClaim {claim}: {reason}")
             }
             Self::Unsatisfiable {
                 pod,

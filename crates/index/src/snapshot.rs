@@ -6,6 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use wasmgpu_contract::glob_match;
 
+use super::claim_asks::{CandidateCache, DraAsk};
+use super::claim_records::{CandidateSets, NodesView, claims_record};
 use super::eligibility;
 use super::holdings::{GpuUse, Holdings, Source};
 use super::inventory::NodeInventory;
@@ -24,10 +26,13 @@ pub(crate) struct Waiting<'a> {
     pub(crate) policy: &'a str,
     pub(crate) key: &'a ObjectKey,
     pub(crate) pod: &'a PodFacts,
-    /// The GPUResource it references.
-    pub(crate) resource: ObjectKey,
-    /// Its request; `namespace` is set when the snapshot's table is built.
+    /// The GPUResource it references; none for a DRA pod.
+    pub(crate) resource: Option<ObjectKey>,
+    /// Its request; `namespace` is set when the snapshot's table is built
+    /// (and, for a DRA pod, its claims).
     pub(crate) request: Request,
+    /// A DRA pod's claims, before node positions are known.
+    pub(crate) dra: Option<DraAsk>,
 }
 
 /// What one pass over the pods finds.
@@ -144,8 +149,16 @@ impl Index {
                 });
             }
         }
+        let mut cache = CandidateCache::default();
         for (key, pod) in &self.key_to_pod {
             if !pod.unplaced() || holdings.holders.contains(key) {
+                continue;
+            }
+            if !pod.claims.is_empty() {
+                match self.dra_waiting(key, pod, &mut cache) {
+                    Ok(waiting) => survey.waiting.push(waiting),
+                    Err(problem) => survey.problems.push(problem),
+                }
                 continue;
             }
             let Some(resource_name) = pod.resource.as_deref().filter(|r| !r.is_empty()) else {
@@ -216,21 +229,11 @@ impl Index {
                 policy: self.policy_of(spec),
                 key,
                 pod,
-                resource,
-                request: Request {
-                    pod: key.to_string(),
-                    namespace: 0,
-                    tenant: None,
-                    priority: pod.priority,
-                    preemption: if pod.never_preempts {
-                        PreemptionPolicy::Never
-                    } else {
-                        PreemptionPolicy::PreemptLowerPriority
-                    },
-                    created_ms: pod.created_ms,
-                    eligible_set: 0,
-                    gang: None,
-                    ask: Ask::Gpus(GpuShape {
+                resource: Some(resource),
+                request: request_of(
+                    key,
+                    pod,
+                    Ask::Gpus(GpuShape {
                         count: spec.count,
                         model: spec.model.clone(),
                         mig_profile: spec.mig_profile.clone(),
@@ -240,10 +243,41 @@ impl Index {
                             ApiSharing::Shared => Sharing::Shared,
                         },
                     }),
-                },
+                ),
+                dra: None,
             });
         }
         survey
+    }
+
+    /// A pod asking through `spec.resourceClaims`, waiting for its policy
+    /// (its `wasmgpu.io/policy` annotation, else the default); or why it
+    /// cannot.
+    fn dra_waiting<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+        pod: &'a PodFacts,
+        cache: &mut CandidateCache,
+    ) -> Result<Waiting<'a>, Problem> {
+        if let Some(resource) = &pod.resource {
+            return Err(Problem::UnusableClaim {
+                pod: key.clone(),
+                claim: String::new(),
+                reason: format!(
+                    "the pod asks through both GPUResource {resource} ({} annotation) and spec.resourceClaims; use one",
+                    wasmgpu_api::GPURESOURCE_ANNOTATION
+                ),
+            });
+        }
+        let ask = self.dra_ask(key, pod, cache)?;
+        Ok(Waiting {
+            policy: pod.policy.as_deref().unwrap_or(&self.default_policy),
+            key,
+            pod,
+            resource: None,
+            request: request_of(key, pod, Ask::Claims(Vec::new())),
+            dra: Some(ask),
+        })
     }
 
     /// Why no node could ever hold the request, whatever is allocated and
@@ -381,6 +415,13 @@ impl Index {
             .iter()
             .map(|c| node_record(c, holdings, &mut tables))
             .unzip();
+        let candidate_sets = dra_records(
+            &candidates,
+            &host_nodes,
+            &mut waiting,
+            &mut eligible_sets,
+            &mut set_to_position,
+        );
         let (mut running, running_keys) = self.running(&candidates, &host_nodes, holdings);
         let gangs = self.gangs_of(&mut waiting, &mut running, &running_keys, holdings);
         let mut namespaces: Vec<String> = waiting
@@ -409,7 +450,7 @@ impl Index {
         }
         let resources = waiting
             .iter()
-            .map(|w| Some(w.resource.to_string()))
+            .map(|w| w.resource.as_ref().map(ToString::to_string))
             .collect();
         HostSnapshot {
             resources,
@@ -423,7 +464,7 @@ impl Index {
                 pending: waiting.into_iter().map(|w| w.request).collect(),
                 running,
                 eligible_sets,
-                candidate_sets: Vec::new(),
+                candidate_sets,
                 gangs,
                 tenants: tenants.tenants.clone(),
                 config: String::new(),
@@ -497,6 +538,72 @@ impl Index {
         found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         found.into_iter().map(|(_, key, r)| (r, key)).unzip()
     }
+}
+
+/// A pending pod's request with `ask`; its namespace, tenant, eligible set
+/// and gang are filled in when the snapshot is built.
+fn request_of(key: &ObjectKey, pod: &PodFacts, ask: Ask) -> Request {
+    Request {
+        pod: key.to_string(),
+        namespace: 0,
+        tenant: None,
+        priority: pod.priority,
+        preemption: if pod.never_preempts {
+            PreemptionPolicy::Never
+        } else {
+            PreemptionPolicy::PreemptLowerPriority
+        },
+        created_ms: pod.created_ms,
+        eligible_set: 0,
+        gang: None,
+        ask,
+    }
+}
+
+/// Fills in the DRA pods' claims (devices as positions) and narrows their
+/// eligible sets; returns the snapshot's candidate sets.
+fn dra_records(
+    candidates: &[Candidate<'_>],
+    host_nodes: &[HostNode],
+    waiting: &mut [Waiting<'_>],
+    eligible_sets: &mut Vec<Vec<u64>>,
+    set_to_position: &mut HashMap<Vec<u64>, u32>,
+) -> Vec<Vec<wasmgpu_contract::types::GpuRef>> {
+    if waiting.iter().all(|w| w.dra.is_none()) {
+        return Vec::new();
+    }
+    let mut positions = HashMap::new();
+    for (n, (c, host)) in candidates.iter().zip(host_nodes).enumerate() {
+        for (g, uuid) in host.uuids.iter().enumerate() {
+            positions.insert(
+                (c.name, uuid.as_str()),
+                wasmgpu_contract::types::GpuRef {
+                    node: n as u32,
+                    gpu: g as u32,
+                },
+            );
+        }
+    }
+    let view = NodesView {
+        nodes: candidates.iter().map(|c| (c.name, c.facts)).collect(),
+        positions,
+    };
+    let mut sets = CandidateSets::default();
+    for w in waiting.iter_mut() {
+        let Some(ask) = &w.dra else {
+            continue;
+        };
+        let mut eligible = eligible_sets
+            .get(w.request.eligible_set as usize)
+            .cloned()
+            .unwrap_or_default();
+        w.request.ask = Ask::Claims(claims_record(ask, &view, &mut eligible, &mut sets));
+        w.request.eligible_set = *set_to_position.entry(eligible).or_insert_with_key(|set| {
+            eligible_sets.push(set.clone());
+            eligible_sets.len() as u32 - 1
+        });
+    }
+    sets.sets
 }
 
 /// Names sent once per snapshot: GPU models and MIG profiles.

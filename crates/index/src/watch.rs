@@ -2,7 +2,7 @@
 //! loop can feed the index.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 
 use super::Index;
 use wasmgpu_api::{GPUNode, GPUResource, GPUTenant, PodGroup};
@@ -165,5 +165,21 @@ impl IndexResource<ResourceClaim> for Index {
 
     fn reset(&mut self, claims: &[ResourceClaim]) {
         self.reset_resourceclaims(claims);
+    }
+}
+
+impl IndexResource<DeviceClass> for Index {
+    fn apply(&mut self, class: &DeviceClass) {
+        self.apply_deviceclass(class);
+    }
+
+    fn delete(&mut self, class: &DeviceClass) {
+        if let Some(name) = &class.metadata.name {
+            self.delete_deviceclass(name);
+        }
+    }
+
+    fn reset(&mut self, classes: &[DeviceClass]) {
+        self.reset_deviceclasses(classes);
     }
 }

@@ -18,9 +18,11 @@
 //! `gpu.nvidia.com/uuid` are the same attribute.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
 
+use super::cel as selectors;
 use super::pools::{DeviceId, Pool, PoolKey};
 use super::quantity;
 
@@ -44,6 +46,11 @@ pub(crate) struct DraGpu {
     pub mig: Option<Mig>,
     /// The counter sets it consumes from (`consumesCounters[].counterSet`).
     pub counter_sets: Vec<String>,
+    /// The device as published (attributes, taints), for claims' selectors
+    /// and constraints.
+    pub published: Arc<Device>,
+    /// The device as CEL selectors see it (`device`).
+    pub selector_input: cel::Value,
 }
 
 /// Where a MIG instance sits.
@@ -181,6 +188,8 @@ fn read(driver: &str, device: &Device) -> Result<DraGpu, Skip> {
             .flatten()
             .map(|c| c.counter_set.clone())
             .collect(),
+        published: Arc::new(device.clone()),
+        selector_input: selectors::device(driver, device),
     })
 }
 

@@ -16,6 +16,8 @@
 //! UUID is one GPU (published by both), so a node never over-admits when
 //! both paths exist.
 
+mod cel;
+mod claims;
 mod device;
 mod pools;
 pub(crate) mod quantity;
@@ -25,10 +27,14 @@ pub(crate) mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice, ResourceSliceSpec};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceSlice, ResourceSliceSpec,
+};
 use wasmgpu_api::{GpuInfo, MigInstanceInfo};
 
 use crate::ObjectKey;
+pub(crate) use cel::{Evaluator, compile};
+pub(crate) use claims::{ClaimFacts, ClassFacts};
 pub(crate) use device::DraGpu;
 pub use pools::PoolProblem;
 pub(crate) use pools::{DeviceId, PoolKey};
@@ -46,8 +52,10 @@ pub(crate) struct DraInventory {
     node_to_pools: BTreeMap<String, BTreeSet<PoolKey>>,
     /// Device → its node and UUID.
     device_to_gpu: HashMap<DeviceId, (String, String)>,
-    /// Claim → the devices its allocation holds.
-    key_to_claim: BTreeMap<ObjectKey, Vec<DeviceId>>,
+    /// Claim → what it asks for and the devices its allocation holds.
+    key_to_claim: BTreeMap<ObjectKey, ClaimFacts>,
+    /// DeviceClass → its compiled selectors and configuration.
+    name_to_class: BTreeMap<String, ClassFacts>,
 }
 
 /// A node's GPUs from DRA, as the GPUNode path lists them.
@@ -227,19 +235,14 @@ impl DraInventory {
             .map(|(node, uuid)| (node.as_str(), uuid.as_str()))
     }
 
-    /// Records a ResourceClaim's allocation (or its absence).
+    /// Records a ResourceClaim.
     pub fn apply_claim(&mut self, claim: &ResourceClaim) {
         let (Some(namespace), Some(name)) = (&claim.metadata.namespace, &claim.metadata.name)
         else {
             return;
         };
-        let key = ObjectKey::new(namespace, name);
-        let devices = allocated_devices(claim);
-        if devices.is_empty() {
-            self.key_to_claim.remove(&key);
-        } else {
-            self.key_to_claim.insert(key, devices);
-        }
+        self.key_to_claim
+            .insert(ObjectKey::new(namespace, name), ClaimFacts::of(claim));
     }
 
     /// Forgets a ResourceClaim: its devices are free.
@@ -253,33 +256,61 @@ impl DraInventory {
         claims.iter().for_each(|c| self.apply_claim(c));
     }
 
+    /// A ResourceClaim, as last watched.
+    pub fn claim(&self, key: &ObjectKey) -> Option<&ClaimFacts> {
+        self.key_to_claim.get(key)
+    }
+
+    /// Records a DeviceClass (compiling its selectors).
+    pub fn apply_class(&mut self, class: &DeviceClass) {
+        if let Some(name) = &class.metadata.name {
+            self.name_to_class
+                .insert(name.clone(), ClassFacts::of(class));
+        }
+    }
+
+    /// Forgets a DeviceClass.
+    pub fn delete_class(&mut self, name: &str) {
+        self.name_to_class.remove(name);
+    }
+
+    /// Replaces every DeviceClass (after a relist).
+    pub fn reset_classes(&mut self, classes: &[DeviceClass]) {
+        self.name_to_class.clear();
+        classes.iter().for_each(|c| self.apply_class(c));
+    }
+
+    /// A DeviceClass by name.
+    pub fn class(&self, name: &str) -> Option<&ClassFacts> {
+        self.name_to_class.get(name)
+    }
+
+    /// Every device of the usable pools, with its node.
+    pub fn devices(&self) -> impl Iterator<Item = (&str, &DraGpu)> {
+        self.pool_to_view
+            .values()
+            .filter_map(|view| view.as_ref().ok())
+            .flatten()
+            .map(|(node, gpu)| (node.as_str(), gpu))
+    }
+
+    /// The device with `uuid` on `node`, if a usable pool publishes it.
+    pub fn device_on(&self, node: &str, uuid: &str) -> Option<&DraGpu> {
+        self.node_to_pools
+            .get(node)?
+            .iter()
+            .filter_map(|key| self.pool_to_view.get(key)?.as_ref().ok())
+            .flatten()
+            .find(|(n, gpu)| n == node && gpu.uuid == uuid)
+            .map(|(_, gpu)| gpu)
+    }
+
     /// Every allocated device with the claim holding it.
     pub fn allocated(&self) -> impl Iterator<Item = (&ObjectKey, &DeviceId)> {
         self.key_to_claim
             .iter()
-            .flat_map(|(claim, devices)| devices.iter().map(move |d| (claim, d)))
+            .flat_map(|(claim, facts)| facts.held.iter().map(move |d| (claim, d)))
     }
-}
-
-/// The devices a claim's allocation holds: every result but those with
-/// `adminAccess` (which monitor a device without holding it).
-fn allocated_devices(claim: &ResourceClaim) -> Vec<DeviceId> {
-    let results = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.allocation.as_ref())
-        .and_then(|a| a.devices.as_ref())
-        .and_then(|d| d.results.as_ref());
-    results
-        .into_iter()
-        .flatten()
-        .filter(|r| r.admin_access != Some(true))
-        .map(|r| DeviceId {
-            driver: r.driver.clone(),
-            pool: r.pool.clone(),
-            device: r.device.clone(),
-        })
-        .collect()
 }
 
 /// A node's DRA GPUs in the GPUNode shape: whole GPUs by index (those

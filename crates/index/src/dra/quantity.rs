@@ -5,6 +5,12 @@
 /// when it asks for an integer); `None` when the text is not a quantity or
 /// the value is negative or beyond `u128`.
 pub(crate) fn parse(text: &str) -> Option<u128> {
+    parse_scaled(text, 0)
+}
+
+/// A quantity's value × 10^`scale`, rounded up to a whole number (scale 3:
+/// in thousandths, as CEL's quantities compare).
+pub(crate) fn parse_scaled(text: &str, scale: i32) -> Option<u128> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+'))
@@ -46,6 +52,7 @@ pub(crate) fn parse(text: &str) -> Option<u128> {
         }
     };
     exponent -= i32::try_from(fraction.len()).ok()?;
+    exponent += scale;
     let scaled = digits.checked_mul(1u128.checked_shl(binary)?)?;
     if exponent >= 0 {
         scaled.checked_mul(10u128.checked_pow(exponent.unsigned_abs())?)

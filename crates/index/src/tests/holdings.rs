@@ -38,6 +38,7 @@ fn binding(pod: &str, node: &str, uuids: &[&str]) -> PendingBinding {
                 digest: "sha256:00".into(),
             },
         },
+        claims: Vec::new(),
     }
 }
 

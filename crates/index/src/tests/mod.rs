@@ -2,6 +2,7 @@
 //! then `apply_*` and assertions on what comes out.
 
 mod dra;
+mod dra_claims;
 mod eligibility;
 mod gangs;
 mod holdings;
@@ -348,6 +349,40 @@ impl TestPod {
     pub fn deleting(mut self) -> Self {
         self.0.metadata.deletion_timestamp =
             Some(Time(Timestamp::from_millisecond(5_000).unwrap()));
+        self
+    }
+
+    /// A `spec.resourceClaims` entry naming the claim `claim`.
+    pub fn claim(mut self, entry: &str, claim: &str) -> Self {
+        self.spec().resource_claims.get_or_insert_default().push(
+            k8s_openapi::api::core::v1::PodResourceClaim {
+                name: entry.into(),
+                resource_claim_name: Some(claim.into()),
+                resource_claim_template_name: None,
+            },
+        );
+        self
+    }
+
+    /// A `spec.resourceClaims` entry from the template `template`; `made`:
+    /// the claim `pod.status.resourceClaimStatuses` records for it.
+    pub fn claim_template(mut self, entry: &str, template: &str, made: Option<&str>) -> Self {
+        self.spec().resource_claims.get_or_insert_default().push(
+            k8s_openapi::api::core::v1::PodResourceClaim {
+                name: entry.into(),
+                resource_claim_name: None,
+                resource_claim_template_name: Some(template.into()),
+            },
+        );
+        if let Some(made) = made {
+            let status = self.0.status.get_or_insert_default();
+            status.resource_claim_statuses.get_or_insert_default().push(
+                k8s_openapi::api::core::v1::PodResourceClaimStatus {
+                    name: entry.into(),
+                    resource_claim_name: Some(made.into()),
+                },
+            );
+        }
         self
     }
 

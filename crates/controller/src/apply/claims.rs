@@ -1,0 +1,223 @@
+//! A DRA pod's claims, written before its binding as kube-scheduler writes
+//! them (PreBind): read the claim again; add the finalizer
+//! `resource.kubernetes.io/delete-protection`; then one status update
+//! setting `allocation` and adding the pod to `reservedFor`. Both writes
+//! carry the `resourceVersion` read, so a claim another writer changed
+//! meanwhile is never overwritten.
+//!
+//! ```text
+//!  GET claim ─ gone / recreated / deleting / allocated by another ─▶ NotBound
+//!     │                                   (the GPUs are free again)
+//!     ├─ finalizer missing ─▶ update (resourceVersion)
+//!     └─ status: allocation (ours, or already ours) + reservedFor ∪ pod
+//!          409 / 4xx ─▶ NotBound · timeout, 5xx ─▶ Unknown (sent again: the
+//!          read-back finds its own allocation and goes on)
+//! ```
+//!
+//! A crash after the status update leaves the claim allocated and reserved
+//! for the pod: the next round pins the pod to that node and binds it. If
+//! the binding then certainly fails (the pod is gone), [`Writer::undo_claims`]
+//! takes the pod out of `reservedFor` and, when no one else is reserved,
+//! clears the allocation it wrote, so no claim stays allocated for a pod that
+//! will not run.
+
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimConsumerReference};
+use kube::api::{Api, PostParams};
+use wasmgpu_api::CLAIM_DELETE_PROTECTION;
+use wasmgpu_index::{ClaimWrite, PendingBinding};
+
+use super::{ApplyError, Outcome, Writer};
+
+// === impl Writer ===
+
+impl Writer {
+    /// Writes every claim of a DRA pod's binding; `Err` with what became of
+    /// the binding when one cannot be written.
+    pub(super) async fn write_claims(&self, binding: &PendingBinding) -> Result<(), Outcome> {
+        for write in &binding.claims {
+            self.write_claim(binding, write).await?;
+        }
+        Ok(())
+    }
+
+    async fn write_claim(
+        &self,
+        binding: &PendingBinding,
+        write: &ClaimWrite,
+    ) -> Result<(), Outcome> {
+        let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &write.claim.namespace);
+        let name = &write.claim.name;
+        let mut claim = match self.timed("claim", api.get_opt(name)).await {
+            Ok(Some(claim)) => claim,
+            Ok(None) => {
+                return Err(Outcome::NotBound(format!(
+                    "ResourceClaim {} is gone",
+                    write.claim
+                )));
+            }
+            Err(error) => return Err(unknown(&write.claim, &error)),
+        };
+        if claim.metadata.uid.as_deref() != Some(write.uid.as_str()) {
+            return Err(Outcome::NotBound(format!(
+                "ResourceClaim {} was recreated",
+                write.claim
+            )));
+        }
+        if claim.metadata.deletion_timestamp.is_some() {
+            return Err(Outcome::NotBound(format!(
+                "ResourceClaim {} is being deleted",
+                write.claim
+            )));
+        }
+        let current = claim.status.as_ref().and_then(|s| s.allocation.as_ref());
+        match (&write.allocation, current) {
+            (Some(ours), Some(theirs)) if !same_devices(ours, theirs) => {
+                return Err(Outcome::NotBound(format!(
+                    "ResourceClaim {} was allocated meanwhile by another writer",
+                    write.claim
+                )));
+            }
+            (None, None) => {
+                return Err(Outcome::NotBound(format!(
+                    "ResourceClaim {} is no longer allocated",
+                    write.claim
+                )));
+            }
+            _ => {}
+        }
+        let finalizers = claim.metadata.finalizers.get_or_insert_default();
+        if write.allocation.is_some() && !finalizers.iter().any(|f| f == CLAIM_DELETE_PROTECTION) {
+            finalizers.push(CLAIM_DELETE_PROTECTION.to_string());
+            claim = self
+                .timed("claim", api.replace(name, &PostParams::default(), &claim))
+                .await
+                .map_err(|e| refused_or_unknown(&write.claim, &e))?;
+        }
+        let status = claim.status.get_or_insert_default();
+        if status.allocation.is_none() {
+            status.allocation = write.allocation.clone();
+        }
+        let reserved = status.reserved_for.get_or_insert_default();
+        if !reserved.iter().any(|r| r.uid == binding.uid) {
+            reserved.push(ResourceClaimConsumerReference {
+                api_group: None,
+                resource: "pods".into(),
+                name: binding.pod.name.clone(),
+                uid: binding.uid.clone(),
+            });
+        }
+        self.timed(
+            "claim-status",
+            api.replace_status(name, &PostParams::default(), &claim),
+        )
+        .await
+        .map_err(|e| refused_or_unknown(&write.claim, &e))?;
+        tracing::debug!(pod = %binding.pod, claim = %write.claim, allocated = write.allocation.is_some(), "Claim written");
+        Ok(())
+    }
+
+    /// Takes the pod out of its claims' `reservedFor` after its binding
+    /// certainly failed, and clears the allocations this binding wrote that
+    /// no one else is reserved for. Best effort: what fails is logged (the
+    /// resourceclaim controller of kube-controller-manager does the same
+    /// for pods that are gone).
+    pub(super) async fn undo_claims(&self, binding: &PendingBinding) {
+        for write in &binding.claims {
+            if let Err(error) = self.undo_claim(binding, write).await {
+                tracing::warn!(pod = %binding.pod, claim = %write.claim, error_kind = error.kind(), %error, "Cannot release the claim of a pod that was not bound");
+            }
+        }
+    }
+
+    async fn undo_claim(
+        &self,
+        binding: &PendingBinding,
+        write: &ClaimWrite,
+    ) -> Result<(), ApplyError> {
+        let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &write.claim.namespace);
+        let Some(mut claim) = self.timed("claim", api.get_opt(&write.claim.name)).await? else {
+            return Ok(());
+        };
+        if claim.metadata.uid.as_deref() != Some(write.uid.as_str()) {
+            return Ok(());
+        }
+        let Some(status) = claim.status.as_mut() else {
+            return Ok(());
+        };
+        let reserved = status.reserved_for.get_or_insert_default();
+        let before = reserved.len();
+        reserved.retain(|r| r.uid != binding.uid);
+        let ours = match (&write.allocation, &status.allocation) {
+            (Some(ours), Some(theirs)) => same_devices(ours, theirs),
+            _ => false,
+        };
+        let clear = ours && reserved.is_empty();
+        if reserved.len() == before && !clear {
+            return Ok(());
+        }
+        if clear {
+            status.allocation = None;
+            status.reserved_for = None;
+            status.devices = None;
+        }
+        let claim = self
+            .timed(
+                "claim-status",
+                api.replace_status(&write.claim.name, &PostParams::default(), &claim),
+            )
+            .await?;
+        if clear {
+            let mut claim = claim;
+            if let Some(finalizers) = claim.metadata.finalizers.as_mut() {
+                finalizers.retain(|f| f != CLAIM_DELETE_PROTECTION);
+            }
+            self.timed(
+                "claim",
+                api.replace(&write.claim.name, &PostParams::default(), &claim),
+            )
+            .await?;
+        }
+        tracing::info!(pod = %binding.pod, claim = %write.claim, deallocated = clear, "Released the claim of a pod that was not bound");
+        Ok(())
+    }
+}
+
+/// Whether two allocations hold the same devices for the same requests.
+fn same_devices(
+    a: &k8s_openapi::api::resource::v1::AllocationResult,
+    b: &k8s_openapi::api::resource::v1::AllocationResult,
+) -> bool {
+    let results = |x: &k8s_openapi::api::resource::v1::AllocationResult| {
+        let mut r: Vec<(String, String, String, String)> = x
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+            .map(|r| {
+                (
+                    r.request.clone(),
+                    r.driver.clone(),
+                    r.pool.clone(),
+                    r.device.clone(),
+                )
+            })
+            .collect();
+        r.sort();
+        r
+    };
+    results(a) == results(b)
+}
+
+/// A write refused by the server (4xx, a conflict among them) did not
+/// happen: the binding is decided again. Anything else may have.
+fn refused_or_unknown(claim: &wasmgpu_index::ObjectKey, error: &ApplyError) -> Outcome {
+    match error {
+        ApplyError::Api(kube::Error::Api(status)) if (400..500).contains(&status.code) => {
+            Outcome::NotBound(format!("writing ResourceClaim {claim}: {error}"))
+        }
+        _ => unknown(claim, error),
+    }
+}
+
+fn unknown(claim: &wasmgpu_index::ObjectKey, error: &ApplyError) -> Outcome {
+    Outcome::Unknown(format!("writing ResourceClaim {claim}: {error}"))
+}

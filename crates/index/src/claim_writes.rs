@@ -1,0 +1,203 @@
+//! What binding a DRA pod writes to its claims, as kube-scheduler writes it:
+//! each claim the policy allocated gets `status.allocation` (the devices as
+//! results, the DeviceClass's and the claim's configuration, a node
+//! selector naming the node) and the pod in `status.reservedFor`, in one
+//! status update; a claim allocated already only gets the pod reserved.
+
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceRequest,
+    DeviceRequestAllocationResult, ResourceClaim,
+};
+use wasmgpu_contract::types::Claim;
+
+use super::pod::ClaimSource;
+use super::{Index, ObjectKey};
+
+/// One claim's part of a DRA pod's binding.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimWrite {
+    /// The claim.
+    pub claim: ObjectKey,
+    /// Its UID when it was decided on: the write is for this claim, not a
+    /// namesake made since.
+    pub uid: String,
+    /// The allocation to write; `None` when the claim is allocated already
+    /// and the pod is only added to `status.reservedFor`.
+    pub allocation: Option<AllocationResult>,
+}
+
+/// A device chosen for one request: the result's request name
+/// (`request` or `request/subrequest`) and the device's UUID.
+pub struct Chosen<'a> {
+    /// The claim, as a position in the pod's pending claims.
+    pub claim: usize,
+    /// `request` or `request/subrequest`.
+    pub request: String,
+    /// The device's UUID on the node.
+    pub uuid: &'a str,
+}
+
+// === impl Index ===
+
+impl Index {
+    /// The claim writes of a DRA pod placed on `node`: one allocation per
+    /// pending claim (`claims`, with the devices `chosen`), and a
+    /// reservation for each of its claims allocated already. An error when
+    /// a claim or device is no longer what the round saw.
+    pub fn claim_writes(
+        &self,
+        pod: &ObjectKey,
+        claims: &[Claim],
+        chosen: &[Chosen<'_>],
+        node: &str,
+    ) -> Result<Vec<ClaimWrite>, String> {
+        let mut writes = Vec::new();
+        for (c, claim) in claims.iter().enumerate() {
+            let key = ObjectKey::parse(&claim.name)
+                .ok_or_else(|| format!("{:?} is not namespace/name", claim.name))?;
+            let facts = self
+                .dra
+                .claim(&key)
+                .ok_or_else(|| format!("ResourceClaim {key} is gone"))?;
+            if facts.allocated() {
+                return Err(format!("ResourceClaim {key} was allocated meanwhile"));
+            }
+            let mut results = Vec::new();
+            for choice in chosen.iter().filter(|ch| ch.claim == c) {
+                let gpu = self.dra.device_on(node, choice.uuid).ok_or_else(|| {
+                    format!("device {} on {node} is no longer published", choice.uuid)
+                })?;
+                results.push(DeviceRequestAllocationResult {
+                    request: choice.request.clone(),
+                    driver: gpu.id.driver.clone(),
+                    pool: gpu.id.pool.clone(),
+                    device: gpu.id.device.clone(),
+                    ..Default::default()
+                });
+            }
+            writes.push(ClaimWrite {
+                claim: key,
+                uid: facts.uid().to_string(),
+                allocation: Some(AllocationResult {
+                    devices: Some(DeviceAllocationResult {
+                        config: Some(self.allocation_config(&facts.claim, &results)),
+                        results: Some(results),
+                    }),
+                    node_selector: Some(on_node(node)),
+                    allocation_timestamp: None,
+                }),
+            });
+        }
+        writes.extend(self.reservations(pod));
+        Ok(writes)
+    }
+
+    /// The pod's claims allocated already and not reserved for it yet.
+    fn reservations(&self, pod: &ObjectKey) -> Vec<ClaimWrite> {
+        let Some(facts) = self.key_to_pod.get(pod) else {
+            return Vec::new();
+        };
+        facts
+            .claims
+            .iter()
+            .filter_map(|c| match &c.source {
+                ClaimSource::Claim(name)
+                | ClaimSource::Template {
+                    made: Some(Some(name)),
+                    ..
+                } => Some(ObjectKey::new(&pod.namespace, name)),
+                ClaimSource::Template { .. } => None,
+            })
+            .filter_map(|key| {
+                let claim = self.dra.claim(&key)?;
+                let reserved = claim.reserved_for().any(|uid| uid == facts.uid);
+                (claim.allocated() && !reserved).then(|| ClaimWrite {
+                    uid: claim.uid().to_string(),
+                    claim: key,
+                    allocation: None,
+                })
+            })
+            .collect()
+    }
+
+    /// The configuration an allocation carries: each DeviceClass's for the
+    /// requests allocated from it (`FromClass`), then the claim's own
+    /// (`FromClaim`), as kube-scheduler copies them.
+    fn allocation_config(
+        &self,
+        claim: &ResourceClaim,
+        results: &[DeviceRequestAllocationResult],
+    ) -> Vec<DeviceAllocationConfiguration> {
+        let devices = claim.spec.as_ref().and_then(|s| s.devices.as_ref());
+        let requests: Vec<&DeviceRequest> = devices
+            .and_then(|d| d.requests.as_ref())
+            .into_iter()
+            .flatten()
+            .collect();
+        let mut config = Vec::new();
+        let mut seen: Vec<&str> = Vec::new();
+        for result in results {
+            if seen.contains(&result.request.as_str()) {
+                continue;
+            }
+            seen.push(&result.request);
+            let Some(class) =
+                class_of(&requests, &result.request).and_then(|name| self.dra.class(name))
+            else {
+                continue;
+            };
+            config.extend(class.config.iter().filter_map(|c| {
+                Some(DeviceAllocationConfiguration {
+                    source: "FromClass".into(),
+                    requests: Some(vec![result.request.clone()]),
+                    opaque: Some(c.opaque.clone()?),
+                })
+            }));
+        }
+        config.extend(
+            devices
+                .and_then(|d| d.config.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|c| DeviceAllocationConfiguration {
+                    source: "FromClaim".into(),
+                    requests: c.requests.clone(),
+                    opaque: c.opaque.clone(),
+                }),
+        );
+        config
+    }
+}
+
+/// The DeviceClass of `request` (`name` or `name/subrequest`).
+fn class_of<'a>(requests: &[&'a DeviceRequest], request: &str) -> Option<&'a str> {
+    let (name, sub) = match request.split_once('/') {
+        Some((name, sub)) => (name, Some(sub)),
+        None => (request, None),
+    };
+    let r = requests.iter().find(|r| r.name == name)?;
+    match sub {
+        None => r.exactly.as_ref().map(|e| e.device_class_name.as_str()),
+        Some(sub) => r
+            .first_available
+            .iter()
+            .flatten()
+            .find(|s| s.name == sub)
+            .map(|s| s.device_class_name.as_str()),
+    }
+}
+
+/// A node selector that matches `node` alone.
+pub(crate) fn on_node(node: &str) -> NodeSelector {
+    NodeSelector {
+        node_selector_terms: vec![NodeSelectorTerm {
+            match_fields: Some(vec![NodeSelectorRequirement {
+                key: "metadata.name".into(),
+                operator: "In".into(),
+                values: Some(vec![node.into()]),
+            }]),
+            match_expressions: None,
+        }],
+    }
+}
