@@ -21,7 +21,7 @@ use crate::support::*;
 
 /// The ResourceSlice NVIDIA's driver publishes for `node` with `gpus` H100s
 /// (pool named after the node), UUIDs as the GPUNode's.
-fn nvidia_slice(node: &str, gpus: u32) -> Result<ResourceSlice> {
+pub(super) fn nvidia_slice(node: &str, gpus: u32) -> Result<ResourceSlice> {
     let devices: Vec<_> = (0..gpus)
         .map(|i| {
             json!({

@@ -5,6 +5,7 @@
 mod chaos;
 mod configmaps;
 mod dra;
+mod dra_claims;
 mod fairshare;
 mod gangs;
 mod holdings;

@@ -1,0 +1,292 @@
+//! DRA pods on the real API server: pods with `schedulerName: wasmgpu` and
+//! `spec.resourceClaims` get devices of NVIDIA-shaped ResourceSlices chosen
+//! by the shipped binpack, written as kube-scheduler writes them (the
+//! finalizer, one status update with `allocation` and `reservedFor`, then
+//! the Binding), with the controller under the RBAC of `deploy/`. The test
+//! plays kube-controller-manager's resourceclaim controller where it needs
+//! it (a template's claim; releasing a finished pod's claim).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use wasmgpu_test_harness::{FakeNode, TestContext};
+
+use super::dra::nvidia_slice;
+use super::{events_for, node_of, wait_bound};
+use crate::support::*;
+
+/// NVIDIA's DeviceClass `gpu.nvidia.com`, as its driver's chart ships it.
+async fn nvidia_class(ctx: &TestContext) -> Result<()> {
+    let classes: Api<DeviceClass> = ctx.cluster_api();
+    let class: DeviceClass = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {
+            "selectors": [{"cel": {"expression":
+                "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}],
+            "extendedResourceName": "nvidia.com/gpu",
+        },
+    }))?;
+    match classes.create(&PostParams::default(), &class).await {
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        other => other.map(drop).map_err(Into::into),
+    }
+}
+
+/// A claim asking `count` GPUs of the class, with one CEL selector.
+async fn claim(ctx: &TestContext, name: &str, count: u32, selector: &str, class: &str) -> Result<()> {
+    let claim: ResourceClaim = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+            "deviceClassName": class,
+            "count": count,
+            "selectors": [{"cel": {"expression": selector}}],
+        }}]}},
+    }))?;
+    ctx.api::<ResourceClaim>()
+        .create(&PostParams::default(), &claim)
+        .await?;
+    Ok(())
+}
+
+/// A pending pod of wasmgpu using the claim `claim` (by name).
+async fn dra_pod(ctx: &TestContext, name: &str, claim: &str) -> Result<Pod> {
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "wasmgpu",
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": claim}],
+            "containers": [{
+                "name": "main",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"claims": [{"name": "gpus"}]},
+            }],
+        },
+    }))?;
+    Ok(ctx.api::<Pod>().create(&PostParams::default(), &pod).await?)
+}
+
+/// The devices a claim's allocation holds, as `pool/device`.
+fn allocated(claim: &ResourceClaim) -> Vec<String> {
+    claim
+        .status
+        .iter()
+        .flat_map(|s| s.allocation.iter())
+        .flat_map(|a| a.devices.iter())
+        .flat_map(|d| d.results.iter().flatten())
+        .map(|r| format!("{}/{}", r.pool, r.device))
+        .collect()
+}
+
+async fn wait_event(ctx: &TestContext, pod: &str, reason: &str, controller: &Controller) -> Result<String> {
+    let deadline = std::time::Instant::now() + ACT;
+    loop {
+        if let Some((_, note)) = events_for(ctx, pod).await?.into_iter().find(|(r, _)| r == reason) {
+            return Ok(note);
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "no {reason} Event on {pod}\n{}",
+            controller.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn dra_pods_get_the_devices_their_claims_select_and_are_bound_as_kube_scheduler_binds()
+-> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("ctl-dra-claims").await?;
+    install_crds(&ctx).await?;
+    nvidia_class(&ctx).await?;
+    let node = format!("{}-h100", ctx.namespace);
+    FakeNode::new(&node)
+        .label(GROUP_LABEL, &ctx.namespace)
+        .create(&ctx.client)
+        .await?;
+    let slices: Api<ResourceSlice> = ctx.cluster_api();
+    let slice = nvidia_slice(&node, 8)?;
+    let slice_name = slice.metadata.name.clone().expect("named");
+    slices.create(&PostParams::default(), &slice).await?;
+    let controller = Controller::start(&ctx).await?;
+    let claims = ctx.api::<ResourceClaim>();
+    let pods = ctx.api::<Pod>();
+
+    // 2 H100s with at least 40Gi, by CEL on productName and memory.
+    claim(
+        &ctx,
+        "train",
+        2,
+        "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA H100') && device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0",
+        "gpu.nvidia.com",
+    )
+    .await?;
+    let train = dra_pod(&ctx, "train", "train").await?;
+    let bound = wait_bound(&ctx, "train").await?;
+    assert_eq!(node_of(&bound).as_deref(), Some(node.as_str()));
+    let written = claims.get("train").await?;
+    let devices = allocated(&written);
+    assert_eq!(devices.len(), 2, "{devices:?}");
+    assert!(devices.iter().all(|d| d.starts_with(&format!("{node}/gpu-"))));
+    let status = written.status.as_ref().expect("status");
+    let reserved: Vec<(&str, &str)> = status
+        .reserved_for
+        .iter()
+        .flatten()
+        .map(|r| (r.resource.as_str(), r.uid.as_str()))
+        .collect();
+    assert_eq!(reserved, [("pods", train.metadata.uid.as_deref().unwrap())]);
+    assert!(
+        written
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "resource.kubernetes.io/delete-protection")
+    );
+    let selector = serde_json::to_value(&status.allocation.as_ref().unwrap().node_selector)?;
+    assert_eq!(
+        selector["nodeSelectorTerms"][0]["matchFields"][0]["values"],
+        json!([node])
+    );
+    let note = wait_event(&ctx, "train", "Allocated", &controller).await?;
+    assert!(note.contains("ResourceClaims"), "{note}");
+
+    // 6 more: the rest of the node, none of train's.
+    claim(&ctx, "infer", 6, "device.attributes['gpu.nvidia.com'].type == 'gpu'", "gpu.nvidia.com").await?;
+    dra_pod(&ctx, "infer", "infer").await?;
+    wait_bound(&ctx, "infer").await?;
+    let infer = allocated(&claims.get("infer").await?);
+    let all: BTreeSet<&String> = devices.iter().chain(&infer).collect();
+    assert_eq!(all.len(), 8, "two claims never share a device: {devices:?} {infer:?}");
+
+    // A ninth waits: every device is held.
+    claim(&ctx, "late", 1, "true", "gpu.nvidia.com").await?;
+    dra_pod(&ctx, "late", "late").await?;
+    let note = wait_event(&ctx, "late", "Waiting", &controller).await?;
+    assert!(note.contains("ml") || !note.is_empty(), "{note}");
+    assert!(node_of(&pods.get("late").await?).is_none());
+
+    // train finishes; its claim is released (as kube-controller-manager
+    // releases it): the freed devices serve the late claim.
+    pods.delete("train", &DeleteParams::default().grace_period(0)).await?;
+    release(&claims, "train").await?;
+    wait_bound(&ctx, "late").await?;
+    let late = allocated(&claims.get("late").await?);
+    assert!(devices.contains(&late[0]), "{late:?} comes from train's {devices:?}");
+
+    // Bad input: a missing DeviceClass, a selector that does not compile.
+    claim(&ctx, "no-class", 1, "true", "mig.nvidia.com").await?;
+    dra_pod(&ctx, "no-class", "no-class").await?;
+    let note = wait_event(&ctx, "no-class", "UnusableClaim", &controller).await?;
+    assert!(note.contains("names DeviceClass \"mig.nvidia.com\", which does not exist"), "{note}");
+    claim(&ctx, "bad-cel", 1, "device.attributes[", "gpu.nvidia.com").await?;
+    dra_pod(&ctx, "bad-cel", "bad-cel").await?;
+    let note = wait_event(&ctx, "bad-cel", "UnusableClaim", &controller).await?;
+    assert!(note.contains("does not compile"), "{note}");
+    dra_pod(&ctx, "missing", "nope").await?;
+    let note = wait_event(&ctx, "missing", "UnusableClaim", &controller).await?;
+    assert!(note.contains("ResourceClaim") && note.contains("does not exist"), "{note}");
+
+    drop(controller);
+    slices.delete(&slice_name, &DeleteParams::default()).await?;
+    remove_nodes(&ctx, &[node]).await
+}
+
+#[tokio::test]
+async fn a_claim_from_a_template_is_allocated_for_its_pod() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("ctl-dra-template").await?;
+    install_crds(&ctx).await?;
+    nvidia_class(&ctx).await?;
+    let node = format!("{}-h100", ctx.namespace);
+    FakeNode::new(&node)
+        .label(GROUP_LABEL, &ctx.namespace)
+        .create(&ctx.client)
+        .await?;
+    let slices: Api<ResourceSlice> = ctx.cluster_api();
+    let slice = nvidia_slice(&node, 4)?;
+    let slice_name = slice.metadata.name.clone().expect("named");
+    slices.create(&PostParams::default(), &slice).await?;
+    let controller = Controller::start(&ctx).await?;
+    let pods = ctx.api::<Pod>();
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "worker"},
+        "spec": {
+            "schedulerName": "wasmgpu",
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}],
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"claims": [{"name": "gpus"}]}}],
+        },
+    }))?;
+    let pod = pods.create(&PostParams::default(), &pod).await?;
+    let note = wait_event(&ctx, "worker", "UnusableClaim", &controller).await?;
+    assert!(note.contains("ResourceClaimTemplate two-gpus is not made yet"), "{note}");
+
+    // kube-controller-manager's part: the claim, owned by the pod, and the
+    // pod's status naming it.
+    let made: ResourceClaim = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": "worker-gpus-abcde",
+            "annotations": {"resource.kubernetes.io/pod-claim-name": "gpus"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "worker",
+                "uid": pod.metadata.uid, "controller": true, "blockOwnerDeletion": true}],
+        },
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "count": 2}}]}},
+    }))?;
+    ctx.api::<ResourceClaim>()
+        .create(&PostParams::default(), &made)
+        .await?;
+    pods.patch_status(
+        "worker",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"resourceClaimStatuses": [
+            {"name": "gpus", "resourceClaimName": "worker-gpus-abcde"}]}})),
+    )
+    .await?;
+    wait_bound(&ctx, "worker").await?;
+    let claim = ctx.api::<ResourceClaim>().get("worker-gpus-abcde").await?;
+    assert_eq!(allocated(&claim).len(), 2);
+
+    drop(controller);
+    slices.delete(&slice_name, &DeleteParams::default()).await?;
+    remove_nodes(&ctx, &[node]).await
+}
+
+/// What kube-controller-manager's resourceclaim controller does once a
+/// claim's pod is gone: drop the reservation, clear the allocation, remove
+/// the finalizer.
+async fn release(claims: &Api<ResourceClaim>, name: &str) -> Result<()> {
+    claims
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"reservedFor": null, "allocation": null}})),
+        )
+        .await?;
+    claims
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": Value::Null}})),
+        )
+        .await?;
+    Ok(())
+}
