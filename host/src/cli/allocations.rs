@@ -110,8 +110,17 @@ fn table(unhealthy: &Unhealthy, resources: &[GPUResource], pods: &[Pod]) -> Stri
             .cloned()
             .unwrap_or_default();
         let resource = resource_by_key.get(&(namespace.clone(), resource_name.clone()));
-        let mut cells = vec![namespace, name, resource_name.clone()];
-        cells.extend(row(pod, &resource_name, resource.copied(), unhealthy));
+        let claims = claims_of(pod);
+        let shown = match (&resource_name, &claims) {
+            (r, Some(claims)) if r.is_empty() => format!("claims: {claims}"),
+            _ => resource_name.clone(),
+        };
+        let mut cells = vec![namespace, name, shown];
+        let mut rest = row(pod, &resource_name, resource.copied(), unhealthy);
+        if resource_name.is_empty() && claims.is_some() {
+            dra_note(pod, &mut rest);
+        }
+        cells.extend(rest);
         table.row(cells);
     }
     table.render()
@@ -218,6 +227,45 @@ fn row(
             };
             vec!["-".into(), "-".into(), "-".into(), why]
         }
+    }
+}
+
+/// The claims of a DRA pod (`spec.resourceClaims` entries), comma-separated.
+fn claims_of(pod: &Pod) -> Option<String> {
+    let claims = pod.spec.as_ref()?.resource_claims.as_ref()?;
+    (!claims.is_empty()).then(|| {
+        claims
+            .iter()
+            .map(|c| {
+                c.resource_claim_name.clone().unwrap_or_else(|| {
+                    format!(
+                        "{} (template {})",
+                        c.name,
+                        c.resource_claim_template_name.as_deref().unwrap_or("-")
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    })
+}
+
+/// The NOTE of a DRA pod: its devices are its claims' (`status.allocation`).
+fn dra_note(pod: &Pod, cells: &mut [String]) {
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let Some(note) = cells.last_mut() else {
+        return;
+    };
+    if note.starts_with("waiting") {
+        *note = "waiting: see the pod's Events (UnusableClaim, Waiting)".into();
+    } else if bound && note == "bound without an allocation" {
+        *note = "DRA: devices of claims allocated before".into();
+    } else if !note.contains(':') {
+        note.push_str("; DRA: recorded in its claims' status.allocation");
     }
 }
 

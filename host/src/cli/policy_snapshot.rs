@@ -2,7 +2,9 @@
 //! policy in its next round, from a live cluster.
 //!
 //! ```text
-//!  list Node, GPUNode, GPUResource, Pod (schedulerName=wasmgpu) ──▶ Index::reset_*
+//!  list Node, GPUNode, GPUResource, Pod (schedulerName=wasmgpu), GPUTenant,
+//!       PodGroup, PodDisruptionBudget, ResourceSlice, ResourceClaim,
+//!       DeviceClass (those the server serves) ──────────────────────▶ Index::reset_*
 //!  get the policy ConfigMap (config.json)                             │
 //!                                                 Index::snapshot(policy) ──▶ FILE
 //! ```
@@ -15,6 +17,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::api::ListParams;
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
@@ -22,7 +26,7 @@ use serde::de::DeserializeOwned;
 use super::kube_client::{block_on, client};
 use super::stdout;
 use wasmgpu_api::policy::CONFIG_KEY;
-use wasmgpu_api::{GPUNode, GPUResource, SCHEDULER_NAME};
+use wasmgpu_api::{GPUNode, GPUResource, GPUTenant, PodGroup, SCHEDULER_NAME};
 use wasmgpu_contract::HostSnapshot;
 use wasmgpu_index::Index;
 
@@ -102,6 +106,12 @@ struct Objects {
     gpunodes: Vec<GPUNode>,
     resources: Vec<GPUResource>,
     pods: Vec<Pod>,
+    tenants: Vec<GPUTenant>,
+    groups: Vec<PodGroup>,
+    budgets: Vec<PodDisruptionBudget>,
+    slices: Vec<ResourceSlice>,
+    claims: Vec<ResourceClaim>,
+    classes: Vec<DeviceClass>,
     policy: Option<ConfigMap>,
 }
 
@@ -157,6 +167,12 @@ fn build(objects: &Objects, policy: &str, default_policy: &str) -> HostSnapshot 
     index.reset_nodes(&objects.nodes);
     index.reset_gpunodes(&objects.gpunodes);
     index.reset_gpuresources(&objects.resources);
+    index.reset_gputenants(&objects.tenants);
+    index.reset_podgroups(&objects.groups);
+    index.reset_budgets(&objects.budgets);
+    index.reset_resourceslices(&objects.slices);
+    index.reset_resourceclaims(&objects.claims);
+    index.reset_deviceclasses(&objects.classes);
     index.reset_pods(&objects.pods);
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -188,13 +204,44 @@ async fn list(client: Client, policy: &str, namespace: &str) -> anyhow::Result<O
                 .with_context(|| format!("reading ConfigMap {namespace}/{policy}"))
         },
     )?;
+    let (tenants, groups, budgets, slices, claims, classes) = tokio::try_join!(
+        served::<GPUTenant>(&client),
+        served::<PodGroup>(&client),
+        served::<PodDisruptionBudget>(&client),
+        served::<ResourceSlice>(&client),
+        served::<ResourceClaim>(&client),
+        served::<DeviceClass>(&client),
+    )?;
     Ok(Objects {
         nodes,
         gpunodes,
         resources,
         pods,
+        tenants,
+        groups,
+        budgets,
+        slices,
+        claims,
+        classes,
         policy,
     })
+}
+
+/// Every object of kind `K`, or none when the server does not serve the
+/// kind (an older cluster, a CRD not installed), as the controller reads
+/// them only when served.
+async fn served<K>(client: &Client) -> anyhow::Result<Vec<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match Api::<K>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Vec::new()),
+        Err(error) => Err(error).with_context(|| format!("listing {}s", K::kind(&()))),
+    }
 }
 
 /// Every object of kind `K` in all namespaces.

@@ -41,7 +41,13 @@ async fn nvidia_class(ctx: &TestContext) -> Result<()> {
 }
 
 /// A claim asking `count` GPUs of the class, with one CEL selector.
-async fn claim(ctx: &TestContext, name: &str, count: u32, selector: &str, class: &str) -> Result<()> {
+async fn claim(
+    ctx: &TestContext,
+    name: &str,
+    count: u32,
+    selector: &str,
+    class: &str,
+) -> Result<()> {
     let claim: ResourceClaim = serde_json::from_value(json!({
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -74,7 +80,10 @@ async fn dra_pod(ctx: &TestContext, name: &str, claim: &str) -> Result<Pod> {
             }],
         },
     }))?;
-    Ok(ctx.api::<Pod>().create(&PostParams::default(), &pod).await?)
+    Ok(ctx
+        .api::<Pod>()
+        .create(&PostParams::default(), &pod)
+        .await?)
 }
 
 /// The devices a claim's allocation holds, as `pool/device`.
@@ -89,10 +98,19 @@ fn allocated(claim: &ResourceClaim) -> Vec<String> {
         .collect()
 }
 
-async fn wait_event(ctx: &TestContext, pod: &str, reason: &str, controller: &Controller) -> Result<String> {
+async fn wait_event(
+    ctx: &TestContext,
+    pod: &str,
+    reason: &str,
+    controller: &Controller,
+) -> Result<String> {
     let deadline = std::time::Instant::now() + ACT;
     loop {
-        if let Some((_, note)) = events_for(ctx, pod).await?.into_iter().find(|(r, _)| r == reason) {
+        if let Some((_, note)) = events_for(ctx, pod)
+            .await?
+            .into_iter()
+            .find(|(r, _)| r == reason)
+        {
             return Ok(note);
         }
         anyhow::ensure!(
@@ -139,7 +157,11 @@ async fn dra_pods_get_the_devices_their_claims_select_and_are_bound_as_kube_sche
     let written = claims.get("train").await?;
     let devices = allocated(&written);
     assert_eq!(devices.len(), 2, "{devices:?}");
-    assert!(devices.iter().all(|d| d.starts_with(&format!("{node}/gpu-"))));
+    assert!(
+        devices
+            .iter()
+            .all(|d| d.starts_with(&format!("{node}/gpu-")))
+    );
     let status = written.status.as_ref().expect("status");
     let reserved: Vec<(&str, &str)> = status
         .reserved_for
@@ -165,40 +187,76 @@ async fn dra_pods_get_the_devices_their_claims_select_and_are_bound_as_kube_sche
     assert!(note.contains("ResourceClaims"), "{note}");
 
     // 6 more: the rest of the node, none of train's.
-    claim(&ctx, "infer", 6, "device.attributes['gpu.nvidia.com'].type == 'gpu'", "gpu.nvidia.com").await?;
+    claim(
+        &ctx,
+        "infer",
+        6,
+        "device.attributes['gpu.nvidia.com'].type == 'gpu'",
+        "gpu.nvidia.com",
+    )
+    .await?;
     dra_pod(&ctx, "infer", "infer").await?;
     wait_bound(&ctx, "infer").await?;
     let infer = allocated(&claims.get("infer").await?);
     let all: BTreeSet<&String> = devices.iter().chain(&infer).collect();
-    assert_eq!(all.len(), 8, "two claims never share a device: {devices:?} {infer:?}");
+    assert_eq!(
+        all.len(),
+        8,
+        "two claims never share a device: {devices:?} {infer:?}"
+    );
 
     // A ninth waits: every device is held.
     claim(&ctx, "late", 1, "true", "gpu.nvidia.com").await?;
     dra_pod(&ctx, "late", "late").await?;
     let note = wait_event(&ctx, "late", "Waiting", &controller).await?;
-    assert!(note.contains("ml") || !note.is_empty(), "{note}");
+    assert!(
+        note.contains("/late request \"gpus\"") && note.contains("free right now"),
+        "{note}"
+    );
     assert!(node_of(&pods.get("late").await?).is_none());
 
     // train finishes; its claim is released (as kube-controller-manager
     // releases it): the freed devices serve the late claim.
-    pods.delete("train", &DeleteParams::default().grace_period(0)).await?;
+    pods.delete("train", &DeleteParams::default().grace_period(0))
+        .await?;
     release(&claims, "train").await?;
     wait_bound(&ctx, "late").await?;
     let late = allocated(&claims.get("late").await?);
-    assert!(devices.contains(&late[0]), "{late:?} comes from train's {devices:?}");
+    assert!(
+        devices.contains(&late[0]),
+        "{late:?} comes from train's {devices:?}"
+    );
 
-    // Bad input: a missing DeviceClass, a selector that does not compile.
+    // Bad input: a missing DeviceClass, a selector that fails on a device
+    // (the API server refuses one that does not compile), a missing claim.
     claim(&ctx, "no-class", 1, "true", "mig.nvidia.com").await?;
     dra_pod(&ctx, "no-class", "no-class").await?;
     let note = wait_event(&ctx, "no-class", "UnusableClaim", &controller).await?;
-    assert!(note.contains("names DeviceClass \"mig.nvidia.com\", which does not exist"), "{note}");
-    claim(&ctx, "bad-cel", 1, "device.attributes[", "gpu.nvidia.com").await?;
+    assert!(
+        note.contains("names DeviceClass \"mig.nvidia.com\", which does not exist"),
+        "{note}"
+    );
+    claim(
+        &ctx,
+        "bad-cel",
+        1,
+        "device.attributes['gpu.nvidia.com'].pcieGeneration == 5",
+        "gpu.nvidia.com",
+    )
+    .await?;
     dra_pod(&ctx, "bad-cel", "bad-cel").await?;
     let note = wait_event(&ctx, "bad-cel", "UnusableClaim", &controller).await?;
-    assert!(note.contains("does not compile"), "{note}");
+    assert!(
+        note.contains("cannot be evaluated on device gpu.nvidia.com/")
+            && note.contains("pcieGeneration"),
+        "{note}"
+    );
     dra_pod(&ctx, "missing", "nope").await?;
     let note = wait_event(&ctx, "missing", "UnusableClaim", &controller).await?;
-    assert!(note.contains("ResourceClaim") && note.contains("does not exist"), "{note}");
+    assert!(
+        note.contains("ResourceClaim") && note.contains("does not exist"),
+        "{note}"
+    );
 
     drop(controller);
     slices.delete(&slice_name, &DeleteParams::default()).await?;
@@ -235,7 +293,10 @@ async fn a_claim_from_a_template_is_allocated_for_its_pod() -> Result<()> {
     }))?;
     let pod = pods.create(&PostParams::default(), &pod).await?;
     let note = wait_event(&ctx, "worker", "UnusableClaim", &controller).await?;
-    assert!(note.contains("ResourceClaimTemplate two-gpus is not made yet"), "{note}");
+    assert!(
+        note.contains("ResourceClaimTemplate two-gpus is not made yet"),
+        "{note}"
+    );
 
     // kube-controller-manager's part: the claim, owned by the pod, and the
     // pod's status naming it.

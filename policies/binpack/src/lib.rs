@@ -202,6 +202,40 @@ mod tests {
         allocate(&snap);
     }
 
+    #[test]
+    fn packs_dra_pods_onto_the_fullest_node_and_never_shares_their_devices() {
+        use wasmgpu_policy_sdk::testing::{candidate_set, claim, dra_request, validate};
+        let mut busy = node("busy", 4, "NVIDIA H100", 81920);
+        busy.gpus[0].held = true;
+        let mut snap = snapshot(
+            vec![node("idle", 4, "NVIDIA H100", 81920), busy],
+            vec![request("ns/gpu", 1, Exclusive, 0)],
+        );
+        let every = candidate_set(&mut snap, (0..2).flat_map(|n| (0..4).map(move |g| (n, g))));
+        for pod in ["ns/a", "ns/b"] {
+            let mut r = dra_request(pod, vec![claim(pod, &[("gpus", 2, every)])]);
+            r.priority = 1;
+            snap.pending.push(r);
+        }
+        let decisions = allocate(&snap);
+        let verdict = validate(&snap, &decisions);
+        assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+        let placed: Vec<(&str, &str, usize)> = verdict
+            .accepted
+            .iter()
+            .map(|p| (p.pod.as_str(), p.node.as_str(), p.gpus.len()))
+            .collect();
+        // a → busy (3 free, 1 left), b → idle, the GPU pod → busy's last.
+        assert_eq!(
+            placed,
+            [
+                ("ns/a", "busy", 2),
+                ("ns/b", "idle", 2),
+                ("ns/gpu", "busy", 1)
+            ]
+        );
+    }
+
     /// The controller's validator accepts every decision of a large round,
     /// whatever the NVLink mode, with a gang among the requests.
     #[test]

@@ -9,7 +9,11 @@
 //! quota), places that tenant's next pod (higher priority first, then older
 //! first), adds what the pod took to the tenant's holdings and picks again.
 //! Holdings start from what the running pods hold (`usage`). A gang is one unit of its tenant,
-//! placed all or nothing.
+//! placed all or nothing. Pods asking through DRA claims queue with the
+//! others and are placed by `Cluster::place_claims` (packed the same way);
+//! what they are given counts as GPUs of their tenant (a MIG instance as a
+//! seventh). They do not reclaim, and gang members among them are left to
+//! their gang (which gives them no decision).
 //!
 //! Tenants are the `GPUTenant` objects the snapshot carries; without any,
 //! those of `config.json` (which are ignored, with a log line, once objects
@@ -37,7 +41,7 @@ mod tenants;
 use std::collections::VecDeque;
 
 use wasmgpu_policy_sdk::{
-    Cluster, Decision, Fit, Info, Policy, Request, Snapshot, fail, info, wait,
+    Cluster, Decision, Fit, Info, Policy, Request, Snapshot, Want, fail, info, shape_of, wait,
 };
 
 pub use config::{Config, TenantConfig};
@@ -62,27 +66,7 @@ pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
     let mut tenants = Tenants::new(&config, snapshot);
     let mut cluster = Cluster::new(snapshot);
     let mut reclaim = Reclaim::new(snapshot, config.reclaim);
-
-    // Each tenant's units in order: priority, then age, then pod name.
-    let mut queues: Vec<VecDeque<Unit>> = Vec::new();
-    let mut gang_queued = vec![false; snapshot.gangs.len()];
-    for request in cluster.pending_in_order() {
-        let unit = match request.gang {
-            Some(g) if (g as usize) < gang_queued.len() => {
-                if std::mem::replace(&mut gang_queued[g as usize], true) {
-                    continue;
-                }
-                Unit::Gang(g)
-            }
-            _ => Unit::Pod(request),
-        };
-        let t = tenants.of_namespace(snapshot.namespace(request.namespace));
-        if queues.len() <= t {
-            queues.resize_with(tenants.all.len(), VecDeque::new);
-        }
-        queues[t].push_back(unit);
-    }
-
+    let mut queues = queue_units(snapshot, &cluster, &mut tenants);
     let fit = Fit::Tightest;
     let mut decisions = Vec::with_capacity(snapshot.pending.len());
     while let Some(t) = lowest(&tenants.all, &queues, &capacity) {
@@ -98,14 +82,12 @@ pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
                     decisions.push(wait(want.position, reason));
                     continue;
                 }
-                let placed = cluster
-                    .choose_node(&want, fit)
-                    .and_then(|node| cluster.place(node, &want, fit, config.prefer_nvlink))
-                    .or_else(|| reclaim.evict_for(&mut cluster, &want, fit, config.prefer_nvlink));
-                match placed {
+                match place_pod(&mut cluster, &mut reclaim, &want, config.prefer_nvlink) {
                     Some(decision) => {
-                        tenant.held.add(cost);
-                        reclaim.placed(request);
+                        tenant
+                            .held
+                            .add(Holding::of_placed(snapshot, request, &decision));
+                        reclaim.placed(request, &decision);
                         decisions.push(decision);
                     }
                     None => decisions.push(cluster.unplaced(&want)),
@@ -115,7 +97,11 @@ pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
                 let members = &snapshot.gangs[g as usize].pending;
                 let mut cost = Holding::default();
                 for &m in members {
-                    if let Some(request) = snapshot.pending.get(m as usize) {
+                    // Members asking through claims are not placed with
+                    // their gang (they get no decision): they cost nothing.
+                    if let Some(request) = snapshot.pending.get(m as usize)
+                        && shape_of(request).is_some()
+                    {
                         cost.add(Holding::of_request(request));
                     }
                 }
@@ -127,8 +113,10 @@ pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
                     if let Decision::Assign(a) = &decision
                         && let Some(request) = snapshot.pending.get(a.pod as usize)
                     {
-                        tenant.held.add(Holding::of_request(request));
-                        reclaim.placed(request);
+                        tenant
+                            .held
+                            .add(Holding::of_placed(snapshot, request, &decision));
+                        reclaim.placed(request, &decision);
                     }
                     decisions.push(decision);
                 }
@@ -136,6 +124,57 @@ pub fn allocate(snapshot: &Snapshot) -> Vec<Decision> {
         }
     }
     decisions
+}
+
+/// Each tenant's units (by position in `tenants.all`), in order: priority,
+/// then age, then pod name; DRA pods among them. A gang is queued at its
+/// first member's turn; gang members asking through claims are left to
+/// their gang.
+fn queue_units<'s>(
+    snapshot: &'s Snapshot,
+    cluster: &Cluster<'s>,
+    tenants: &mut Tenants,
+) -> Vec<VecDeque<Unit<'s>>> {
+    let mut queues: Vec<VecDeque<Unit>> = Vec::new();
+    let mut gang_queued = vec![false; snapshot.gangs.len()];
+    for request in cluster.all_pending_in_order() {
+        let unit = match request.gang {
+            Some(g) if (g as usize) < gang_queued.len() => {
+                if shape_of(request).is_none()
+                    || std::mem::replace(&mut gang_queued[g as usize], true)
+                {
+                    continue;
+                }
+                Unit::Gang(g)
+            }
+            _ => Unit::Pod(request),
+        };
+        let t = tenants.of_namespace(snapshot.namespace(request.namespace));
+        if queues.len() <= t {
+            queues.resize_with(tenants.all.len(), VecDeque::new);
+        }
+        queues[t].push_back(unit);
+    }
+    queues
+}
+
+/// Places one pod, packed (`Fit::Tightest`): a DRA pod with
+/// [`Cluster::place_claims`]; another on the node binpack would choose, or
+/// by reclaim when it fits nowhere.
+fn place_pod<'s>(
+    cluster: &mut Cluster<'s>,
+    reclaim: &mut Reclaim<'s>,
+    want: &Want<'s>,
+    prefer_nvlink: bool,
+) -> Option<Decision> {
+    let fit = Fit::Tightest;
+    if want.is_dra() {
+        return cluster.place_claims(want, fit);
+    }
+    cluster
+        .choose_node(want, fit)
+        .and_then(|node| cluster.place(node, want, fit, prefer_nvlink))
+        .or_else(|| reclaim.evict_for(cluster, want, fit, prefer_nvlink))
 }
 
 /// The tenant with units left that stands lowest; ties go to the tenant
@@ -468,6 +507,27 @@ mod tests {
         snap.config = r#"{"tenants": [{"name": "x", "namespaces": ["b"]}]}"#.into();
         let verdict = wasmgpu_policy_sdk::testing::validate(&snap, &allocate(&snap));
         assert_eq!(verdict.preempting.len(), 4);
+    }
+
+    #[test]
+    fn dra_pods_are_placed_and_count_for_their_tenant() {
+        use wasmgpu_policy_sdk::testing::{candidate_set, claim, dra_request, validate};
+        // 8 GPUs; a's DRA pod takes 4 (a sorts first), so b gets the other
+        // 4 and a's GPU pods wait: what the claim took counts for a.
+        let mut snap = snapshot(nodes(2), [pods("a", 4), pods("b", 8)].concat());
+        let every = candidate_set(&mut snap, (0..2).flat_map(|n| (0..4).map(move |g| (n, g))));
+        let mut train = dra_request("a/train", vec![claim("a/train", &[("gpus", 4, every)])]);
+        train.priority = 1;
+        snap.pending.push(train);
+        let decisions = allocate(&snap);
+        let verdict = validate(&snap, &decisions);
+        assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+        let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+        for p in &verdict.accepted {
+            *per.entry(p.pod.split_once('/').unwrap().0).or_default() += p.gpus.len();
+        }
+        assert_eq!(per, BTreeMap::from([("a", 4), ("b", 4)]));
+        assert!(verdict.accepted.iter().any(|p| p.pod == "a/train"));
     }
 
     #[test]

@@ -28,13 +28,21 @@ impl<'s> Reclaim<'s> {
         }
     }
 
-    /// `request` was given its GPUs.
-    pub fn placed(&mut self, request: &Request) {
+    /// `request` was given the devices `decision` names (a DRA pod's
+    /// claim choices included).
+    pub fn placed(&mut self, request: &Request, decision: &Decision) {
+        let given = match decision {
+            Decision::Assign(a) => {
+                a.gpus.len() + a.claims.iter().map(|c| c.gpus.len()).sum::<usize>()
+            }
+            Decision::Preempt(p) => p.assignment.gpus.len(),
+            Decision::Wait(_) | Decision::Reject(_) => 0,
+        };
         if let Some(h) = request
             .tenant
             .and_then(|t| self.holding.get_mut(t as usize))
         {
-            *h = h.saturating_add(devices(request));
+            *h = h.saturating_add(given as u32);
         }
     }
 
@@ -78,7 +86,7 @@ impl<'s> Reclaim<'s> {
     }
 }
 
-/// Devices `request` takes.
+/// Devices `request` takes (a DRA request: its first alternatives').
 fn devices(request: &Request) -> u32 {
-    wasmgpu_policy_sdk::shape_of(request).map_or(0, |s| s.count)
+    wasmgpu_policy_sdk::devices_of(request)
 }

@@ -10,7 +10,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use wasmgpu_policy_sdk::{Request, Sharing, Snapshot};
+use wasmgpu_policy_sdk::{Decision, Request, Sharing, Snapshot};
 
 use crate::config::Config;
 
@@ -40,10 +40,15 @@ impl Holding {
         }
     }
 
-    /// What `request` takes once placed.
+    /// What `request` takes once placed. A DRA request counts the devices
+    /// of its first alternatives as whole GPUs ([`wasmgpu_policy_sdk::devices_of`]):
+    /// what it is given is counted by [`Holding::of_placed`].
     pub fn of_request(request: &Request) -> Holding {
         let Some(request) = wasmgpu_policy_sdk::shape_of(request) else {
-            return Holding::default();
+            return Holding {
+                gpus: f64::from(wasmgpu_policy_sdk::devices_of(request)),
+                shared_mib: 0.0,
+            };
         };
         let count = f64::from(request.count);
         match (request.sharing, &request.mig_profile) {
@@ -59,6 +64,31 @@ impl Holding {
                 gpus: 0.0,
                 shared_mib: count * request.memory_mib as f64,
             },
+        }
+    }
+
+    /// What `request` took by `decision`: for a DRA pod's assignment, its
+    /// claim choices' devices (a whole GPU as one, a MIG instance as
+    /// `1 / MIG_SLICES`); otherwise [`Holding::of_request`].
+    pub fn of_placed(snapshot: &Snapshot, request: &Request, decision: &Decision) -> Holding {
+        let Decision::Assign(a) = decision else {
+            return Holding::of_request(request);
+        };
+        if wasmgpu_policy_sdk::shape_of(request).is_some() {
+            return Holding::of_request(request);
+        }
+        let node = snapshot.nodes.get(a.node as usize);
+        let gpus = a.claims.iter().flat_map(|c| &c.gpus).map(|&g| {
+            let gpu = node.and_then(|n| n.gpus.get(g as usize));
+            if gpu.is_some_and(|g| g.mig.is_some()) {
+                1.0 / MIG_SLICES
+            } else {
+                1.0
+            }
+        });
+        Holding {
+            gpus: gpus.sum(),
+            shared_mib: 0.0,
         }
     }
 

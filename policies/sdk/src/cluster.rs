@@ -12,13 +12,15 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{
-    Ask, Decision, GpuShape, Nvlink, Request, Sharing, Snapshot, assign, glob_match, nvlink,
+    Ask, Claim, Decision, GpuShape, Nvlink, Request, Sharing, Snapshot, assign, glob_match, nvlink,
     reason, reject, wait,
 };
 
+mod claims;
 mod preempt;
 mod query;
 
+pub(crate) use claims::claim_devices;
 pub use query::GpuNow;
 
 /// A profile name no MIG instance of the snapshot has.
@@ -66,7 +68,8 @@ pub struct Want<'s> {
     /// The request.
     pub request: &'s Request,
     /// What it asks for: its GPUResource's shape ([`NO_SHAPE`] for a DRA
-    /// request, which fits nowhere through these helpers).
+    /// request, which fits nowhere through the GPU fit helpers: place it
+    /// with [`Cluster::place_claims`]).
     pub shape: &'s GpuShape,
     /// The request's position in `snapshot.pending`: what decisions name.
     pub position: u32,
@@ -75,7 +78,10 @@ pub struct Want<'s> {
     mig: Option<u32>,
 }
 
-/// The shape the fit helpers give a DRA request: no GPU fits it.
+/// The shape the GPU fit helpers give a DRA request: no GPU fits it
+/// ([`Cluster::place_claims`] places DRA requests). Its sharing is
+/// `Exclusive`, so [`Cluster::commit`] holds a DRA request's devices
+/// exclusively.
 pub static NO_SHAPE: GpuShape = GpuShape {
     count: 0,
     model: None,
@@ -92,14 +98,52 @@ pub fn shape_of(request: &Request) -> Option<&GpuShape> {
     }
 }
 
-impl Want<'_> {
+/// The devices `request` asks for: its GPUResource's `count`, or for a DRA
+/// request the sum over its claims' requests of each one's first
+/// alternative's `count` (a later alternative may want another number).
+///
+/// ```
+/// use wasmgpu_policy_sdk::{Sharing::Exclusive, devices_of};
+/// use wasmgpu_policy_sdk::testing::{claim, dra_request, request};
+///
+/// assert_eq!(devices_of(&request("ns/p", 2, Exclusive, 0)), 2);
+/// let dra = dra_request("ml/train", vec![claim("ml/train", &[("gpus", 2, 0), ("nic", 1, 1)])]);
+/// assert_eq!(devices_of(&dra), 3);
+/// ```
+pub fn devices_of(request: &Request) -> u32 {
+    match &request.ask {
+        Ask::Gpus(shape) => shape.count,
+        Ask::Claims(claims) => claims
+            .iter()
+            .map(claims::claim_devices)
+            .fold(0, u32::saturating_add),
+    }
+}
+
+impl<'s> Want<'s> {
     fn exclusive(&self) -> bool {
         self.shape.sharing == Sharing::Exclusive
     }
 
-    /// True for a DRA request (claims): the fit helpers place none.
+    /// True for a DRA request (claims): the GPU fit helpers place none;
+    /// [`Cluster::place_claims`] does.
     pub fn is_dra(&self) -> bool {
         shape_of(self.request).is_none()
+    }
+
+    /// The claims of a DRA request (empty when all are allocated already
+    /// and the pod only needs a node); `None` for a GPUResource request.
+    pub fn claims(&self) -> Option<&'s [Claim]> {
+        match &self.request.ask {
+            Ask::Claims(claims) => Some(claims),
+            Ask::Gpus(_) => None,
+        }
+    }
+
+    /// The devices the request asks for ([`devices_of`]): what the tenant
+    /// limit counts before placing.
+    pub fn devices(&self) -> u32 {
+        devices_of(self.request)
     }
 
     /// True when the request asks for MIG instances, not whole GPUs.
@@ -455,11 +499,13 @@ impl<'s> Cluster<'s> {
         self.snapshot
     }
 
-    /// Pending requests in the order they should be served: higher priority
-    /// first, then older first, then by pod name (so the order is total).
+    /// Pending GPUResource requests in the order they should be served:
+    /// higher priority first, then older first, then by pod name (so the
+    /// order is total).
     ///
-    /// Only GPUResource requests: the fit helpers do not place DRA requests
-    /// (see [`Cluster::dra_pending`]).
+    /// Only GPUResource requests, which the GPU fit helpers place: DRA
+    /// requests are in [`Cluster::dra_pending`], and both, in one order, in
+    /// [`Cluster::all_pending_in_order`] (what [`crate::place_each`] serves).
     pub fn pending_in_order(&self) -> Vec<&'s Request> {
         let mut pending: Vec<&Request> = self
             .snapshot
@@ -472,8 +518,9 @@ impl<'s> Cluster<'s> {
     }
 
     /// The pending DRA requests (claims), in the order of
-    /// [`Cluster::pending_in_order`]. The SDK's fit helpers do not place
-    /// them: a policy that does not decide them leaves them waiting.
+    /// [`Cluster::pending_in_order`]. The GPU fit helpers do not place
+    /// them; [`Cluster::place_claims`] does (a policy that decides none of
+    /// them leaves them waiting).
     pub fn dra_pending(&self) -> Vec<&'s Request> {
         let mut pending: Vec<&Request> = self
             .snapshot
@@ -481,6 +528,15 @@ impl<'s> Cluster<'s> {
             .iter()
             .filter(|r| shape_of(r).is_none())
             .collect();
+        sort_in_order(&mut pending);
+        pending
+    }
+
+    /// Every pending request, GPUResource and DRA alike, in the order of
+    /// [`Cluster::pending_in_order`] (priority, then age, then pod name):
+    /// the two lists above merged.
+    pub fn all_pending_in_order(&self) -> Vec<&'s Request> {
+        let mut pending: Vec<&Request> = self.snapshot.pending.iter().collect();
         sort_in_order(&mut pending);
         pending
     }
@@ -754,8 +810,12 @@ impl<'s> Cluster<'s> {
             == count as usize
     }
 
-    /// Why `want` fits on none of its eligible nodes.
+    /// Why `want` fits on none of its eligible nodes (for a DRA request,
+    /// [`Cluster::claims_shortfall`]).
     pub fn shortfall(&self, want: &Want<'s>) -> Shortfall {
+        if want.is_dra() {
+            return self.claims_shortfall(want);
+        }
         let mut shapes = self.shapes.borrow_mut();
         let ever = shapes
             .ever
@@ -930,7 +990,10 @@ impl<'s> Cluster<'s> {
         })
     }
 
-    /// Records that `want` took the GPUs at `positions` on `node`.
+    /// Records that `want` took the GPUs at `positions` on `node`: held
+    /// exclusively (an exclusive or MIG request, and a DRA request, whose
+    /// shape is [`NO_SHAPE`]) or a share of each (a shared request), and
+    /// counted against the request's tenant.
     pub fn commit(&mut self, node: u32, positions: &[usize], want: &Want) {
         let state = &mut self.nodes[node as usize];
         let free_before = state.free_whole as usize;
@@ -988,19 +1051,22 @@ impl<'s> Cluster<'s> {
     /// A `wait` for `want` when its tenant (`snapshot.tenants`) could not
     /// take its GPUs without passing its limit, counting this round's
     /// commits; the host would refuse the assignment. `None` when it may.
+    /// A DRA request counts [`Want::devices`] (its first alternatives);
+    /// [`Cluster::place_claims`] checks what it actually picks too.
     pub fn over_tenant_limit(&self, want: &Want) -> Option<Decision> {
         let t = want.request.tenant? as usize;
         let tenant = self.snapshot.tenants.get(t)?;
         let limit = tenant.limit?;
         let held = self.tenant_held.get(t).copied().unwrap_or(0);
-        if held.saturating_add(want.shape.count) <= limit {
+        let needs = want.devices();
+        if held.saturating_add(needs) <= limit {
             return None;
         }
         Some(crate::wait(
             want.position,
             format!(
                 "tenant {} holds {held} of its limit {limit} GPUs (GPUTenant {}: spec.limit); this pod needs {} more",
-                tenant.name, tenant.name, want.shape.count
+                tenant.name, tenant.name, needs
             ),
         ))
     }
@@ -1030,7 +1096,8 @@ impl<'s> Cluster<'s> {
     }
 
     /// The decision for a request no node can take this round: `wait` when
-    /// GPUs may free up, `reject` when it can never fit an eligible node.
+    /// GPUs may free up, `reject` when it can never fit an eligible node
+    /// (for a DRA request, [`Cluster::claims_unplaced`]).
     pub fn unplaced(&self, want: &Want<'s>) -> Decision {
         self.unplaced_with(want, Nvlink::Prefer)
     }
@@ -1039,6 +1106,9 @@ impl<'s> Cluster<'s> {
     /// [`Nvlink::Require`] the reason says the GPUs must be NVLink peers (see
     /// [`Cluster::shortfall_with`]).
     pub fn unplaced_with(&self, want: &Want<'s>, nvlink: Nvlink) -> Decision {
+        if want.is_dra() {
+            return self.claims_unplaced(want);
+        }
         let shortfall = self.shortfall_with(want, nvlink);
         if shortfall.is_permanent() {
             reject(want.position, shortfall.reason())

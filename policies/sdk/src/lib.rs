@@ -11,6 +11,8 @@
 //!                 │                 ├─ Cluster::pick_gpus                 (choose GPUs)
 //!                 │                 └─ Cluster::commit                    (count it)
 //!                 │               gangs: Cluster::place_gang              (all or nothing)
+//!                 │               DRA requests (Cluster::dra_pending):
+//!                 │                      Cluster::place_claims            (node, devices, commit)
 //!                 └────────────────────▶ Vec<Decision>
 //! ```
 //!
@@ -49,6 +51,20 @@
 //! // Decisions name pods, nodes and GPUs by position: pod 0 on node 0, GPUs 0 and 1.
 //! assert!(matches!(&allocate(&snap)[0], Decision::Assign(a) if a.node == 0 && a.gpus == [0, 1]));
 //! ```
+//!
+//! ## DRA requests
+//!
+//! A pod asking through ResourceClaims (`Ask::Claims`) is placed by
+//! [`Cluster::place_claims`]: on one eligible node, each request of each
+//! claim gets `count` free candidates of the first of its alternatives that
+//! can be satisfied (`firstAvailable`), within the claims'
+//! `matchAttribute` / `distinctAttribute` constraints; the devices are held
+//! exclusively for the rest of the round. [`Cluster::claims_shortfall`] and
+//! [`Cluster::claims_unplaced`] say why one cannot be placed, naming the
+//! claim and request. [`place_each`] serves DRA and GPUResource requests
+//! together, in one priority order ([`Cluster::all_pending_in_order`]);
+//! DRA pods do not preempt yet, and gang members asking through claims are
+//! left to their gang ([`Cluster::place_gang`] gives them no decision).
 //!
 //! ## Asking the round's state
 //!
@@ -139,7 +155,7 @@ pub mod bindings {
 #[doc(hidden)]
 pub use wit_bindgen as __wit_bindgen;
 
-pub use cluster::{NO_SHAPE, shape_of};
+pub use cluster::{NO_SHAPE, devices_of, shape_of};
 pub use usage::{Usage, usage};
 pub use wasmgpu_contract::{
     Alternative, Ask, Assignment, AttributeValue, CONTRACT, Claim, ClaimChoice, ClaimRequest,

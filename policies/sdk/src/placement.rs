@@ -3,7 +3,9 @@
 
 use serde::Deserialize;
 
-use crate::{Cluster, Decision, Fit, Nvlink, Snapshot, fail, parse_config};
+use crate::{
+    Cluster, Decision, Fit, Nvlink, PreemptionPolicy, Snapshot, Want, fail, parse_config, reason,
+};
 
 /// Parameters understood by [`place_each`] (`config.json`, all optional):
 ///
@@ -46,13 +48,21 @@ impl PlacementParams {
     }
 }
 
-/// Serves the snapshot's requests by priority then age; each goes to the
-/// eligible node [`Cluster::choose_node`] picks for `fit`, on the GPUs
-/// [`Cluster::pick_gpus`] picks for the same `fit`. A gang is served whole,
-/// all or nothing ([`Cluster::place_gang`]), when its first member's turn
-/// comes. A request that fits nowhere now preempts lower-priority pods when
-/// the config allows it ([`Cluster::preempt`]); the others that fit nowhere
-/// get `wait` or `reject` with the reason.
+/// Serves the snapshot's requests, GPUResource and DRA alike, by priority
+/// then age ([`Cluster::all_pending_in_order`]); each GPUResource request
+/// goes to the eligible node [`Cluster::choose_node`] picks for `fit`, on
+/// the GPUs [`Cluster::pick_gpus`] picks for the same `fit`, and each DRA
+/// request where [`Cluster::place_claims`] puts it for `fit`. A gang is
+/// served whole, all or nothing ([`Cluster::place_gang`]), when its first
+/// GPUResource member's turn comes (members asking through DRA claims get
+/// no decision: they wait). A GPUResource request that fits nowhere now
+/// preempts lower-priority pods when the config allows it
+/// ([`Cluster::preempt`]); DRA requests do not preempt yet. The others
+/// that fit nowhere get `wait` or `reject` with the reason (for a DRA
+/// request, [`Cluster::claims_unplaced`]'s; a wait says that DRA pods do
+/// not preempt when the pod would otherwise have preempted).
+/// Every request is held to its tenant's limit first
+/// ([`Cluster::over_tenant_limit`]).
 /// Multi-GPU exclusive requests follow the config's NVLink mode
 /// ([`PlacementParams::nvlink`]). An invalid `config.json` fails the round
 /// (see [`fail`]).
@@ -62,11 +72,12 @@ pub fn place_each(snapshot: &Snapshot, fit: Fit) -> Vec<Decision> {
     let mut cluster = Cluster::new(snapshot);
     let mut decisions = Vec::with_capacity(snapshot.pending.len());
     let mut gang_served = vec![false; snapshot.gangs.len()];
-    for request in cluster.pending_in_order() {
+    for request in cluster.all_pending_in_order() {
+        let dra = crate::shape_of(request).is_none();
         if let Some(gang) = request.gang
             && let Some(served) = gang_served.get_mut(gang as usize)
         {
-            if !std::mem::replace(served, true) {
+            if !dra && !std::mem::replace(served, true) {
                 decisions.extend(cluster.place_gang(gang, fit, nvlink));
             }
             continue;
@@ -74,6 +85,10 @@ pub fn place_each(snapshot: &Snapshot, fit: Fit) -> Vec<Decision> {
         let want = cluster.want(request);
         if let Some(wait) = cluster.over_tenant_limit(&want) {
             decisions.push(wait);
+            continue;
+        }
+        if dra {
+            decisions.push(place_claims(&mut cluster, &want, fit, params.preemption));
             continue;
         }
         let placed = cluster
@@ -100,6 +115,30 @@ pub fn place_each(snapshot: &Snapshot, fit: Fit) -> Vec<Decision> {
         decisions.push(decision);
     }
     decisions
+}
+
+/// A DRA request's decision in [`place_each`]: placed by
+/// [`Cluster::place_claims`], else [`Cluster::claims_unplaced`]'s; a wait
+/// of a pod that may preempt (`preemption` on, its policy not `Never`)
+/// says that DRA pods do not preempt yet.
+fn place_claims<'s>(
+    cluster: &mut Cluster<'s>,
+    want: &Want<'s>,
+    fit: Fit,
+    preemption: bool,
+) -> Decision {
+    if let Some(placed) = cluster.place_claims(want, fit) {
+        return placed;
+    }
+    match cluster.claims_unplaced(want) {
+        Decision::Wait(mut wait)
+            if preemption && want.request.preemption != PreemptionPolicy::Never =>
+        {
+            wait.reason = format!("{}; {}", wait.reason, reason::claims_do_not_preempt());
+            Decision::Wait(wait)
+        }
+        other => other,
+    }
 }
 
 #[cfg(test)]

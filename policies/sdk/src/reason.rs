@@ -18,14 +18,27 @@
 //! The wording is for people; match on [`Shortfall`](crate::Shortfall), not
 //! on these strings.
 
-use crate::{Request, Sharing};
+use crate::{Ask, Request, Sharing};
 
 /// What `request` asks for, in words: `2 GPU(s) matching "NVIDIA H100*" with
 /// at least 40960 MiB each`, `1 GPU(s) with 8192 MiB to share`, `1 MIG
-/// instance(s) of profile "1g.10gb"`.
+/// instance(s) of profile "1g.10gb"`; for a DRA request, per claim the sum
+/// of its requests' first alternative's count: `2 device(s) for claim
+/// ml/train`, `2 device(s) for claim ml/a, 1 device(s) for claim ml/b`
+/// (`no devices: its claims are allocated already` for none).
 pub fn asked(request: &Request) -> String {
-    let Some(r) = crate::shape_of(request) else {
-        return "devices through DRA claims".to_owned();
+    let r = match &request.ask {
+        Ask::Gpus(shape) => shape,
+        Ask::Claims(claims) if claims.is_empty() => {
+            return "no devices: its claims are allocated already".to_owned();
+        }
+        Ask::Claims(claims) => {
+            let each = claims.iter().map(|c| {
+                let count = crate::cluster::claim_devices(c);
+                format!("{count} device(s) for claim {}", c.name)
+            });
+            return each.collect::<Vec<_>>().join(", ");
+        }
     };
     let model = r
         .model
@@ -95,4 +108,39 @@ pub fn gang_placed_without(gang: &str, fit: usize, need: usize) -> String {
     format!(
         "gang {gang} is placed without this member ({fit} of {need} needed fit); it waits for room"
     )
+}
+
+/// One request of a DRA claim, as what is missing: `2 device(s) for claim
+/// ml/train request "gpus" (8 candidate(s) on eligible nodes)`: `count` is
+/// its first alternative's, `candidates` how many of that alternative's
+/// candidates sit on nodes the pod may use. Framed by [`never()`] or
+/// [`not_now`].
+pub fn claim_request(claim: &str, request: &str, count: u32, candidates: u32) -> String {
+    format!(
+        "{count} device(s) for claim {claim} request {request:?} ({candidates} candidate(s) on eligible nodes)"
+    )
+}
+
+/// A DRA pod's claims taken together (`asked`, an [`asked`] phrase), when
+/// each request alone could be served but not all at once: with
+/// `constrained` (some claim has constraints), `… within the claims'
+/// constraints`. Framed by [`never()`] or [`not_now()`].
+pub fn claims_together(asked: &str, constrained: bool) -> String {
+    if constrained {
+        format!("{asked} within the claims' constraints")
+    } else {
+        asked.to_owned()
+    }
+}
+
+/// What follows a [`not_now`] of a [`claim_request`]: the most of its
+/// candidates free on one eligible node.
+pub fn claims_most_free(most: u32) -> String {
+    format!("at most {most} free on any eligible node")
+}
+
+/// What follows the `wait` reason of a DRA pod that may preempt: it does
+/// not, yet.
+pub fn claims_do_not_preempt() -> String {
+    "pods asking through DRA claims do not preempt yet".into()
 }

@@ -125,6 +125,30 @@ mod tests {
         assert!(matches!(decisions[2], Decision::Wait(_)), "{decisions:?}");
     }
 
+    #[test]
+    fn spreads_dra_pods_across_nodes() {
+        use wasmgpu_policy_sdk::testing::{candidate_set, claim, dra_request, validate};
+        let mut snap = snapshot(
+            vec![
+                node("a", 4, "NVIDIA H100", 81920),
+                node("b", 4, "NVIDIA H100", 81920),
+            ],
+            vec![],
+        );
+        let every = candidate_set(&mut snap, (0..2).flat_map(|n| (0..4).map(move |g| (n, g))));
+        for i in 0..3 {
+            let pod = format!("ns/p{i}");
+            snap.pending
+                .push(dra_request(&pod, vec![claim(&pod, &[("gpus", 1, every)])]));
+            snap.pending[i].created_ms = i as u64;
+        }
+        let decisions = allocate(&snap);
+        let verdict = validate(&snap, &decisions);
+        assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+        let nodes: Vec<&str> = verdict.accepted.iter().map(|p| p.node.as_str()).collect();
+        assert_eq!(nodes, ["a", "b", "a"]);
+    }
+
     /// The controller's validator accepts every decision of a large round,
     /// whatever the NVLink mode, with a gang among the requests.
     #[test]
