@@ -2,9 +2,10 @@
 // so pods land on as few nodes as possible and whole nodes stay free for
 // large jobs. Within a node, a multi-GPU exclusive request takes the smallest
 // NVLink group that holds it; a shared request takes the GPUs with the least
-// free memory that fits. It reads no node labels. DRA requests (ask claims)
-// get no decision (the pod waits). It decides what the Rust binpack decides
-// (sdk.PlaceEach).
+// free memory that fits. It reads no node labels. A DRA request (ask claims)
+// goes to the node with the fewest idle whole GPUs left once its claims'
+// devices are taken (sdk.Cluster.PlaceClaims). It decides what the Rust
+// binpack decides (sdk.PlaceEach).
 //
 // Parameters (config.json, all optional), as the Rust binpack's:
 //

@@ -4,6 +4,7 @@
 //
 //	control-plane serve --kubeconfig PATH   start; one line on stdout once ready
 //	control-plane kubectl ARGS...           kubectl (also when run through a link named kubectl)
+//	control-plane dra-check --kubeconfig PATH upstream's check of every allocated ResourceClaim
 //	control-plane version                   the Kubernetes version it was built from
 package main
 
@@ -27,6 +28,8 @@ func main() {
 		os.Exit(serve(os.Args[2:]))
 	case "kubectl":
 		os.Exit(runKubectl(os.Args[2:]))
+	case "dra-check":
+		os.Exit(draCheck(os.Args[2:]))
 	case "version", "--version":
 		fmt.Println(kubernetesVersion())
 	case "help", "-h", "--help":
@@ -40,7 +43,8 @@ func main() {
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
-  control-plane serve [--kubeconfig PATH] [--stop-on-stdin-eof] [--apiserver-arg=--flag=value ...]
+  control-plane serve [--kubeconfig PATH] [--stop-on-stdin-eof] [--controllers=resourceclaim] [--apiserver-arg=--flag=value ...]
+  control-plane dra-check [--kubeconfig PATH] [--namespace NS]   upstream's check of every allocated ResourceClaim
   control-plane kubectl ARGS...   (or run it through a link named kubectl)
   control-plane version
 Run "control-plane serve -h" for the options of serve.

@@ -44,6 +44,8 @@ func serve(args []string) int {
 	hint := fs.Bool("hint", false, "after the ready line, print how to use the cluster from a shell")
 	var extra stringList
 	fs.Var(&extra, "apiserver-arg", "an extra kube-apiserver flag, e.g. --apiserver-arg=--v=2 (repeatable)")
+	controllers := fs.String("controllers", "resourceclaim",
+		"kube-controller-manager controllers to run in process, comma-separated (known: resourceclaim); empty: none")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -98,6 +100,7 @@ func serve(args []string) int {
 		apiserverArgs:  extra,
 		started:        started,
 		hint:           *hint,
+		controllers:    splitList(*controllers),
 	}, stop)
 	cleanup()
 	klog.Flush()
@@ -115,6 +118,18 @@ type runConfig struct {
 	apiserverArgs  []string
 	started        time.Time
 	hint           bool
+	controllers    []string
+}
+
+// splitList is a comma-separated flag value as its non-empty parts.
+func splitList(value string) []string {
+	var parts []string
+	for _, part := range strings.Split(value, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			parts = append(parts, part)
+		}
+	}
+	return parts
 }
 
 // run starts etcd and kube-apiserver, announces readiness, and stops both
@@ -157,6 +172,9 @@ func run(cfg runConfig, stop <-chan string) error {
 		return errors.Join(err, stopAPIServer())
 	}
 	if err := waitReady(ctx, kubeconfig, cfg.readyTimeout, apiserverDone, stop); err != nil {
+		return errors.Join(err, stopAPIServer())
+	}
+	if err := startControllers(ctx, kubeconfig, cfg.controllers); err != nil {
 		return errors.Join(err, stopAPIServer())
 	}
 	if err := writeFileAtomic(cfg.kubeconfigPath, kubeconfig); err != nil {
@@ -239,7 +257,8 @@ In another shell:
   export KUBECONFIG=%s
   %s get --raw /version
   %s get namespaces
-No kubelet, scheduler or controller-manager runs: see docs/CONTROL-PLANE.md.
+No kubelet or scheduler runs; of kube-controller-manager, only the controllers
+of --controllers (the resourceclaim controller by default): see docs/CONTROL-PLANE.md.
 Ctrl-C stops the control plane and deletes its data.
 `, kubeconfigPath, kubectl, kubectl)
 }

@@ -2,20 +2,26 @@
 //! `spec.resourceClaims` get devices of NVIDIA-shaped ResourceSlices chosen
 //! by the shipped binpack, written as kube-scheduler writes them (the
 //! finalizer, one status update with `allocation` and `reservedFor`, then
-//! the Binding), with the controller under the RBAC of `deploy/`. The test
-//! plays kube-controller-manager's resourceclaim controller where it needs
-//! it (a template's claim; releasing a finished pod's claim).
+//! the Binding), with the controller under the RBAC of `deploy/`. The local
+//! control plane runs kube-controller-manager's resourceclaim controller
+//! (templates' claims, releases), and upstream's own code judges every
+//! allocation (`control-plane dra-check`, built on
+//! k8s.io/dynamic-resource-allocation/cel).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::Result;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use wasmgpu_test_harness::{FakeNode, TestContext};
+use wasmgpu_test_harness::{
+    FakeNode, PodPhase, TestContext, control_plane_binary, set_pod_phase, wait_for,
+};
 
 use super::dra::nvidia_slice;
 use super::{events_for, node_of, wait_bound};
@@ -215,11 +221,13 @@ async fn dra_pods_get_the_devices_their_claims_select_and_are_bound_as_kube_sche
     );
     assert!(node_of(&pods.get("late").await?).is_none());
 
-    // train finishes; its claim is released (as kube-controller-manager
-    // releases it): the freed devices serve the late claim.
+    upstream_agrees(&ctx).await?;
+
+    // train is deleted; kube-controller-manager's resourceclaim controller
+    // takes it out of reservedFor and deallocates the claim: the freed
+    // devices serve the late claim.
     pods.delete("train", &DeleteParams::default().grace_period(0))
         .await?;
-    release(&claims, "train").await?;
     wait_bound(&ctx, "late").await?;
     let late = allocated(&claims.get("late").await?);
     assert!(
@@ -298,56 +306,143 @@ async fn a_claim_from_a_template_is_allocated_for_its_pod() -> Result<()> {
         "{note}"
     );
 
-    // kube-controller-manager's part: the claim, owned by the pod, and the
-    // pod's status naming it.
-    let made: ResourceClaim = serde_json::from_value(json!({
+    // The template appears: kube-controller-manager's resourceclaim
+    // controller makes the pod's claim, and wasmgpu allocates it.
+    let template: ResourceClaimTemplate = serde_json::from_value(json!({
         "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {
-            "name": "worker-gpus-abcde",
-            "annotations": {"resource.kubernetes.io/pod-claim-name": "gpus"},
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "worker",
-                "uid": pod.metadata.uid, "controller": true, "blockOwnerDeletion": true}],
-        },
-        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
-            "deviceClassName": "gpu.nvidia.com", "count": 2}}]}},
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "two-gpus"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "count": 2}}]}}},
     }))?;
-    ctx.api::<ResourceClaim>()
-        .create(&PostParams::default(), &made)
+    ctx.api::<ResourceClaimTemplate>()
+        .create(&PostParams::default(), &template)
         .await?;
-    pods.patch_status(
-        "worker",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"resourceClaimStatuses": [
-            {"name": "gpus", "resourceClaimName": "worker-gpus-abcde"}]}})),
-    )
-    .await?;
-    wait_bound(&ctx, "worker").await?;
-    let claim = ctx.api::<ResourceClaim>().get("worker-gpus-abcde").await?;
+    let bound = wait_bound(&ctx, "worker").await?;
+    let made = bound
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref())
+        .and_then(|s| s.first())
+        .and_then(|s| s.resource_claim_name.clone())
+        .expect("the claim made for the pod");
+    let claims = ctx.api::<ResourceClaim>();
+    let claim = claims.get(&made).await?;
     assert_eq!(allocated(&claim).len(), 2);
+    let owner = claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .next()
+        .cloned();
+    assert_eq!(owner.map(|o| o.uid), pod.metadata.uid.clone());
+    upstream_agrees(&ctx).await?;
+
+    // The pod finishes: the claim made for it is released and deleted (the
+    // finalizer wasmgpu added does not keep it).
+    set_pod_phase(&pods, "worker", PodPhase::Running).await?;
+    set_pod_phase(&pods, "worker", PodPhase::Succeeded).await?;
+    wait_for(&claims, &made, ACT, "the claim deleted", |c| c.is_none()).await?;
 
     drop(controller);
     slices.delete(&slice_name, &DeleteParams::default()).await?;
     remove_nodes(&ctx, &[node]).await
 }
 
-/// What kube-controller-manager's resourceclaim controller does once a
-/// claim's pod is gone: drop the reservation, clear the allocation, remove
-/// the finalizer.
-async fn release(claims: &Api<ResourceClaim>, name: &str) -> Result<()> {
-    claims
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"reservedFor": null, "allocation": null}})),
-        )
+/// Upstream's judgement of every allocated claim of the test's namespace
+/// (`control-plane dra-check`: the devices exist, match their class's and
+/// request's selectors as k8s.io/dynamic-resource-allocation/cel evaluates
+/// them, counts, constraints, node selector, no device allocated twice).
+async fn upstream_agrees(ctx: &TestContext) -> Result<()> {
+    let output = tokio::process::Command::new(control_plane_binary()?)
+        .arg("dra-check")
+        .arg("--kubeconfig")
+        .arg(ctx.cluster().kubeconfig_path())
+        .args(["--namespace", &ctx.namespace])
+        .output()
         .await?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.success(),
+        "upstream disagrees:\n{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: Value = serde_json::from_str(&stdout)?;
+    anyhow::ensure!(
+        summary["claims"].as_u64() > Some(0),
+        "no claim checked: {stdout}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_claim_allocated_before_a_crash_gets_its_pod_bound_where_the_claim_is() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("ctl-dra-crash").await?;
+    install_crds(&ctx).await?;
+    nvidia_class(&ctx).await?;
+    let node = format!("{}-h100", ctx.namespace);
+    FakeNode::new(&node)
+        .label(GROUP_LABEL, &ctx.namespace)
+        .create(&ctx.client)
+        .await?;
+    let slices: Api<ResourceSlice> = ctx.cluster_api();
+    let slice = nvidia_slice(&node, 4)?;
+    let slice_name = slice.metadata.name.clone().expect("named");
+    slices.create(&PostParams::default(), &slice).await?;
+    let claims = ctx.api::<ResourceClaim>();
+
+    // What a controller killed between the claim's status update and the
+    // Binding leaves: the claim allocated gpu-2 and gpu-3 with the finalizer,
+    // reserved for a pod that is not bound.
+    claim(&ctx, "before", 2, "true", "gpu.nvidia.com").await?;
+    let pod = dra_pod(&ctx, "before", "before").await?;
     claims
         .patch(
-            name,
+            "before",
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": Value::Null}})),
+            &Patch::Merge(
+                json!({"metadata": {"finalizers": ["resource.kubernetes.io/delete-protection"]}}),
+            ),
         )
         .await?;
-    Ok(())
+    let results: Vec<Value> = ["gpu-2", "gpu-3"]
+        .iter()
+        .map(|d| json!({"request": "gpus", "driver": "gpu.nvidia.com", "pool": node, "device": d}))
+        .collect();
+    claims
+        .patch_status(
+            "before",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "allocation": {
+                    "devices": {"results": results},
+                    "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                        {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
+                },
+                "reservedFor": [{"resource": "pods", "name": "before", "uid": pod.metadata.uid}],
+            }})),
+        )
+        .await?;
+
+    // The controller starts again: it binds the pod where its claim is and
+    // allocates nothing twice.
+    let controller = Controller::start(&ctx).await?;
+    let bound = wait_bound(&ctx, "before").await?;
+    assert_eq!(node_of(&bound).as_deref(), Some(node.as_str()));
+    let mut kept = allocated(&claims.get("before").await?);
+    kept.sort();
+    assert_eq!(kept, [format!("{node}/gpu-2"), format!("{node}/gpu-3")]);
+    claim(&ctx, "after", 2, "true", "gpu.nvidia.com").await?;
+    dra_pod(&ctx, "after", "after").await?;
+    wait_bound(&ctx, "after").await?;
+    let mut after = allocated(&claims.get("after").await?);
+    after.sort();
+    assert_eq!(after, [format!("{node}/gpu-0"), format!("{node}/gpu-1")]);
+    upstream_agrees(&ctx).await?;
+
+    drop(controller);
+    slices.delete(&slice_name, &DeleteParams::default()).await?;
+    remove_nodes(&ctx, &[node]).await
 }

@@ -67,19 +67,23 @@ func DescribeShape(r *GpuShape) string { return reason.AskedShape(r) }
 // snapshot has the profile it names.
 const noProfile = math.MaxUint32
 
-// Want is a pending GPUResource request prepared for the fit checks (see
-// Cluster.Want).
+// Want is a pending request prepared for the fit checks (see Cluster.Want).
 type Want struct {
 	// The request's position in snapshot.Pending: what decisions name.
 	Pod     uint32
 	Request *Request
-	// What it asks for (the request's ask gpus).
+	// What it asks for: its GPUResource's shape (NoShape for a DRA request,
+	// which fits nowhere through the GPU fit helpers: place it with
+	// PlaceClaims).
 	Shape   GpuShape
 	modelOk []bool
 	// For a MIG request: the profile, as an index into snapshot.MigProfiles
 	// (noProfile when none has its name).
 	mig     bool
 	profile uint32
+	// A DRA request (ask claims), and its claims.
+	dra    bool
+	claims []Claim
 }
 
 func (w *Want) exclusive() bool { return w.Shape.Sharing == Sharing_Exclusive }
@@ -99,7 +103,12 @@ func (w *Want) UsesNvlink(nvlink Nvlink) bool {
 }
 
 // Describe is what the request asks for, in words (reason.Asked).
-func (w *Want) Describe() string { return reason.AskedShape(&w.Shape) }
+func (w *Want) Describe() string {
+	if w.dra {
+		return reason.Asked(w.Request)
+	}
+	return reason.AskedShape(&w.Shape)
+}
 
 // gpuState is one GPU (or MIG instance) of a node as the round stands.
 type gpuState struct {
@@ -213,7 +222,9 @@ type everEntry struct {
 // held, a MIG request free instances of its profile whose parent is not used.
 // A GPUResource request takes only GPUs the wasmgpu agent publishes
 // (PublishedBy agent or both): a GPU published only by a DRA driver is
-// invisible to it, as if absent (it reads as unhealthy).
+// invisible to it, as if absent (it reads as unhealthy). A DRA request (ask
+// claims) is placed by PlaceClaims (claims.go), on its claims' candidates
+// whoever publishes them.
 //
 // The query methods (query.go) answer for the state after the commits so far.
 type Cluster struct {
@@ -369,19 +380,33 @@ func compareRequests(a, b *Request) int {
 // PendingInOrder is the pending positions of the GPUResource requests in the
 // order they should be served: higher priority first, then older, then by
 // pod name (a total order). DRA requests (ask claims) are left out: see
-// DraPending.
-func (c *Cluster) PendingInOrder() []uint32 { return c.pendingInOrder(true) }
+// DraPending, and AllPendingInOrder for both in one order.
+func (c *Cluster) PendingInOrder() []uint32 { return c.pendingInOrder(pendingGpus) }
 
 // DraPending is the pending positions of the DRA requests (ask claims), in
-// the order of PendingInOrder. The SDK does not place them: a policy that
-// does not decide them leaves them waiting.
-func (c *Cluster) DraPending() []uint32 { return c.pendingInOrder(false) }
+// the order of PendingInOrder. The GPU fit helpers do not place them;
+// PlaceClaims does (a policy that decides none of them leaves them
+// waiting).
+func (c *Cluster) DraPending() []uint32 { return c.pendingInOrder(pendingDra) }
 
-func (c *Cluster) pendingInOrder(gpus bool) []uint32 {
+// AllPendingInOrder is the pending positions of every request, GPUResource
+// and DRA alike, in the order of PendingInOrder (priority, then age, then
+// pod name): the two lists above merged, what PlaceEach serves.
+func (c *Cluster) AllPendingInOrder() []uint32 { return c.pendingInOrder(pendingAll) }
+
+// Which pending requests pendingInOrder lists.
+const (
+	pendingGpus = iota
+	pendingDra
+	pendingAll
+)
+
+func (c *Cluster) pendingInOrder(which int) []uint32 {
 	p := c.Snapshot.Pending
 	var order []uint32
 	for i := range p {
-		if _, ok := Shape(&p[i]); ok == gpus {
+		_, gpus := Shape(&p[i])
+		if which == pendingAll || gpus == (which == pendingGpus) {
 			order = append(order, uint32(i))
 		}
 	}
@@ -407,14 +432,15 @@ func (c *Cluster) ModelMask(glob witTypes.Option[string]) []bool {
 	return mask
 }
 
-// Want prepares the GPUResource request at pending position pod for the
-// checks below; nil for a DRA request (ask claims), which the SDK leaves
-// undecided (the pod waits).
+// Want prepares the request at pending position pod for the checks below.
+// A DRA request (ask claims; Want.IsDra) gets NoShape, which no GPU fits:
+// PlaceClaims places it, and Shortfall and Unplaced say why it cannot be
+// placed (ClaimsShortfall, ClaimsUnplaced).
 func (c *Cluster) Want(pod uint32) *Want {
 	r := &c.Snapshot.Pending[pod]
 	shape, ok := Shape(r)
 	if !ok {
-		return nil
+		return &Want{Pod: pod, Request: r, Shape: NoShape, modelOk: c.noModel(), dra: true, claims: Claims(r)}
 	}
 	w := &Want{Pod: pod, Request: r, Shape: shape, modelOk: c.ModelMask(shape.Model)}
 	if shape.MigProfile.IsSome() {
@@ -427,6 +453,17 @@ func (c *Cluster) Want(pod uint32) *Want {
 		}
 	}
 	return w
+}
+
+// noModel is a model mask that accepts no model (a DRA request's).
+func (c *Cluster) noModel() []bool {
+	const key = "\x00none"
+	if mask, ok := c.modelOk[key]; ok {
+		return mask
+	}
+	mask := make([]bool, len(c.Snapshot.Models)+1)
+	c.modelOk[key] = mask
+	return mask
 }
 
 // Eligible is the node positions the request may run on, ascending
@@ -845,8 +882,12 @@ func (c *Cluster) everOf(w *Want) *everEntry {
 	return e
 }
 
-// Shortfall says why w fits on none of its eligible nodes.
+// Shortfall says why w fits on none of its eligible nodes (for a DRA
+// request, ClaimsShortfall).
 func (c *Cluster) Shortfall(w *Want) Shortfall {
+	if w.dra {
+		return c.ClaimsShortfall(w)
+	}
 	e := c.everOf(w)
 	if e.fits == 0 {
 		e.fits = c.everFits(w)
@@ -932,13 +973,16 @@ func (c *Cluster) everClique(w *Want) bool {
 }
 
 // Unplaced is wait (GPUs may free up) or reject (it can never fit) for a
-// request placed nowhere.
+// request placed nowhere (for a DRA request, ClaimsUnplaced).
 func (c *Cluster) Unplaced(w *Want) Decision { return c.UnplacedWith(w, NvlinkPrefer) }
 
 // UnplacedWith is Unplaced for a request placed under nvlink: with
 // NvlinkRequire the reason says the GPUs must be NVLink peers (see
-// ShortfallWith).
+// ShortfallWith). For a DRA request it is ClaimsUnplaced.
 func (c *Cluster) UnplacedWith(w *Want, nvlink Nvlink) Decision {
+	if w.dra {
+		return c.ClaimsUnplaced(w)
+	}
 	s := c.ShortfallWith(w, nvlink)
 	if s.Permanent() {
 		return Reject(w.Pod, s.Reason())

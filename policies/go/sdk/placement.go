@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"wit_component/sdk/reason"
 	. "wit_component/wasmgpu_policy_types"
 )
 
@@ -47,19 +48,23 @@ func ParsePlacementParams(config string) (PlacementParams, error) {
 	return params, err
 }
 
-// PlaceEach serves the requests by priority then age; each goes to the
-// eligible node ChooseNodeWith picks for fit, on the GPUs PickGpusWith picks
-// for the same fit, under the config's NVLink mode
-// (PlacementParams.NvlinkMode). A gang is served whole, all or nothing
-// (PlaceGangWith), when its first member's turn comes. A pod whose tenant is
-// at its limit waits saying so (OverTenantLimit). A request that fits
-// nowhere now preempts lower-priority pods when the config allows it
-// (Preempt); the others that fit nowhere get wait or reject with the reason
-// (a wait counts the pods a PodDisruptionBudget protects and those within
-// their minimum runtime, PreemptionBlocked).
-// DRA requests (ask claims) get no decision: they wait. An invalid
-// config.json fails the round (Fail). It decides what the Rust SDK's
-// place_each decides, byte for byte.
+// PlaceEach serves the snapshot's requests, GPUResource and DRA alike, by
+// priority then age (AllPendingInOrder); each GPUResource request goes to
+// the eligible node ChooseNodeWith picks for fit, on the GPUs PickGpusWith
+// picks for the same fit, under the config's NVLink mode
+// (PlacementParams.NvlinkMode), and each DRA request (ask claims) where
+// PlaceClaims puts it for fit. A gang is served whole, all or nothing
+// (PlaceGangWith), when its first GPUResource member's turn comes (members
+// asking through DRA claims get no decision: they wait). A pod whose tenant
+// is at its limit waits saying so (OverTenantLimit). A GPUResource request
+// that fits nowhere now preempts lower-priority pods when the config allows
+// it (Preempt); DRA requests do not preempt yet. The others that fit
+// nowhere get wait or reject with the reason (a wait counts the pods a
+// PodDisruptionBudget protects and those within their minimum runtime,
+// PreemptionBlocked; for a DRA request the reason is ClaimsUnplaced's, and
+// a wait says that DRA pods do not preempt when the pod would otherwise
+// have preempted). An invalid config.json fails the round (Fail). It
+// decides what the Rust SDK's place_each decides, byte for byte.
 func PlaceEach(s *Snapshot, fit Fit) []Decision {
 	params, err := ParsePlacementParams(s.Config)
 	if err != nil {
@@ -69,11 +74,12 @@ func PlaceEach(s *Snapshot, fit Fit) []Decision {
 	c := NewCluster(s)
 	decisions := make([]Decision, 0, len(s.Pending))
 	gangServed := make([]bool, len(s.Gangs))
-	for _, pod := range c.PendingInOrder() {
+	for _, pod := range c.AllPendingInOrder() {
 		r := &s.Pending[pod]
+		_, gpus := Shape(r)
 		if r.Gang.IsSome() && int(r.Gang.Some()) < len(gangServed) {
 			g := r.Gang.Some()
-			if !gangServed[g] {
+			if gpus && !gangServed[g] {
 				gangServed[g] = true
 				decisions = append(decisions, c.PlaceGangWith(g, fit, nvlink)...)
 			}
@@ -82,6 +88,10 @@ func PlaceEach(s *Snapshot, fit Fit) []Decision {
 		w := c.Want(pod)
 		if d, over := c.OverTenantLimit(w); over {
 			decisions = append(decisions, d)
+			continue
+		}
+		if !gpus {
+			decisions = append(decisions, placeClaims(c, w, fit, params.Preemption))
 			continue
 		}
 		var d Decision
@@ -103,4 +113,19 @@ func PlaceEach(s *Snapshot, fit Fit) []Decision {
 		decisions = append(decisions, d)
 	}
 	return decisions
+}
+
+// placeClaims is a DRA request's decision in PlaceEach: placed by
+// PlaceClaims, else ClaimsUnplaced's; a wait of a pod that may preempt
+// (preemption on, its policy not Never) says that DRA pods do not preempt
+// yet (reason.ClaimsDoNotPreempt).
+func placeClaims(c *Cluster, w *Want, fit Fit, preemption bool) Decision {
+	if d, ok := c.PlaceClaims(w, fit); ok {
+		return d
+	}
+	d := c.ClaimsUnplaced(w)
+	if d.Tag() == Decision_Wait && preemption && w.Request.Preemption != PreemptionPolicy_Never {
+		return Wait(w.Pod, d.Wait().Reason+"; "+reason.ClaimsDoNotPreempt())
+	}
+	return d
 }

@@ -31,8 +31,8 @@ import (
 
 // Preempt is a preempt decision for w (see above), committed to this round's
 // state: its GPUs are taken, its victims may not be named again. ok is false
-// when the pod may not preempt or no eviction makes room. The victims are
-// running pods of lower priority than w's.
+// when the pod may not preempt (a DRA request does not, yet) or no eviction
+// makes room. The victims are running pods of lower priority than w's.
 func (c *Cluster) Preempt(w *Want, fit Fit, nvlink Nvlink) (Decision, bool) {
 	if w == nil {
 		return Decision{}, false
@@ -48,7 +48,7 @@ func (c *Cluster) Preempt(w *Want, fit Fit, nvlink Nvlink) (Decision, bool) {
 // their quota this way, whatever their priority; the host checks the rule it
 // applies (docs/POLICIES.md).
 func (c *Cluster) PreemptWhere(w *Want, fit Fit, nvlink Nvlink, mayEvict func(*Running) bool) (Decision, bool) {
-	if w == nil {
+	if w == nil || w.dra {
 		return Decision{}, false
 	}
 	r := w.Request
@@ -138,7 +138,9 @@ func (c *Cluster) PreemptionBlocked(w *Want) (string, bool) {
 
 // OverTenantLimit is a wait for w when its tenant (snapshot.Tenants) could
 // not take its GPUs without passing its limit, counting this round's
-// commits: the host would refuse the assignment. ok is false when it may.
+// commits: the host would refuse the assignment. ok is false when it may. A
+// DRA request counts Want.Devices (its first alternatives); PlaceClaims
+// checks what it actually picks too.
 func (c *Cluster) OverTenantLimit(w *Want) (Decision, bool) {
 	if w == nil || w.Request.Tenant.IsNone() {
 		return Decision{}, false
@@ -156,10 +158,11 @@ func (c *Cluster) OverTenantLimit(w *Want) (Decision, bool) {
 	if t < len(c.tenantHeld) {
 		held = c.tenantHeld[t]
 	}
-	if addSat32(held, w.Shape.Count) <= limit {
+	needs := w.Devices()
+	if addSat32(held, needs) <= limit {
 		return Decision{}, false
 	}
-	return Wait(w.Pod, reason.TenantLimit(tenant.Name, held, limit, w.Shape.Count)), true
+	return Wait(w.Pod, reason.TenantLimit(tenant.Name, held, limit, needs)), true
 }
 
 // TenantHeld is the GPUs tenant (an index into snapshot.Tenants) holds, with

@@ -16,10 +16,13 @@
 // keys the policy asked for (Label), NVLink peers and node sets as bit sets
 // (NvlinkPeers, InSet).
 //
-// The SDK places GPUResource requests (ask gpus) only: a DRA request (ask
-// claims) gets no decision from Cluster or PlaceEach, so the pod waits.
-// Everything Cluster and PlaceEach decide is what the Rust SDK decides on the
-// same snapshot, byte for byte.
+// GPUResource requests (ask gpus) are placed by the GPU fit helpers
+// (ChooseNode, PickGpus, Place, ...); DRA requests (ask claims) by
+// Cluster.PlaceClaims (claims.go: every request of every claim gets its
+// count of free candidates on one node, within the claims' constraints),
+// and PlaceEach serves both in one priority order. Everything Cluster and
+// PlaceEach decide is what the Rust SDK decides on the same snapshot, byte
+// for byte.
 //
 // The package does not touch the component's imports, so it compiles and is
 // tested natively (`go test ./sdk/...`); the component's entry point
@@ -118,7 +121,7 @@ func PodOf(d Decision) uint32 {
 }
 
 // Shape is what a GPUResource request (ask gpus) asks for; ok is false for a
-// DRA request (ask claims), which the SDK does not place.
+// DRA request (ask claims), which PlaceClaims places.
 func Shape(r *Request) (shape GpuShape, ok bool) {
 	if r.Ask.Tag() != Ask_Gpus {
 		return GpuShape{}, false

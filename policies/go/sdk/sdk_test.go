@@ -235,21 +235,35 @@ func TestGpusOfADraDriverAloneAreNotForGpuResources(t *testing.T) {
 	}
 }
 
-func TestDraRequestsGetNoDecision(t *testing.T) {
+func TestDraRequestsAreDecidedInTheSameOrder(t *testing.T) {
 	s := st.Snapshot([]Node{st.Node("a", 2, h100, 81920)}, []Request{st.ClaimsRequest("ns/dra"), st.Request("ns/gpu", 1, Exclusive, 0)})
 	d := PlaceEach(s, Tightest)
-	if got := assigned(d); len(d) != 1 || !reflect.DeepEqual(got, []placed{{1, 0, []uint32{0}}}) {
-		t.Fatalf("only the GPUResource pod is decided: %+v", d)
+	// Candidate set 0 does not exist: the DRA pod can never be placed.
+	if got := assigned(d); len(d) != 2 || !reflect.DeepEqual(got, []placed{{1, 0, []uint32{0}}}) {
+		t.Fatalf("both are decided, the GPUResource pod placed: %+v", d)
+	}
+	if d[0].Tag() != Decision_Reject || d[0].Reject().Reason != `no eligible node has 1 device(s) for claim ns/dra-gpu request "gpu" (0 candidate(s) on eligible nodes), even when idle` {
+		t.Fatalf("the DRA pod: %+v", d[0])
 	}
 	c := NewCluster(s)
-	if !reflect.DeepEqual(c.PendingInOrder(), []uint32{1}) || !reflect.DeepEqual(c.DraPending(), []uint32{0}) {
-		t.Fatalf("in order: %v, DRA: %v", c.PendingInOrder(), c.DraPending())
+	if !reflect.DeepEqual(c.PendingInOrder(), []uint32{1}) || !reflect.DeepEqual(c.DraPending(), []uint32{0}) || !reflect.DeepEqual(c.AllPendingInOrder(), []uint32{0, 1}) {
+		t.Fatalf("in order: %v, DRA: %v, all: %v", c.PendingInOrder(), c.DraPending(), c.AllPendingInOrder())
 	}
-	if c.Want(0) != nil || len(Claims(&s.Pending[0])) != 1 {
-		t.Fatal("a DRA request has no Want and its claims read back")
+	w := c.Want(0)
+	if claims, ok := w.Claims(); !w.IsDra() || !ok || len(claims) != 1 || len(Claims(&s.Pending[0])) != 1 || !reflect.DeepEqual(w.Shape, NoShape) {
+		t.Fatal("a DRA request's Want has its claims and no shape")
 	}
-	if _, ok := c.Preempt(c.Want(0), Tightest, NvlinkPrefer); ok {
+	if _, ok := c.Want(1).Claims(); ok || c.Want(1).IsDra() {
+		t.Fatal("a GPUResource request has no claims")
+	}
+	if _, ok := c.Preempt(w, Tightest, NvlinkPrefer); ok {
 		t.Fatal("a DRA request does not preempt")
+	}
+	if _, ok := c.ChooseNode(w, Tightest); ok || c.Fits(0, w) || len(c.FittingGpus(0, w)) != 0 {
+		t.Fatal("the GPU fit helpers place no DRA request")
+	}
+	if _, ok := c.PlaceClaims(c.Want(1), Tightest); ok {
+		t.Fatal("PlaceClaims places no GPUResource request")
 	}
 	if _, ok := Shape(&s.Pending[0]); ok {
 		t.Fatal("a DRA request has no shape")
@@ -260,8 +274,11 @@ func TestDraRequestsGetNoDecision(t *testing.T) {
 	if shape, ok := Shape(&s.Pending[1]); !ok || shape.Count != 1 {
 		t.Fatalf("shape: %+v", shape)
 	}
-	if DescribeRequest(&s.Pending[0]) != "devices through DRA claims" {
+	if DescribeRequest(&s.Pending[0]) != "1 device(s) for claim ns/dra-gpu" || w.Describe() != DescribeRequest(&s.Pending[0]) {
 		t.Fatalf("DRA in words: %s", DescribeRequest(&s.Pending[0]))
+	}
+	if DevicesOf(&s.Pending[0]) != 1 || DevicesOf(&s.Pending[1]) != 1 || w.Devices() != 1 {
+		t.Fatal("devices")
 	}
 
 	// A gang with a DRA member: it gets no decision, and counts as one

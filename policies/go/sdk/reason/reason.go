@@ -18,18 +18,18 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	. "wit_component/wasmgpu_policy_types"
+	wt "wit_component/wasmgpu_policy_types"
 )
 
 // shape is the GPUResource shape of r; ok is false for a DRA request (or a
 // Request built without its Ask).
-func shape(r *Request) (s GpuShape, ok bool) {
-	if r.Ask.Tag() != Ask_Gpus {
-		return GpuShape{}, false
+func shape(r *wt.Request) (s wt.GpuShape, ok bool) {
+	if r.Ask.Tag() != wt.Ask_Gpus {
+		return wt.GpuShape{}, false
 	}
 	defer func() {
 		if recover() != nil {
-			s, ok = GpuShape{}, false
+			s, ok = wt.GpuShape{}, false
 		}
 	}()
 	return r.Ask.Gpus(), true
@@ -37,18 +37,48 @@ func shape(r *Request) (s GpuShape, ok bool) {
 
 // Asked is what request asks for, in words: `2 GPU(s) matching "NVIDIA
 // H100*" with at least 40960 MiB each`, `1 GPU(s) with 8192 MiB to share`,
-// `1 MIG instance(s) of profile "1g.10gb"`; `devices through DRA claims`
-// for a DRA request.
-func Asked(request *Request) string {
-	s, ok := shape(request)
-	if !ok {
-		return "devices through DRA claims"
+// `1 MIG instance(s) of profile "1g.10gb"`; for a DRA request (ask claims),
+// per claim the sum of its requests' first alternative's count: `2
+// device(s) for claim ml/train`, `2 device(s) for claim ml/a, 1 device(s)
+// for claim ml/b` (`no devices: its claims are allocated already` for none,
+// and for a Request built without its Ask).
+func Asked(request *wt.Request) string {
+	if s, ok := shape(request); ok {
+		return AskedShape(&s)
 	}
-	return AskedShape(&s)
+	var claims []wt.Claim
+	if request.Ask.Tag() == wt.Ask_Claims {
+		claims = request.Ask.Claims()
+	}
+	if len(claims) == 0 {
+		return "no devices: its claims are allocated already"
+	}
+	each := make([]string, len(claims))
+	for i := range claims {
+		each[i] = fmt.Sprintf("%d device(s) for claim %s", claimDevices(&claims[i]), claims[i].Name)
+	}
+	return strings.Join(each, ", ")
+}
+
+// claimDevices is the devices a claim asks for: the sum over its requests
+// of their first alternative's count (saturating; sdk.DevicesOf counts so).
+func claimDevices(claim *wt.Claim) uint32 {
+	sum := uint32(0)
+	for _, r := range claim.Requests {
+		if len(r.Alternatives) > 0 {
+			count := r.Alternatives[0].Count
+			if sum > ^uint32(0)-count {
+				sum = ^uint32(0)
+			} else {
+				sum += count
+			}
+		}
+	}
+	return sum
 }
 
 // AskedShape is Asked for a GPUResource shape.
-func AskedShape(r *GpuShape) string {
+func AskedShape(r *wt.GpuShape) string {
 	model := ""
 	if r.Model.IsSome() {
 		model = " matching \"" + r.Model.Some() + "\""
@@ -56,7 +86,7 @@ func AskedShape(r *GpuShape) string {
 	if r.MigProfile.IsSome() {
 		return fmt.Sprintf("%d MIG instance(s) of profile %s%s", r.Count, Quote(r.MigProfile.Some()), model)
 	}
-	if r.Sharing == Sharing_Shared {
+	if r.Sharing == wt.Sharing_Shared {
 		return fmt.Sprintf("%d GPU(s)%s with %d MiB to share", r.Count, model, r.MemoryMib)
 	}
 	if r.MemoryMib == 0 {
@@ -67,7 +97,7 @@ func AskedShape(r *GpuShape) string {
 
 // AskedNvlink is Asked, with the GPUs required to be NVLink peers of one
 // another (sdk.NvlinkRequire).
-func AskedNvlink(request *Request) string {
+func AskedNvlink(request *wt.Request) string {
 	return Asked(request) + " that are all NVLink peers of one another"
 }
 
@@ -124,6 +154,38 @@ func PreemptionBlocked(protected int) string {
 // apply).
 func PreemptionMinimumRuntime(young int, seconds uint64) string {
 	return fmt.Sprintf("%d pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in %d s)", young, seconds)
+}
+
+// ClaimRequest is one request of a DRA claim, as what is missing: `2
+// device(s) for claim ml/train request "gpus" (8 candidate(s) on eligible
+// nodes)`: count is its first alternative's, candidates how many of that
+// alternative's candidates sit on nodes the pod may use. Framed by Never or
+// NotNow.
+func ClaimRequest(claim, request string, count, candidates uint32) string {
+	return fmt.Sprintf("%d device(s) for claim %s request %s (%d candidate(s) on eligible nodes)", count, claim, Quote(request), candidates)
+}
+
+// ClaimsTogether is a DRA pod's claims taken together (asked, an Asked
+// phrase), when each request alone could be served but not all at once:
+// with constrained (some claim has constraints), `… within the claims'
+// constraints`. Framed by Never or NotNow.
+func ClaimsTogether(asked string, constrained bool) string {
+	if constrained {
+		return asked + " within the claims' constraints"
+	}
+	return asked
+}
+
+// ClaimsMostFree is what follows a NotNow of a ClaimRequest: the most of its
+// candidates free on one eligible node.
+func ClaimsMostFree(most uint32) string {
+	return fmt.Sprintf("at most %d free on any eligible node", most)
+}
+
+// ClaimsDoNotPreempt is what follows the wait reason of a DRA pod that may
+// preempt: it does not, yet.
+func ClaimsDoNotPreempt() string {
+	return "pods asking through DRA claims do not preempt yet"
 }
 
 // Quote writes s in double quotes the way Rust's `{:?}` writes a string (the

@@ -4,22 +4,43 @@ import (
 	"testing"
 
 	witTypes "go.bytecodealliance.org/pkg/wit/types"
-	. "wit_component/wasmgpu_policy_types"
+	wt "wit_component/wasmgpu_policy_types"
 )
 
-func request(shape GpuShape) *Request { return &Request{Pod: "ns/p", Ask: MakeAskGpus(shape)} }
+func request(shape wt.GpuShape) *wt.Request {
+	return &wt.Request{Pod: "ns/p", Ask: wt.MakeAskGpus(shape)}
+}
+
+// claim is a claim of one request per (name, count), each with one
+// alternative.
+func claim(name string, requests map[string]uint32) wt.Claim {
+	c := wt.Claim{Name: name}
+	for r, count := range requests {
+		c.Requests = append(c.Requests, wt.ClaimRequest{Name: r, Alternatives: []wt.Alternative{{Count: count}}})
+	}
+	return c
+}
 
 func TestTheRustSdksWords(t *testing.T) {
 	none, some := witTypes.None[string](), witTypes.Some[string]
 	for _, c := range []struct{ got, want string }{
-		{Asked(request(GpuShape{Count: 4, Model: none, MigProfile: none, MemoryMib: 40960})), "4 GPU(s) with at least 40960 MiB each"},
-		{NotNow(Asked(request(GpuShape{Count: 4, MemoryMib: 40960}))), "no eligible node has 4 GPU(s) with at least 40960 MiB each free right now"},
-		{Asked(request(GpuShape{Count: 2, Model: some("NVIDIA H100*")})), `2 GPU(s) matching "NVIDIA H100*"`},
-		{Asked(request(GpuShape{Count: 1, MemoryMib: 8192, Sharing: Sharing_Shared})), "1 GPU(s) with 8192 MiB to share"},
-		{Asked(request(GpuShape{Count: 1, MigProfile: some("1g.10gb"), Model: some("*A100*")})), `1 MIG instance(s) of profile "1g.10gb" matching "*A100*"`},
-		{AskedNvlink(request(GpuShape{Count: 3})), "3 GPU(s) that are all NVLink peers of one another"},
-		{Asked(&Request{Ask: MakeAskClaims(nil)}), "devices through DRA claims"},
-		{Asked(&Request{}), "devices through DRA claims"},
+		{Asked(request(wt.GpuShape{Count: 4, Model: none, MigProfile: none, MemoryMib: 40960})), "4 GPU(s) with at least 40960 MiB each"},
+		{NotNow(Asked(request(wt.GpuShape{Count: 4, MemoryMib: 40960}))), "no eligible node has 4 GPU(s) with at least 40960 MiB each free right now"},
+		{Asked(request(wt.GpuShape{Count: 2, Model: some("NVIDIA H100*")})), `2 GPU(s) matching "NVIDIA H100*"`},
+		{Asked(request(wt.GpuShape{Count: 1, MemoryMib: 8192, Sharing: wt.Sharing_Shared})), "1 GPU(s) with 8192 MiB to share"},
+		{Asked(request(wt.GpuShape{Count: 1, MigProfile: some("1g.10gb"), Model: some("*A100*")})), `1 MIG instance(s) of profile "1g.10gb" matching "*A100*"`},
+		{AskedNvlink(request(wt.GpuShape{Count: 3})), "3 GPU(s) that are all NVLink peers of one another"},
+		{Asked(&wt.Request{Ask: wt.MakeAskClaims(nil)}), "no devices: its claims are allocated already"},
+		{Asked(&wt.Request{}), "no devices: its claims are allocated already"},
+		{Asked(&wt.Request{Ask: wt.MakeAskClaims([]wt.Claim{claim("ml/train", map[string]uint32{"gpus": 2})})}), "2 device(s) for claim ml/train"},
+		{Asked(&wt.Request{Ask: wt.MakeAskClaims([]wt.Claim{claim("ml/a", map[string]uint32{"gpus": 2}), claim("ml/b", map[string]uint32{"nic": 1})})}), "2 device(s) for claim ml/a, 1 device(s) for claim ml/b"},
+		{Asked(&wt.Request{Ask: wt.MakeAskClaims([]wt.Claim{claim("ml/x", map[string]uint32{"a": 2, "b": 3}), {Name: "ml/none", Requests: []wt.ClaimRequest{{Name: "r"}}}})}), "5 device(s) for claim ml/x, 0 device(s) for claim ml/none"},
+		{Never(ClaimRequest("ml/train", "gpus", 3, 2)), `no eligible node has 3 device(s) for claim ml/train request "gpus" (2 candidate(s) on eligible nodes), even when idle`},
+		{NotNow(ClaimRequest("ml/train", "gpu\"s", 2, 8)), `no eligible node has 2 device(s) for claim ml/train request "gpu\"s" (8 candidate(s) on eligible nodes) free right now`},
+		{Never(ClaimsTogether("3 device(s) for claim ml/c", true)), "no eligible node has 3 device(s) for claim ml/c within the claims' constraints, even when idle"},
+		{ClaimsTogether("2 device(s) for claim ml/both", false), "2 device(s) for claim ml/both"},
+		{ClaimsMostFree(1), "at most 1 free on any eligible node"},
+		{ClaimsDoNotPreempt(), "pods asking through DRA claims do not preempt yet"},
 		{Never("2 GPU(s)"), "no eligible node has 2 GPU(s), even when idle"},
 		{NoEligibleNode(), "no eligible node: node selector, affinity or taints exclude every GPU node"},
 		{GangNever("ns/g", "ns/w", "why"), "gang ns/g can never be placed: member ns/w fits nowhere (why)"},

@@ -34,6 +34,7 @@ package sdktest
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 
@@ -475,10 +476,66 @@ func WithModel(r wt.Request, glob string) wt.Request {
 	return r
 }
 
-// ClaimsRequest is a DRA request (ask claims) with one claim of one device.
+// ClaimsRequest is a DRA request (ask claims) with one claim, pod+"-gpu", of
+// one request "gpu" for one device of candidate set 0 (DraRequest, Claim
+// and ClaimRequest build others).
 func ClaimsRequest(pod string) wt.Request {
 	claim := wt.Claim{Name: pod + "-gpu", Requests: []wt.ClaimRequest{{Name: "gpu", Alternatives: []wt.Alternative{{Count: 1}}}}}
 	return wt.Request{Pod: pod, Namespace: Namespace(namespaceOfPod(pod)), Ask: wt.MakeAskClaims([]wt.Claim{claim})}
+}
+
+// DraRequest is a pending pod asking through DRA claims, otherwise as
+// Request builds one (namespace from pod, priority 0, created at 0,
+// eligible set 0): the Rust testing::dra_request.
+//
+//	set := sdktest.CandidateSet(s, [2]uint32{0, 0}, [2]uint32{0, 1})
+//	s.Pending = append(s.Pending, sdktest.DraRequest("ml/train",
+//		[]Claim{sdktest.Claim("ml/train", sdktest.ClaimRequest("gpus", 2, set))}))
+func DraRequest(pod string, claims []wt.Claim) wt.Request {
+	r := Request(pod, 1, wt.Sharing_Exclusive, 0)
+	if claims == nil {
+		claims = []wt.Claim{}
+	}
+	r.Ask = wt.MakeAskClaims(claims)
+	return r
+}
+
+// Claim is a claim name without constraints, with requests (each built with
+// ClaimRequest): the Rust testing::claim.
+func Claim(name string, requests ...wt.ClaimRequest) wt.Claim {
+	return wt.Claim{Name: name, Requests: append([]wt.ClaimRequest{}, requests...), Constraints: []wt.Constraint{}}
+}
+
+// ClaimRequest is request name of a claim, for count devices of candidate
+// set candidates (an index into snapshot.CandidateSets, see CandidateSet),
+// with one alternative (exactly).
+func ClaimRequest(name string, count, candidates uint32) wt.ClaimRequest {
+	return wt.ClaimRequest{Name: name, Alternatives: []wt.Alternative{{
+		Subrequest: witTypes.None[string](),
+		Count:      count,
+		Candidates: candidates,
+	}}}
+}
+
+// CandidateSet adds a candidate set of the GPUs {node, gpu} (positions) to
+// s, sorted and each once as the host sends them, and is its index (for
+// Alternative.Candidates): the Rust testing::candidate_set.
+func CandidateSet(s *wt.Snapshot, gpus ...[2]uint32) uint32 {
+	sorted := append([][2]uint32{}, gpus...)
+	sort.Slice(sorted, func(a, b int) bool {
+		if sorted[a][0] != sorted[b][0] {
+			return sorted[a][0] < sorted[b][0]
+		}
+		return sorted[a][1] < sorted[b][1]
+	})
+	set := []wt.GpuRef{}
+	for i, g := range sorted {
+		if i == 0 || g != sorted[i-1] {
+			set = append(set, wt.GpuRef{Node: g[0], Gpu: g[1]})
+		}
+	}
+	s.CandidateSets = append(s.CandidateSets, set)
+	return uint32(len(s.CandidateSets) - 1)
 }
 
 // Bits is a node bit set of len possible members holding members (bit i of
