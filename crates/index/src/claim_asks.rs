@@ -97,6 +97,9 @@ pub(crate) struct CandidateCache {
 
 impl Index {
     /// The ask of a pod with `spec.resourceClaims`, or why it must wait.
+    // A Problem is what the survey collects anyway; boxing it only to
+    // move it into that list buys nothing.
+    #[allow(clippy::result_large_err)]
     pub(crate) fn dra_ask(
         &self,
         key: &ObjectKey,
