@@ -247,6 +247,18 @@ pub struct Claim {
     pub constraints: Vec<Constraint>,
 }
 
+impl Claim {
+    /// Devices the claim asks for: the sum over its requests of their first
+    /// alternative's count (what a pod's ask is worded and tenant limits
+    /// are counted by).
+    pub fn devices_asked(&self) -> u32 {
+        self.requests
+            .iter()
+            .map(|r| r.alternatives.first().map_or(0, |a| a.count))
+            .fold(0, u32::saturating_add)
+    }
+}
+
 /// What a pending pod asks for.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -46,6 +46,22 @@ async fn nvidia_class(ctx: &TestContext) -> Result<()> {
     }
 }
 
+/// A Ready node of the test whose `gpus` H100s only NVIDIA's DRA driver
+/// publishes (one ResourceSlice); its name and the slice's.
+async fn h100_node(ctx: &TestContext, gpus: u32) -> Result<(String, String)> {
+    let node = format!("{}-h100", ctx.namespace);
+    FakeNode::new(&node)
+        .label(GROUP_LABEL, &ctx.namespace)
+        .create(&ctx.client)
+        .await?;
+    let slice = nvidia_slice(&node, gpus)?;
+    let slice_name = slice.metadata.name.clone().expect("named");
+    ctx.cluster_api::<ResourceSlice>()
+        .create(&PostParams::default(), &slice)
+        .await?;
+    Ok((node, slice_name))
+}
+
 /// A claim asking `count` GPUs of the class, with one CEL selector.
 async fn claim(
     ctx: &TestContext,
@@ -135,15 +151,8 @@ async fn dra_pods_get_the_devices_their_claims_select_and_are_bound_as_kube_sche
     let ctx = TestContext::new("ctl-dra-claims").await?;
     install_crds(&ctx).await?;
     nvidia_class(&ctx).await?;
-    let node = format!("{}-h100", ctx.namespace);
-    FakeNode::new(&node)
-        .label(GROUP_LABEL, &ctx.namespace)
-        .create(&ctx.client)
-        .await?;
+    let (node, slice_name) = h100_node(&ctx, 8).await?;
     let slices: Api<ResourceSlice> = ctx.cluster_api();
-    let slice = nvidia_slice(&node, 8)?;
-    let slice_name = slice.metadata.name.clone().expect("named");
-    slices.create(&PostParams::default(), &slice).await?;
     let controller = Controller::start(&ctx).await?;
     let claims = ctx.api::<ResourceClaim>();
     let pods = ctx.api::<Pod>();
@@ -277,15 +286,8 @@ async fn a_claim_from_a_template_is_allocated_for_its_pod() -> Result<()> {
     let ctx = TestContext::new("ctl-dra-template").await?;
     install_crds(&ctx).await?;
     nvidia_class(&ctx).await?;
-    let node = format!("{}-h100", ctx.namespace);
-    FakeNode::new(&node)
-        .label(GROUP_LABEL, &ctx.namespace)
-        .create(&ctx.client)
-        .await?;
+    let (node, slice_name) = h100_node(&ctx, 4).await?;
     let slices: Api<ResourceSlice> = ctx.cluster_api();
-    let slice = nvidia_slice(&node, 4)?;
-    let slice_name = slice.metadata.name.clone().expect("named");
-    slices.create(&PostParams::default(), &slice).await?;
     let controller = Controller::start(&ctx).await?;
     let pods = ctx.api::<Pod>();
     let pod: Pod = serde_json::from_value(json!({
@@ -382,15 +384,8 @@ async fn a_claim_allocated_before_a_crash_gets_its_pod_bound_where_the_claim_is(
     let ctx = TestContext::new("ctl-dra-crash").await?;
     install_crds(&ctx).await?;
     nvidia_class(&ctx).await?;
-    let node = format!("{}-h100", ctx.namespace);
-    FakeNode::new(&node)
-        .label(GROUP_LABEL, &ctx.namespace)
-        .create(&ctx.client)
-        .await?;
+    let (node, slice_name) = h100_node(&ctx, 4).await?;
     let slices: Api<ResourceSlice> = ctx.cluster_api();
-    let slice = nvidia_slice(&node, 4)?;
-    let slice_name = slice.metadata.name.clone().expect("named");
-    slices.create(&PostParams::default(), &slice).await?;
     let claims = ctx.api::<ResourceClaim>();
 
     // What a controller killed between the claim's status update and the

@@ -20,7 +20,6 @@ mod claims;
 mod preempt;
 mod query;
 
-pub(crate) use claims::claim_devices;
 pub use query::GpuNow;
 
 /// A profile name no MIG instance of the snapshot has.
@@ -115,7 +114,7 @@ pub fn devices_of(request: &Request) -> u32 {
         Ask::Gpus(shape) => shape.count,
         Ask::Claims(claims) => claims
             .iter()
-            .map(claims::claim_devices)
+            .map(Claim::devices_asked)
             .fold(0, u32::saturating_add),
     }
 }

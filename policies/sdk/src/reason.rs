@@ -34,7 +34,7 @@ pub fn asked(request: &Request) -> String {
         }
         Ask::Claims(claims) => {
             let each = claims.iter().map(|c| {
-                let count = crate::cluster::claim_devices(c);
+                let count = c.devices_asked();
                 format!("{count} device(s) for claim {}", c.name)
             });
             return each.collect::<Vec<_>>().join(", ");

@@ -43,16 +43,6 @@ enum Usable {
     Healthy,
 }
 
-/// Devices a claim asks for: the sum over its requests of their first
-/// alternative's count (what [`reason::asked`] and the tenant limit count).
-pub(crate) fn claim_devices(claim: &Claim) -> u32 {
-    claim
-        .requests
-        .iter()
-        .map(|r| r.alternatives.first().map_or(0, |a| a.count))
-        .fold(0, u32::saturating_add)
-}
-
 /// One constraint of a claim on one node.
 struct Bound {
     distinct: bool,
