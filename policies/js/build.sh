@@ -134,9 +134,12 @@ if [[ "${1:-}" == "--toolchain" ]]; then
   exit 0
 fi
 if [[ "${1:-}" == "--agree" ]]; then
+  # `make policies` (cargo) names them wasmgpu_NAME.wasm in the policy directory.
   rust=()
   for name in binpack spread; do
-    if [[ -f "$out_dir/$name.wasm" ]]; then rust+=("$out_dir/$name.wasm"); else rust+=("$root/deploy/policies/$name.wasm"); fi
+    if [[ -f "$out_dir/wasmgpu_$name.wasm" ]]; then rust+=("$out_dir/wasmgpu_$name.wasm")
+    elif [[ -f "$out_dir/$name.wasm" ]]; then rust+=("$out_dir/$name.wasm")
+    else rust+=("$root/deploy/policies/$name.wasm"); fi
   done
   oracle="$cache/rust-oracle-$( (cat "${rust[@]}"; echo "$tool_hash") | sha256sum | cut -c1-16)"
   if [[ ! -d "$oracle" ]]; then

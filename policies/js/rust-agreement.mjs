@@ -2,7 +2,10 @@
 // (Fit.Tightest) and spread (Fit.Loosest) components, on random snapshots
 // (MIG, NVLink rings and pairs, held, shared, unhealthy and DRA-published
 // GPUs, running pods to preempt, PodDisruptionBudgets, tenants with limits,
-// gangs, eligible sets, every placement config form) and on `large` rounds.
+// gangs, eligible sets, every placement config form; DRA pods with claims of
+// one to three requests, firstAvailable alternatives, candidate sets of whole
+// GPUs, MIG instances or both, matchAttribute and distinctAttribute
+// constraints) and on `large` rounds, with and without DRA pods.
 // Decisions must be identical, field for field; a config one side refuses
 // the other must refuse too.
 //
@@ -16,6 +19,7 @@ import { pathToFileURL } from 'node:url';
 
 import { Fit, placeEach } from './sdk/index.js';
 import {
+  claim,
   draRequest,
   gang,
   large,
@@ -142,16 +146,115 @@ function runningPod(pod, node, gpus, extra) {
   };
 }
 
+/**
+ * A random candidate set over `nodes` (pushed to `sets`, its index
+ * returned), sorted by node then GPU and each once, as the host sends them:
+ * every whole GPU, the whole GPUs of some nodes, MIG instances only, a random
+ * mix of GPUs and instances (a whole GPU and its instance may both be
+ * candidates), one model's GPUs, none; now and then with a position past a
+ * node's GPUs or past the nodes (the host sends none; both sides skip them).
+ */
+function randomSet(nodes, sets) {
+  const kind = rnd(7);
+  const model = rnd(3);
+  const some = nodes.map(() => rnd(2) === 0);
+  const set = [];
+  nodes.forEach((n, ni) => {
+    n.gpus.forEach((g, gi) => {
+      const whole = g.mig === undefined;
+      const keep =
+        kind === 0
+          ? whole
+          : kind === 1
+            ? whole && some[ni]
+            : kind === 2
+              ? !whole
+              : kind === 3 || kind === 4
+                ? rnd(3) !== 0
+                : kind === 5
+                  ? whole && g.model === model
+                  : false;
+      if (keep) set.push({ node: ni, gpu: gi });
+    });
+    if (rnd(25) === 0) set.push({ node: ni, gpu: n.gpus.length + rnd(3) });
+  });
+  if (rnd(25) === 0) set.push({ node: nodes.length + rnd(2), gpu: 0 });
+  sets.push(set);
+  return sets.length - 1;
+}
+
+/** A random claim constraint over a claim of `requests` requests, with values for the devices of `nodes`. */
+function randomConstraint(nodes, requests) {
+  const bound = [];
+  if (rnd(2) === 0) {
+    for (let r = 0; r < requests; r++) if (rnd(2) === 0) bound.push(r);
+    if (rnd(8) === 0) bound.push(requests + rnd(2));
+  }
+  const spread = 1 + rnd(4);
+  const values = [];
+  nodes.forEach((n, ni) => {
+    n.gpus.forEach((g, gi) => {
+      if (rnd(8) === 0) return;
+      // A PCIe root or NUMA node per pair of GPUs, an instance its parent's.
+      const at = g.mig === undefined ? gi : g.mig.parent;
+      const value = rnd(3) === 0 ? rnd(spread) : Math.floor(at / 2) % spread;
+      values.push({ device: { node: ni, gpu: gi }, value });
+      // Now and then a device listed twice: the first value wins.
+      if (rnd(20) === 0) values.push({ device: { node: ni, gpu: gi }, value: value + 1 });
+    });
+  });
+  if (rnd(2) === 0) values.reverse();
+  return {
+    requests: Uint32Array.from(bound),
+    distinct: rnd(2) === 0,
+    attribute: pick(['resource.kubernetes.io/pcieRoot', 'gpu.nvidia.com/numaNode']),
+    values,
+  };
+}
+
+/**
+ * A random DRA pod: one or two claims (now and then none: allocated
+ * already) of one to three requests, each with one alternative or a
+ * firstAvailable list of up to three, over random candidate sets; some
+ * claims with a matchAttribute or distinctAttribute constraint.
+ */
+function randomDraPod(p, nodes, sets) {
+  const claims = [];
+  const count = rnd(10) === 0 ? 0 : 1 + (rnd(3) === 0 ? 1 : 0);
+  for (let c = 0; c < count; c++) {
+    const requests = rnd(12) === 0 ? 0 : 1 + rnd(3);
+    const made = claim(
+      `ns${rnd(3)}/claim${p}-${c}`,
+      Array.from({ length: requests }, (_, r) => [`req${r}`, pick([0, 1, 1, 1, 2, 2, 3, 4, 8]), randomSet(nodes, sets)]),
+    );
+    for (const r of made.requests) {
+      const more = rnd(3) === 0 ? 1 + rnd(2) : 0;
+      if (more > 0 || rnd(6) === 0) r.alternatives[0].subrequest = 'first';
+      for (let k = 0; k < more; k++) {
+        r.alternatives.push({ subrequest: `alt${k}`, count: pick([0, 1, 1, 2, 3, 8]), candidates: randomSet(nodes, sets) });
+      }
+      if (rnd(40) === 0) r.alternatives = [];
+    }
+    if (rnd(3) === 0) made.constraints.push(randomConstraint(nodes, requests));
+    if (rnd(12) === 0) made.constraints.push(randomConstraint(nodes, requests));
+    claims.push(made);
+  }
+  const extra = { priority: rnd(5) - 1, createdMs: BigInt(rnd(4)) };
+  if (rnd(6) === 0) extra.preemption = 'never';
+  return draRequest(`ns${rnd(3)}/dra${p}`, claims, extra);
+}
+
 /** A random snapshot; `full`: most GPUs held by pods of 1–3 GPUs (preemption); `mig`: mostly MIG nodes and requests. */
 function randomSnapshot(full, mig) {
   const nodes = [];
   const count = 1 + rnd(10);
   for (let i = 0; i < count; i++) nodes.push(randomNode(i, mig));
   const pending = [];
+  const candidateSets = [];
   const pods = 1 + rnd(20);
   for (let p = 0; p < pods; p++) {
-    if (rnd(15) === 0) {
-      pending.push(draRequest(`ns${rnd(3)}/dra${p}`, [], { priority: rnd(3) }));
+    if (rnd(4) === 0) {
+      pending.push(randomDraPod(p, nodes, candidateSets));
       continue;
     }
     const sharing = rnd(4) === 0 ? 'shared' : 'exclusive';
@@ -164,7 +267,13 @@ function randomSnapshot(full, mig) {
     const mem = sharing === 'shared' ? pick([0, 4096, 8192, 30000]) : pick([0, 0, 20000, 40960, 65536]);
     pending.push(request(`ns${rnd(3)}/p${p}-${rnd(100)}`, c, sharing, mem, extra));
   }
-  const snap = snapshot(MODELS, nodes, pending, { migProfiles: ['1g.10gb', '3g.40gb'] });
+  const snap = snapshot(MODELS, nodes, pending, { migProfiles: ['1g.10gb', '3g.40gb'], candidateSets });
+  // Now and then a candidate set index past the end (the host sends none).
+  if (rnd(30) === 0) {
+    const dra = snap.pending.find((r) => r.ask.tag === 'claims' && r.ask.val.length > 0 && r.ask.val[0].requests.length > 0);
+    const alternative = dra === undefined ? undefined : dra.ask.val[0].requests[0].alternatives[0];
+    if (alternative !== undefined) alternative.candidates = candidateSets.length + 5;
+  }
   // Eligible sets: all, a random subset, none, one past the end.
   const subset = [];
   for (let i = 0; i < count; i++) if (rnd(2) === 0) subset.push(i);
@@ -215,7 +324,7 @@ function randomSnapshot(full, mig) {
   return snap;
 }
 
-const tally = { agree: 0, differ: 0, preempt: 0, assign: 0, refused: 0 };
+const tally = { agree: 0, differ: 0, preempt: 0, assign: 0, refused: 0, dra: 0, draLater: 0, draMig: 0, draWait: 0, draReject: 0 };
 
 async function compare(snap, fit, label) {
   let want = null;
@@ -251,7 +360,42 @@ async function compare(snap, fit, label) {
     for (const d of got) {
       if (d.tag === 'preempt') tally.preempt++;
       if (d.tag === 'assign') tally.assign++;
+      if (snap.pending[d.val.pod]?.ask.tag !== 'claims') continue;
+      if (d.tag === 'assign') {
+        tally.dra++;
+        if (d.val.claims.some((c) => c.alternative > 0)) tally.draLater++;
+        const gpus = snap.nodes[d.val.node].gpus;
+        if (d.val.claims.some((c) => [...c.gpus].some((g) => gpus[g].mig !== undefined))) tally.draMig++;
+      }
+      if (d.tag === 'wait') tally.draWait++;
+      if (d.tag === 'reject') tally.draReject++;
     }
+}
+
+/**
+ * Adds `count` DRA pods to `large`'s round, as the Rust SDK's test of a large
+ * mixed round does: requests of 1–4 devices over every GPU or every other
+ * node's, a second request of 0 or 1, a firstAvailable alternative of 8
+ * first for every fifth, a NUMA-like constraint (match or distinct) for every
+ * fourth.
+ */
+function withDraPods(snap, count) {
+  const every = [];
+  snap.nodes.forEach((nd, ni) => nd.gpus.forEach((g, gi) => every.push({ node: ni, gpu: gi })));
+  snap.candidateSets.push(every, every.filter((g) => g.node % 2 === 0));
+  const [set, half] = [snap.candidateSets.length - 2, snap.candidateSets.length - 1];
+  const values = every.map((device) => ({ device, value: Math.floor(device.gpu / 4) }));
+  for (let i = 0; i < count; i++) {
+    const c = claim(`team-${i % 7}/c${i}`, [
+      ['a', 1 + (i % 4), i % 3 === 0 ? half : set],
+      ['b', i % 2, set],
+    ]);
+    if (i % 5 === 0) c.requests[0].alternatives.unshift({ subrequest: 'big', count: 8, candidates: set });
+    if (i % 4 === 1) c.constraints.push({ requests: new Uint32Array(0), distinct: i % 8 === 1, attribute: 'numa', values });
+    const r = draRequest(`team-${i % 7}/dra-${i}`, [c], { priority: i % 3, createdMs: 1700000000000n + BigInt(i) * 15n });
+    r.namespace = snap.namespaces.indexOf(`team-${i % 7}`);
+    snap.pending.push(r);
+  }
 }
 
 const seeds = option('--seeds', 6);
@@ -268,7 +412,11 @@ for (const [n, p] of [
   [120, 400],
 ]) {
   for (const config of CONFIGS.slice(0, 6)) {
-    for (const rings of [false, true]) {
+    for (const [rings, dra] of [
+      [false, false],
+      [true, false],
+      [false, true],
+    ]) {
       const snap = large(n, p);
       if (rings) {
         snap.nodes.forEach((nd, i) => {
@@ -276,13 +424,14 @@ for (const [n, p] of [
         });
       }
       if (rings) gang(snap, 'team-1/train', 3, [1, 8, 15]);
+      if (dra) withDraPods(snap, Math.floor(p / 2));
       snap.config = config;
-      const label = `large(${n}, ${p})${rings ? ' with rings and a gang' : ''}`;
+      const label = `large(${n}, ${p})${rings ? ' with rings and a gang' : ''}${dra ? ' with DRA pods' : ''}`;
       for (const fit of [Fit.Tightest, Fit.Loosest]) await compare(snap, fit, label);
     }
   }
 }
 console.log(
-  `${tally.agree} rounds agree (${tally.assign} assignments, ${tally.preempt} preemptions, ${tally.refused} configs refused by both), ${tally.differ} differ`,
+  `${tally.agree} rounds agree (${tally.assign} assignments, ${tally.dra} of DRA pods: ${tally.draLater} on a later firstAvailable alternative, ${tally.draMig} with MIG instances; ${tally.draWait} DRA waits, ${tally.draReject} DRA rejects; ${tally.preempt} preemptions, ${tally.refused} configs refused by both), ${tally.differ} differ`,
 );
 process.exit(tally.differ === 0 ? 0 : 1);

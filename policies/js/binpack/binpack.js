@@ -3,8 +3,9 @@
 // multi-GPU exclusive request takes the smallest NVLink group that holds it; a
 // shared request takes the GPUs with the least free memory that fits. A pod
 // that fits nowhere now evicts the fewest pods of lower priority that make
-// room. It reads no node label and places GPUResource requests only (DRA pods
-// get no decision, so they wait): exactly what the Rust binpack decides.
+// room. A DRA pod (ResourceClaims) takes its claims' candidates on the fullest
+// node that holds them (it does not preempt). It reads no node label: exactly
+// what the Rust binpack decides.
 //
 // Parameters (config.json, all optional): { "nvlink": "prefer", "preemption": true }
 // `nvlink`: "prefer" (the default), "require" (only GPUs that are all NVLink

@@ -14,21 +14,23 @@
 // `snapshot.nodes` and the GPUs' in that node's `gpus` list.
 //
 // `Cluster` and `placeEach` place GPUResource requests (`ask.tag === 'gpus'`)
-// on GPUs the wasmgpu agent publishes, and decide exactly what the Rust SDK's
-// `Cluster` and `place_each` decide (NVLink modes, gangs, tenant limits,
-// preemption by priority). They make no decision for DRA pods (`ask.tag ===
-// 'claims'`), which therefore wait.
+// on GPUs the wasmgpu agent publishes, and DRA requests (`ask.tag ===
+// 'claims'`: devices through ResourceClaims) on their claims' candidates
+// (`Cluster.placeClaims`), and decide exactly what the Rust SDK's `Cluster`
+// and `place_each` decide (NVLink modes, gangs, tenant limits, preemption by
+// priority, DRA alternatives and constraints).
 //
 // The same modules run under Node (unit tests) and inside the component.
 
 import { PLACEMENT_FIELDS, PlacementParams, PolicyError, blankConfig, parseConfig, parsePlacementParams } from './config.js';
 import { Nvlink, clique, groupIds, linkMatrix, nvlinkMode } from './nvlink.js';
+import { FREE, HEALTHY, bottleneck, claimNodes, devicesOf, solveOn } from './claims.js';
 import { compareRequests, compareText } from './order.js';
 import * as reason from './reason.js';
 import { usage } from './usage.js';
 
 export { PLACEMENT_FIELDS, PlacementParams, PolicyError, blankConfig, parseConfig, parsePlacementParams };
-export { Nvlink, nvlinkMode, compareText, reason, usage };
+export { Nvlink, nvlinkMode, compareText, devicesOf, reason, usage };
 
 /** @typedef {import('wasmgpu:policy/types@0.3.0').Snapshot} Snapshot */
 /** @typedef {import('wasmgpu:policy/types@0.3.0').Request} Request */
@@ -282,25 +284,36 @@ export class Shortfall {
 }
 
 /**
- * What a request (or its `GpuShape`) asks for, in words: `reason.asked`,
- * except that a DRA pod's phrase counts its claims (`devices through 2 DRA
- * claim(s)`).
+ * What a request (or its `GpuShape`) asks for, in words: `reason.asked` (for
+ * a DRA pod, per claim: `2 device(s) for claim ml/train`).
  */
 export function describeRequest(request) {
-  if (request.ask !== undefined && request.ask.tag === 'claims') {
-    return `devices through ${request.ask.val.length} DRA claim(s)`;
-  }
   return reason.asked(request);
 }
 
 /**
- * A pending GPUResource request prepared for the fit checks (`Cluster.want`).
- * `pod` (also `position`): its position in `snapshot.pending`, what decisions
- * name; `kind`: `EXCLUSIVE`, `SHARED` or `MIG`; `exclusive`: its sharing is
+ * The shape the GPU fit helpers give a DRA request (`Want.shape`), Rust's
+ * `NO_SHAPE`: no GPU fits it (`Cluster.placeClaims` places DRA requests). Its
+ * sharing is `'exclusive'`, so `Cluster.commit` holds a DRA request's devices
+ * exclusively.
+ */
+export const NO_SHAPE = Object.freeze({
+  count: 0,
+  model: undefined,
+  migProfile: undefined,
+  memoryMib: 18446744073709551615n,
+  sharing: 'exclusive',
+});
+
+/**
+ * A pending request prepared for the fit checks (`Cluster.want`). `pod`
+ * (also `position`): its position in `snapshot.pending`, what decisions name;
+ * `kind`: `EXCLUSIVE`, `SHARED` or `MIG`; `exclusive`: its sharing is
  * `'exclusive'` (MIG requests usually are); `count`, `memory` (MiB, a
  * number), `profile` (the MIG profile's index in `snapshot.migProfiles`, -1
  * if none), `modelOk` (per model index, whether the request's glob accepts
- * it).
+ * it). A DRA request (`isDra()`) has the shape `NO_SHAPE`, which no GPU fits
+ * through the GPU fit helpers: place it with `Cluster.placeClaims`.
  */
 export class Want {
   constructor(pod, request, shape, profile, modelOk) {
@@ -314,6 +327,24 @@ export class Want {
     this.memory = Number(shape.memoryMib);
     this.profile = profile;
     this.modelOk = modelOk;
+  }
+
+  /** True for a DRA request (claims): the GPU fit helpers place none; `Cluster.placeClaims` does. */
+  isDra() {
+    return this.request.ask.tag !== 'gpus';
+  }
+
+  /**
+   * The claims of a DRA request (empty when all are allocated already and
+   * the pod only needs a node); `undefined` for a GPUResource request.
+   */
+  claims() {
+    return claimsOf(this.request);
+  }
+
+  /** The devices the request asks for (`devicesOf`): what the tenant limit counts before placing. */
+  devices() {
+    return devicesOf(this.request);
   }
 
   /** The request asks for MIG instances, not whole GPUs. */
@@ -345,9 +376,11 @@ export class Want {
  * A node's `gpus` list holds whole GPUs, each followed by its MIG instances.
  * A whole-GPU request takes whole GPUs none of whose instances is held; a MIG
  * request takes free instances of its profile whose parent is not in use.
- * Only GPUs the wasmgpu agent publishes (`agentPublished`) are ever taken:
- * the others are for DRA claims, which `Cluster` does not place (they read
- * as unhealthy here, and so do the instances of such a GPU).
+ * A GPUResource request takes only GPUs the wasmgpu agent publishes
+ * (`agentPublished`): the others read as unhealthy to the GPU fit helpers,
+ * and so do the instances of such a GPU. A DRA request (`placeClaims`) takes
+ * only its claims' candidates, healthy and free, whoever publishes them; both
+ * kinds commit to the same state, so no device is given twice in a round.
  *
  * Query methods (`gpuNow`, `freeGpus`, `fittingGpus`, `freeByLabel`,
  * `nvlinkGroups`, …) answer for the state as it stands after this round's
@@ -413,16 +446,30 @@ export class Cluster {
   /**
    * Positions of the pending GPUResource requests in the order they should be
    * served: higher priority first, then older, then by pod name (a total
-   * order). DRA pods (`ask` is `claims`) are left out: `Cluster` does not
-   * place them, and a pod no decision names waits.
+   * order). Only GPUResource requests, which the GPU fit helpers place: DRA
+   * pods (`ask` is `claims`) are in `draPending()`, and both, in one order,
+   * in `allPendingInOrder()` (what `placeEach` serves).
    */
   pendingInOrder() {
     return this.inOrder((r) => r.ask.tag === 'gpus');
   }
 
-  /** Positions of the pending DRA pods, in the order of `pendingInOrder` (no helper here places them). */
+  /**
+   * Positions of the pending DRA pods, in the order of `pendingInOrder`. The
+   * GPU fit helpers do not place them; `placeClaims` does (a policy that
+   * decides none of them leaves them waiting).
+   */
   draPending() {
     return this.inOrder((r) => r.ask.tag !== 'gpus');
+  }
+
+  /**
+   * Positions of every pending request, GPUResource and DRA alike, in the
+   * order of `pendingInOrder` (priority, then age, then pod name): the two
+   * lists above merged.
+   */
+  allPendingInOrder() {
+    return this.inOrder(() => true);
   }
 
   inOrder(keep) {
@@ -433,11 +480,19 @@ export class Cluster {
     return order;
   }
 
-  /** The prepared form (`Want`) of pending request `pod` (a position), or `null` for a DRA pod. */
+  /**
+   * The prepared form (`Want`) of pending request `pod` (a position). A DRA
+   * pod's has the shape `NO_SHAPE` (`want.isDra()`): place it with
+   * `placeClaims`.
+   */
   want(pod) {
     const request = this.snapshot.pending[pod];
     const shape = shapeOf(request);
-    if (shape === undefined) return null;
+    if (shape === undefined) {
+      // No model accepted: no GPU fits it through the GPU fit helpers.
+      const none = new Array(this.snapshot.models.length + 1).fill(false);
+      return new Want(pod, request, NO_SHAPE, -1, none);
+    }
     const profile = shape.migProfile !== undefined ? this.snapshot.migProfiles.indexOf(shape.migProfile) : -1;
     return new Want(pod, request, shape, profile, this.modelMask(shape.model));
   }
@@ -901,10 +956,11 @@ export class Cluster {
   }
 
   /**
-   * Why `want` fits on none of its eligible nodes. With `nvlink`
-   * `Nvlink.Require`, see `shortfallWith`.
+   * Why `want` fits on none of its eligible nodes (for a DRA request,
+   * `claimsShortfall`). With `nvlink` `Nvlink.Require`, see `shortfallWith`.
    */
   shortfall(want, nvlink) {
+    if (want.isDra()) return this.claimsShortfall(want);
     if (nvlink !== undefined && nvlinkMode(nvlink) === 'require') return this.shortfallWith(want, nvlink);
     const key = this.shapeKey(want);
     let ever = this.everFits.get(key);
@@ -925,6 +981,7 @@ export class Cluster {
   shortfallWith(want, nvlink) {
     const mode = nvlinkMode(nvlink);
     const shortfall = this.shortfall(want);
+    if (want.isDra()) return shortfall;
     if (mode !== 'require' || !want.usesNvlink(mode) || shortfall.kind !== 'not-now') return shortfall;
     const key = this.shapeKey(want);
     let ever = this.everClique.get(key);
@@ -971,8 +1028,8 @@ export class Cluster {
 
   /**
    * `wait` (GPUs may free up) or `reject` (it can never fit) for a request
-   * placed nowhere, in the standard words. With `nvlink` `Nvlink.Require`,
-   * see `unplacedWith`.
+   * placed nowhere, in the standard words (for a DRA request,
+   * `claimsUnplaced`). With `nvlink` `Nvlink.Require`, see `unplacedWith`.
    */
   unplaced(want, nvlink) {
     return this.unplacedWith(want, nvlink === undefined ? 'prefer' : nvlink);
@@ -980,14 +1037,152 @@ export class Cluster {
 
   /** `unplaced` for a request placed under `nvlink`: with `Nvlink.Require` the reason says the GPUs must be NVLink peers. */
   unplacedWith(want, nvlink) {
+    if (want.isDra()) return this.claimsUnplaced(want);
     const shortfall = this.shortfallWith(want, nvlink);
     return shortfall.permanent ? reject(want.pod, shortfall.reason()) : wait(want.pod, shortfall.reason());
+  }
+
+  // --- DRA requests (claims); the search is in claims.js. ---
+
+  /**
+   * Places the DRA request `want` (a pod asking through claims, see
+   * `Want.claims`): on an eligible node, every request of every claim gets
+   * `count` distinct free, healthy candidates of one of its alternatives
+   * (`firstAvailable`, tried in order), no device (nor a whole GPU and one of
+   * its MIG instances) twice in the pod, within the claims' `matchAttribute`
+   * and `distinctAttribute` constraints; see claims.js for the search. Among
+   * the nodes that fit, `fit` chooses: `Fit.Tightest` the one with the fewest
+   * idle whole GPUs left after the placement (whatever publishes them),
+   * `Fit.Loosest` the most; ties go to the lowest position. The devices are
+   * committed as held exclusively and counted against the pod's tenant (a
+   * node where the pick would pass the tenant's limit does not fit). The
+   * decision is an `assign` with empty `gpus` and one claim choice (`{ claim,
+   * request, alternative, gpus }`) per (claim, request), claims then
+   * requests in order. A pod whose claims are all allocated already (no
+   * claims) goes to the best eligible node by the same measure, with no
+   * devices. `null` for a GPUResource request or when no node fits now (see
+   * `claimsShortfall`).
+   */
+  placeClaims(want, fit) {
+    const claims = want.claims();
+    if (claims === undefined) return null;
+    const allowance = this.tenantAllowance(want);
+    let best = null;
+    for (const node of claimNodes(this, want, claims)) {
+      const choices = solveOn(this, node, claims, FREE);
+      if (choices === null) continue;
+      const positions = [];
+      for (const c of choices) for (const g of c.gpus) positions.push(g);
+      if (allowance !== null && positions.length > allowance) continue;
+      const left = this.idleWholeAfter(node, positions);
+      if (best === null || (fit === Fit.Tightest ? left < best.left : left > best.left)) {
+        best = { left, node, choices, positions };
+      }
+    }
+    if (best === null) return null;
+    this.commit(best.node, best.positions, want);
+    const claimChoices = best.choices.map((c) => ({
+      claim: c.claim,
+      request: c.request,
+      alternative: c.alternative,
+      gpus: Uint32Array.from(c.gpus),
+    }));
+    return { tag: 'assign', val: { pod: want.pod, node: best.node, gpus: new Uint32Array(0), claims: claimChoices } };
+  }
+
+  /**
+   * Why the DRA request `want` fits no eligible node now: `no-eligible-node`;
+   * `never` when no eligible node could take it even with every healthy
+   * candidate free; else `not-now`. The phrase names the first request
+   * (claims, then requests, in order) that no eligible node can give its
+   * count of candidates for any alternative (`reason.claimRequest`, with its
+   * first alternative's count and candidates on eligible nodes), or, when
+   * each could alone, the whole pod (`reason.claimsTogether`). For a
+   * GPUResource request it is `shortfall`.
+   */
+  claimsShortfall(want) {
+    return this.claimsDiagnosis(want).shortfall;
+  }
+
+  /**
+   * The decision for a DRA request no node takes this round: `reject` when
+   * `claimsShortfall` is permanent, else `wait`; the reason is the
+   * shortfall's, and when one request is short now, `; ` and
+   * `reason.claimsMostFree` (the most candidates of its first alternative
+   * free on one eligible node). For a GPUResource request it is `unplaced`.
+   */
+  claimsUnplaced(want) {
+    if (!want.isDra()) return this.unplaced(want);
+    const { shortfall, detail } = this.claimsDiagnosis(want);
+    let why = shortfall.reason();
+    if (detail !== null) why = `${why}; ${detail}`;
+    return shortfall.permanent ? reject(want.pod, why) : wait(want.pod, why);
+  }
+
+  /** `claimsShortfall`, with the detail of `claimsUnplaced` (`{ shortfall, detail }`, `detail` or `null`). */
+  claimsDiagnosis(want) {
+    const claims = want.claims();
+    if (claims === undefined) return { shortfall: this.shortfall(want), detail: null };
+    if (!this.eligible(want).some((n) => n < this.nodes.length)) {
+      return { shortfall: new Shortfall('no-eligible-node'), detail: null };
+    }
+    const ever = claimNodes(this, want, claims).some((n) => solveOn(this, n, claims, HEALTHY) !== null);
+    const found = bottleneck(this, want, claims, ever ? FREE : HEALTHY);
+    const what =
+      found !== null
+        ? reason.claimRequest(found.claim, found.request, found.count, found.total)
+        : reason.claimsTogether(
+            reason.asked(want.request),
+            claims.some((c) => c.constraints.length > 0),
+          );
+    if (ever) {
+      return { shortfall: new Shortfall('not-now', what), detail: found === null ? null : reason.claimsMostFree(found.most) };
+    }
+    return { shortfall: new Shortfall('never', what), detail: null };
+  }
+
+  /** The GPUs the tenant of `want` may still take under its limit, counting this round's commits; `null` without a limit. */
+  tenantAllowance(want) {
+    const t = want.request.tenant;
+    if (t === undefined) return null;
+    const tenant = this.snapshot.tenants[t];
+    if (tenant === undefined || tenant.limit === undefined) return null;
+    return Math.max(0, tenant.limit - (this.tenantHeld[t] ?? 0));
+  }
+
+  /** Whether devices `a` and `b` (positions) of `node` cannot both be given: the same device, or a whole GPU and one of its MIG instances. */
+  clash(node, a, b) {
+    const units = this.nodes[node].units;
+    const parent = (g) => {
+      const u = units[g];
+      return u === undefined ? -1 : u.parent;
+    };
+    return a === b || parent(a) === b || parent(b) === a;
+  }
+
+  /**
+   * Idle whole GPUs of `node` (healthy, whoever publishes them, nobody
+   * holding any part) that stay idle when `positions` are taken.
+   */
+  idleWholeAfter(node, positions) {
+    const units = this.nodes[node].units;
+    const info = this.snapshot.nodes[node].gpus;
+    let idle = 0;
+    for (let i = 0; i < units.length; i++) {
+      const u = units[i];
+      if (u.parent >= 0 || !info[i].healthy || u.held || u.shares !== 0 || u.kidsHeld !== 0 || !(u.free >= u.memory)) continue;
+      if (positions.some((p) => this.clash(node, p, i))) continue;
+      idle++;
+    }
+    return idle;
   }
 
   /**
    * A `wait` for `want` when its tenant (`snapshot.tenants`) could not take
    * its GPUs without passing its limit, counting this round's commits (the
-   * host would refuse the assignment); `null` when it may.
+   * host would refuse the assignment); `null` when it may. A DRA request
+   * counts `want.devices()` (its first alternatives); `placeClaims` checks
+   * what it actually picks too.
    */
   overTenantLimit(want) {
     const t = want.request.tenant;
@@ -995,8 +1190,9 @@ export class Cluster {
     const tenant = this.snapshot.tenants[t];
     if (tenant === undefined || tenant.limit === undefined) return null;
     const held = this.tenantHeld[t] ?? 0;
-    if (held + want.count <= tenant.limit) return null;
-    return wait(want.pod, reason.overTenantLimit(tenant.name, held, tenant.limit, want.count));
+    const needs = want.devices();
+    if (held + needs <= tenant.limit) return null;
+    return wait(want.pod, reason.overTenantLimit(tenant.name, held, tenant.limit, needs));
   }
 
   /**
@@ -1012,7 +1208,8 @@ export class Cluster {
    * among them with all its running members, on any node. The best node has
    * the fewest victims, then the lowest sum of their priorities, then the
    * lowest position. Exclusive and MIG requests preempt; shared requests,
-   * gang members and pods whose `preemption` is `'never'` do not.
+   * gang members, DRA requests and pods whose `preemption` is `'never'` do
+   * not.
    */
   preempt(want, fit, nvlink) {
     const priority = want.request.priority;
@@ -1029,7 +1226,7 @@ export class Cluster {
   preemptWhere(want, fit, nvlink, mayEvict) {
     if (want === null) return null;
     const request = want.request;
-    if (request.preemption === 'never' || request.gang !== undefined || !want.exclusive) return null;
+    if (want.isDra() || request.preemption === 'never' || request.gang !== undefined || !want.exclusive) return null;
     const mode = nvlinkMode(nvlink);
     let best = null;
     for (const node of this.eligible(want)) {
@@ -1468,17 +1665,23 @@ function newNodeState(node, models) {
 export const PLACEMENT_DEFAULTS = Object.freeze({ preferNvlink: true, preemption: true });
 
 /**
- * Serves the GPUResource requests by priority then age, exactly as the Rust
- * SDK's `place_each`: each goes to the eligible node `chooseNodeWith` picks
- * for `fit`, on the GPUs `pickGpus` picks, under the config's NVLink mode. A
- * gang is served whole, all or nothing (`Cluster.placeGang`), when its first
- * member's turn comes. A pod whose tenant is at its limit waits saying so
- * (`overTenantLimit`). A request that fits nowhere now preempts
- * lower-priority pods when `preemption` allows it (`Cluster.preempt`); the
- * others that fit nowhere get `wait` or `reject` with the reason (a wait also
- * says how many would-be victims a PodDisruptionBudget protects, and how many
- * are within their minimum runtime, `preemptionBlocked`). DRA pods get no
- * decision (they wait). An invalid config.json fails the round.
+ * Serves the snapshot's requests, GPUResource and DRA alike, by priority then
+ * age (`Cluster.allPendingInOrder`), exactly as the Rust SDK's `place_each`:
+ * each GPUResource request goes to the eligible node `chooseNodeWith` picks
+ * for `fit`, on the GPUs `pickGpus` picks, under the config's NVLink mode,
+ * and each DRA request where `Cluster.placeClaims` puts it for `fit`. A gang
+ * is served whole, all or nothing (`Cluster.placeGang`), when its first
+ * GPUResource member's turn comes (members asking through DRA claims get no
+ * decision: they wait). A pod whose tenant is at its limit waits saying so
+ * (`overTenantLimit`). A GPUResource request that fits nowhere now preempts
+ * lower-priority pods when `preemption` allows it (`Cluster.preempt`); DRA
+ * requests do not preempt yet. The others that fit nowhere get `wait` or
+ * `reject` with the reason (a wait also says how many would-be victims a
+ * PodDisruptionBudget protects, and how many are within their minimum
+ * runtime, `preemptionBlocked`; for a DRA request the reason is
+ * `Cluster.claimsUnplaced`'s, and a wait says that DRA pods do not preempt
+ * when the pod would otherwise have preempted). An invalid config.json fails
+ * the round.
  */
 export function placeEach(snapshot, fit) {
   let params;
@@ -1491,10 +1694,12 @@ export function placeEach(snapshot, fit) {
   const cluster = new Cluster(snapshot);
   const decisions = [];
   const gangServed = new Array(snapshot.gangs.length).fill(false);
-  for (const pod of cluster.pendingInOrder()) {
-    const gang = snapshot.pending[pod].gang;
+  for (const pod of cluster.allPendingInOrder()) {
+    const request = snapshot.pending[pod];
+    const dra = shapeOf(request) === undefined;
+    const gang = request.gang;
     if (gang !== undefined && gang < gangServed.length) {
-      if (!gangServed[gang]) {
+      if (!dra && !gangServed[gang]) {
         gangServed[gang] = true;
         decisions.push(...cluster.placeGang(gang, fit, nvlink));
       }
@@ -1504,6 +1709,10 @@ export function placeEach(snapshot, fit) {
     const over = cluster.overTenantLimit(want);
     if (over !== null) {
       decisions.push(over);
+      continue;
+    }
+    if (dra) {
+      decisions.push(placeClaimsEach(cluster, want, fit, params.preemption));
       continue;
     }
     const node = cluster.chooseNodeWith(want, fit, nvlink);
@@ -1521,6 +1730,22 @@ export function placeEach(snapshot, fit) {
     decisions.push(placed);
   }
   return decisions;
+}
+
+/**
+ * A DRA request's decision in `placeEach`: placed by `Cluster.placeClaims`,
+ * else `Cluster.claimsUnplaced`'s; a wait of a pod that may preempt
+ * (`preemption` on, its policy not `'never'`) says that DRA pods do not
+ * preempt yet.
+ */
+function placeClaimsEach(cluster, want, fit, preemption) {
+  const placed = cluster.placeClaims(want, fit);
+  if (placed !== null) return placed;
+  const decision = cluster.claimsUnplaced(want);
+  if (decision.tag === 'wait' && preemption && want.request.preemption !== 'never') {
+    decision.val.reason = `${decision.val.reason}; ${reason.claimsDoNotPreempt()}`;
+  }
+  return decision;
 }
 
 /**

@@ -3,6 +3,8 @@
 // module), so users see one vocabulary whichever policy runs. The wording is
 // for people: match on `Shortfall.kind`, not on these strings.
 
+import { claimDevices } from './claims.js';
+
 /**
  * A string as Rust's `{:?}` writes it: in double quotes, with `\`, `"`, tab,
  * CR, LF and NUL escaped, other control characters as `\u{…}`.
@@ -26,11 +28,17 @@ export function rustDebugString(text) {
 /**
  * What a request (or its `GpuShape`) asks for, in words: `2 GPU(s) matching
  * "NVIDIA H100*" with at least 40960 MiB each`, `1 GPU(s) with 8192 MiB to
- * share`, `1 MIG instance(s) of profile "1g.10gb"`; for a DRA pod, `devices
- * through DRA claims`.
+ * share`, `1 MIG instance(s) of profile "1g.10gb"`; for a DRA request, per
+ * claim the sum of its requests' first alternative's count: `2 device(s) for
+ * claim ml/train`, `2 device(s) for claim ml/a, 1 device(s) for claim ml/b`
+ * (`no devices: its claims are allocated already` for none).
  */
 export function asked(request) {
-  if (request.ask !== undefined && request.ask.tag === 'claims') return 'devices through DRA claims';
+  if (request.ask !== undefined && request.ask.tag === 'claims') {
+    const claims = request.ask.val;
+    if (claims.length === 0) return 'no devices: its claims are allocated already';
+    return claims.map((c) => `${claimDevices(c)} device(s) for claim ${c.name}`).join(', ');
+  }
   const shape = request.ask !== undefined ? request.ask.val : request;
   const model = shape.model !== undefined ? ` matching "${shape.model}"` : '';
   const mem = BigInt(shape.memoryMib);
@@ -96,4 +104,34 @@ export function preemptionBlocked(protectedPods) {
  */
 export function preemptionMinimumRuntime(young, seconds) {
   return `${young} pod(s) of lower priority it could preempt are within their minimum runtime (the first is past it in ${seconds} s)`;
+}
+
+/**
+ * One request of a DRA claim, as what is missing: `2 device(s) for claim
+ * ml/train request "gpus" (8 candidate(s) on eligible nodes)`: `count` is its
+ * first alternative's, `candidates` how many of that alternative's candidates
+ * sit on nodes the pod may use. Framed by `never` or `notNow`.
+ */
+export function claimRequest(claim, request, count, candidates) {
+  return `${count} device(s) for claim ${claim} request ${rustDebugString(request)} (${candidates} candidate(s) on eligible nodes)`;
+}
+
+/**
+ * A DRA pod's claims taken together (`asked`, an `asked` phrase), when each
+ * request alone could be served but not all at once: with `constrained`
+ * (some claim has constraints), `… within the claims' constraints`. Framed by
+ * `never` or `notNow`.
+ */
+export function claimsTogether(asked, constrained) {
+  return constrained ? `${asked} within the claims' constraints` : asked;
+}
+
+/** What follows a `notNow` of a `claimRequest`: the most of its candidates free on one eligible node. */
+export function claimsMostFree(most) {
+  return `at most ${most} free on any eligible node`;
+}
+
+/** What follows the `wait` reason of a DRA pod that may preempt: it does not, yet. */
+export function claimsDoNotPreempt() {
+  return 'pods asking through DRA claims do not preempt yet';
 }

@@ -146,9 +146,46 @@ export function shape(req) {
   return req.ask.val;
 }
 
-// A DRA pod asking for `claims` (contract `claim` records; none by default).
+// A DRA pod asking for `claims` (contract `claim` records, e.g. from `claim`;
+// none by default: its claims are allocated already), otherwise as `request`
+// builds one (priority 0, created at 0, eligible set 0); `extra` sets request
+// fields.
 export function draRequest(pod, claims = [], extra = {}) {
   return { ...base(pod), ask: { tag: 'claims', val: claims }, ...extra };
+}
+
+// A claim `name` (`namespace/name`) without constraints, with one request per
+// `[name, count, candidateSet]`, each with one alternative (`exactly`: no
+// subrequest). Add `firstAvailable` alternatives to a request's
+// `alternatives` (`{ subrequest, count, candidates }`) and constraints to
+// `constraints` (`{ requests: Uint32Array, distinct, attribute, values:
+// [{ device: { node, gpu }, value }] }`) as needed.
+export function claim(name, requests) {
+  return {
+    name,
+    requests: requests.map(([request, count, candidates]) => ({
+      name: request,
+      alternatives: [{ subrequest: undefined, count, candidates }],
+    })),
+    constraints: [],
+  };
+}
+
+// Adds a candidate set of the GPUs `[node, gpu]` (positions) to the
+// snapshot, sorted and each once as the host sends them; returns its index,
+// for an alternative's `candidates`.
+export function candidateSet(snap, gpus) {
+  const seen = new Set();
+  const set = [];
+  for (const [n, g] of gpus) {
+    const key = `${n}/${g}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    set.push({ node: n, gpu: g });
+  }
+  set.sort((a, b) => a.node - b.node || a.gpu - b.gpu);
+  snap.candidateSets.push(set);
+  return snap.candidateSets.length - 1;
 }
 
 function base(pod) {

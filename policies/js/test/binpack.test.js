@@ -240,24 +240,28 @@ test('GPUResource requests take only GPUs the agent publishes', () => {
   assert.match(decisionOf(d, 3).val.reason, /5 GPU\(s\), even when idle/);
 });
 
-test('DRA pods get no decision, alone or in a gang', () => {
+test('DRA pods are served in priority order with the others; in a gang they are left to it', () => {
   const snap = snapshot(['NVIDIA H100'], [node('a', 2, 0, 81920)], [
     draRequest('ns/dra', [{ name: 'ns/claim', requests: [], constraints: [] }], { priority: 100 }),
     request('ns/gpu', 1, 'exclusive', 0),
     request('ml/w0', 1, 'exclusive', 0, { gang: 0 }),
     draRequest('ml/w1', [], { gang: 0 }),
   ], { gangs: [gang('ml/job', 2, [2, 3])] });
-  assert.deepEqual(new Cluster(snap).pendingInOrder(), [2, 1], 'DRA pods are not served');
-  assert.equal(new Cluster(snap).want(0), null);
-  assert.equal(describeRequest(snap.pending[0]), 'devices through 1 DRA claim(s)');
+  const cluster = new Cluster(snap);
+  assert.deepEqual(cluster.pendingInOrder(), [2, 1], 'GPUResource requests only');
+  assert.deepEqual(cluster.draPending(), [0, 3]);
+  assert.deepEqual(cluster.allPendingInOrder(), [0, 2, 3, 1]);
+  assert.ok(cluster.want(0).isDra() && !cluster.want(1).isDra());
+  assert.equal(describeRequest(snap.pending[0]), '0 device(s) for claim ns/claim');
   const d = allocate(snap);
-  assert.equal(decisionOf(d, 0), undefined);
+  // A claim without requests needs a node, no device.
+  assert.deepEqual(decisionOf(d, 0), { tag: 'assign', val: { pod: 0, node: 0, gpus: new Uint32Array(0), claims: [] } });
   assert.equal(decisionOf(d, 3), undefined);
   // The gang's DRA member may come later: its GPUResource member waits.
   assert.equal(decisionOf(d, 2).tag, 'wait');
   assert.match(decisionOf(d, 2).val.reason, /gang ml\/job: 1 of the 2 more members needed fit now/);
-  assert.deepEqual(assigned(d), [[1, 0, [0]]]);
-  assert.equal(d.length, 2);
+  assert.deepEqual(assigned(d), [[0, 0, []], [1, 0, [0]]]);
+  assert.equal(d.length, 3);
 });
 
 test('decisions are contract-shaped', () => {

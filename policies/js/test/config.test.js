@@ -155,7 +155,25 @@ test('the reason texts are the Rust ones', async () => {
   assert.equal(reason.asked(request('ns/s', 1, 'shared', 8192, { model: 'NVIDIA H100*' })), '1 GPU(s) matching "NVIDIA H100*" with 8192 MiB to share');
   assert.equal(reason.asked(request('ns/m', 1, 'exclusive', 0, { migProfile: '1g.10gb' })), '1 MIG instance(s) of profile "1g.10gb"');
   assert.equal(reason.asked(request('ns/m', 1, 'exclusive', 0, { migProfile: 'a"b\\c\n' })), '1 MIG instance(s) of profile "a\\"b\\\\c\\n"');
-  assert.equal(reason.asked(draRequest('ns/d', [])), 'devices through DRA claims');
+  assert.equal(reason.asked(draRequest('ns/d', [])), 'no devices: its claims are allocated already');
+  const { claim } = await import('../sdk/testing.js');
+  const two = draRequest('ml/p', [claim('ml/a', [['gpus', 2, 0]]), claim('ml/b', [['nic', 1, 1], ['more', 0, 1]])]);
+  assert.equal(reason.asked(two), '2 device(s) for claim ml/a, 1 device(s) for claim ml/b');
+  assert.equal(
+    reason.never(reason.claimRequest('ml/train', 'gpus', 3, 2)),
+    'no eligible node has 3 device(s) for claim ml/train request "gpus" (2 candidate(s) on eligible nodes), even when idle',
+  );
+  assert.equal(
+    `${reason.notNow(reason.claimRequest('ml/train', 'gpus', 2, 2))}; ${reason.claimsMostFree(1)}`,
+    'no eligible node has 2 device(s) for claim ml/train request "gpus" (2 candidate(s) on eligible nodes) free right now; at most 1 free on any eligible node',
+  );
+  assert.equal(reason.claimRequest('ml/c', 'a"b', 1, 0), '1 device(s) for claim ml/c request "a\\"b" (0 candidate(s) on eligible nodes)');
+  assert.equal(
+    reason.never(reason.claimsTogether('3 device(s) for claim ml/c', true)),
+    "no eligible node has 3 device(s) for claim ml/c within the claims' constraints, even when idle",
+  );
+  assert.equal(reason.claimsTogether('2 device(s) for claim ml/both', false), '2 device(s) for claim ml/both');
+  assert.equal(reason.claimsDoNotPreempt(), 'pods asking through DRA claims do not preempt yet');
   assert.equal(reason.askedNvlink(request('ns/p', 3, 'exclusive', 0)), '3 GPU(s) that are all NVLink peers of one another');
   assert.equal(reason.noEligibleNode(), 'no eligible node: node selector, affinity or taints exclude every GPU node');
   assert.equal(reason.never('x'), 'no eligible node has x, even when idle');

@@ -1,9 +1,11 @@
 """binpack: fills the fullest node that still fits, so pods land on as few
 nodes as possible and whole nodes stay free for large jobs. Within a node, a
 multi-GPU exclusive request takes the smallest NVLink group that holds it; a
-shared request takes the GPUs with the least free memory that fits. It reads
-no node labels. DRA requests (ask `claims`) get no decision (the pod waits).
-It decides byte for byte what the Rust binpack (policies/binpack) decides.
+shared request takes the GPUs with the least free memory that fits. A DRA
+request (ask `claims`) goes to the node with the fewest idle whole GPUs left
+after its devices are picked (`Cluster.place_claims`). It reads no node
+labels. It decides byte for byte what the Rust binpack (policies/binpack)
+decides.
 
 Parameters (config.json, all optional), those of the Rust binpack:
 

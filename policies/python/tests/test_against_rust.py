@@ -1,14 +1,19 @@
 """The SDK's place_each against the Rust SDK's, through the real engine: the
 Rust binpack (Fit.TIGHTEST) and spread (Fit.LOOSEST) components decide on
 generated rounds (NVLink rings and cliques, every NVLink mode, preemption,
-PodDisruptionBudgets, tenant limits, MIG, gangs, shares, eligible sets)
-exactly what `place_each` decides natively.
+PodDisruptionBudgets, tenant limits, MIG, gangs, shares, eligible sets, and
+DRA pods: several claims, requests and firstAvailable alternatives,
+matchAttribute / distinctAttribute constraints, MIG instances and devices
+only a DRA driver publishes among the candidates) exactly what `place_each`
+decides natively (for a DRA assignment: the node and the devices of every
+choice, in order).
 
 It needs the `wasmgpu` CLI and the Rust components, which this directory does
 not build: `cargo build --release -p wasmgpu` and `make policies` (or set
 WASMGPU_BIN and WASMGPU_POLICY_DIR). Without them it is skipped. Rounds per
 policy: WASMGPU_PY_COMPARE (default 20; seeds from WASMGPU_PY_COMPARE_SEED)."""
 
+import copy
 import json
 import os
 import pathlib
@@ -19,8 +24,8 @@ import unittest
 
 from wasmgpu_policy import Fit, place_each
 from wasmgpu_policy.testing import (
-    gang, gpu_uuid, node, refresh_tables, request, restrict, running, snapshot, snapshot_file, tenant,
-    with_full_nvlink, with_mig, with_nvlink,
+    candidate_set, claim, dra_request, gang, gpu_uuid, node, refresh_tables, request, restrict, running, snapshot,
+    snapshot_file, tenant, with_full_nvlink, with_mig, with_nvlink,
 )
 from wit_world.imports import types as t
 
@@ -159,6 +164,85 @@ def make(seed):
     return snap
 
 
+def make_dra(seed):
+    """`make(seed)`, with a wide node (16 GPUs, for deep searches) and DRA
+    pods of every kind among the GPUResource ones."""
+    snap = make(seed)
+    rnd = random.Random(seed * 7919 + 17)
+    wide = node(f"n{len(snap.nodes)}-wide", 16, 0, 81559)
+    for g in wide.gpus:
+        if rnd.random() < 0.1:
+            g.held = True
+            g.allocated_mib = g.memory_mib
+    snap.nodes.append(wide)
+    n = len(snap.nodes) - 1
+    words = snap.eligible_sets[0]
+    while len(words) <= n >> 6:
+        words.append(0)
+    words[n >> 6] |= 1 << (n & 63)
+    every = [(ni, gi) for ni, nd in enumerate(snap.nodes) for gi in range(len(nd.gpus))]
+    whole = [(ni, gi) for ni, gi in every if snap.nodes[ni].gpus[gi].mig is None]
+    mig = [(ni, gi) for ni, gi in every if snap.nodes[ni].gpus[gi].mig is not None]
+    sets = [
+        candidate_set(snap, every),
+        candidate_set(snap, whole),
+        candidate_set(snap, mig),
+        candidate_set(snap, [x for x in every if rnd.random() < 0.3]),
+        candidate_set(snap, [x for x in whole if rnd.random() < 0.6]),
+        candidate_set(snap, [(n, g) for g in range(16)]),
+        candidate_set(snap, []),
+    ]
+    values = []
+    for spread in (2, 3, 5, 8):
+        values.append([t.AttributeValue(device=t.GpuRef(node=ni, gpu=gi), value=rnd.randrange(spread))
+                       for ni, gi in every if rnd.random() < 0.9])
+    made = []
+    for k in range(rnd.randint(4, 24)):
+        # Now and then the claims of an earlier pod again (pods of one
+        # template: the searches they share).
+        again = rnd.choice(made) if made and rnd.random() < 0.35 else None
+        claims = [] if again is None else again
+        for c in range(rnd.choice([0, 1, 1, 1, 1, 2, 2, 3]) if again is None else 0):
+            requests = []
+            for r in range(rnd.choice([1, 1, 2, 2, 3])):
+                alternatives = [
+                    t.Alternative(subrequest=f"s{a}" if rnd.random() < 0.5 else None,
+                                  count=rnd.choice([0, 1, 1, 1, 2, 2, 3, 4, 6, 8]), candidates=rnd.choice(sets))
+                    for a in range(rnd.choice([1, 1, 1, 2, 3]))
+                ]
+                requests.append(t.ClaimRequest(name=f"r{r}", alternatives=alternatives))
+            constraints = []
+            for _ in range(rnd.choice([0, 0, 1, 1, 2])):
+                bound = rnd.choice([[], [], [0], [1], [0, 1], [1, 2], [5]])
+                constraints.append(t.Constraint(requests=bound, distinct=rnd.random() < 0.4, attribute="a",
+                                                values=list(rnd.choice(values))))
+            claims.append(t.Claim(name=f"dra-{k % 3}/c{k}-{c}", requests=requests, constraints=constraints))
+        made.append(claims)
+        # A gang member (of the gang's namespace), now and then.
+        g = rnd.randrange(len(snap.gangs)) if snap.gangs and rnd.random() < 0.1 else None
+        if g is not None and not snap.gangs[g].pending:
+            g = None
+        namespace = snap.gangs[g].name.split("/")[0] if g is not None else f"dra-{k % 3}"
+        claims = copy.deepcopy(claims)
+        for c, x in enumerate(claims):
+            x.name = f"{namespace}/c{k}-{c}"
+        r = dra_request(f"{namespace}/d{k}", claims, priority=rnd.choice([0, 0, 1, 2, 5, 10, 100]),
+                        created_ms=rnd.randint(0, 50))
+        if rnd.random() < 0.15:
+            r.preemption = t.PreemptionPolicy.NEVER
+        if snap.tenants and rnd.random() < 0.3:
+            r.tenant = rnd.randrange(len(snap.tenants))
+        snap.pending.append(r)
+        p = len(snap.pending) - 1
+        if rnd.random() < 0.15:
+            restrict(snap, p, sorted(rnd.sample(range(len(snap.nodes)), rnd.randint(0, len(snap.nodes)))))
+        if g is not None:
+            snap.gangs[g].pending.append(p)
+            r.gang = g
+    refresh_tables(snap)
+    return snap
+
+
 def ours(snap, decisions):
     out = []
     for d in decisions:
@@ -168,8 +252,9 @@ def ours(snap, decisions):
             continue
         a = d.value if isinstance(d, t.Decision_Assign) else d.value.assignment
         n = snap.nodes[a.node]
+        gpus = list(a.gpus) + [g for c in a.claims for g in c.gpus]  # as the CLI lists a DRA assignment's
         x = {"kind": "assign" if isinstance(d, t.Decision_Assign) else "preempt", "pod": snap.pending[a.pod].pod,
-             "node": n.name, "gpus": [gpu_uuid(n, g) for g in a.gpus]}
+             "node": n.name, "gpus": [gpu_uuid(n, g) for g in gpus]}
         if isinstance(d, t.Decision_Preempt):
             x["victims"] = [snap.running[v].pod for v in d.value.victims]
         out.append(x)
@@ -182,7 +267,7 @@ def theirs(doc):
 
 
 class AgainstRust(unittest.TestCase):
-    def compare(self, component, fit, seeds):
+    def compare(self, component, fit, seeds, make=make):
         path = POLICY_DIR / component
         if not WASMGPU.is_file() or not path.is_file():
             self.skipTest(f"needs {WASMGPU} and {path} (cargo build --release -p wasmgpu; make policies)")
@@ -205,6 +290,19 @@ class AgainstRust(unittest.TestCase):
 
     def test_loosest_decides_as_the_rust_spread(self):
         self.compare("wasmgpu_spread.wasm", Fit.LOOSEST, range(FIRST_SEED + 10000, FIRST_SEED + 10000 + ROUNDS))
+
+    def test_the_dra_search_budget_is_the_rust_one(self):
+        from test_claims import budget_round  # placed in exactly 4096 steps, and in 4097
+
+        self.compare("wasmgpu_binpack.wasm", Fit.TIGHTEST, [4096, 4097], budget_round)
+
+    def test_binpack_places_dra_pods_as_the_rust_binpack(self):
+        self.compare("wasmgpu_binpack.wasm", Fit.TIGHTEST, range(FIRST_SEED + 20000, FIRST_SEED + 20000 + ROUNDS),
+                     make_dra)
+
+    def test_loosest_places_dra_pods_as_the_rust_spread(self):
+        self.compare("wasmgpu_spread.wasm", Fit.LOOSEST, range(FIRST_SEED + 30000, FIRST_SEED + 30000 + ROUNDS),
+                     make_dra)
 
 
 if __name__ == "__main__":

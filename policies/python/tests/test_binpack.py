@@ -186,22 +186,31 @@ class Binpack(unittest.TestCase):
 class Contract(unittest.TestCase):
     """What 0.3 changed: DRA requests, publishers, bit sets, tables, running pods."""
 
-    def test_dra_requests_get_no_decision_and_take_nothing(self):
-        snap = snapshot(["NVIDIA H100"], [node("a", 1, 0, 81920)], [
+    def test_dra_requests_are_placed_by_place_claims_and_gpu_pods_share_nothing_with_them(self):
+        snap = snapshot(["NVIDIA H100"], [node("a", 2, 0, 81920)], [
             dra_request("ns/dra", created_ms=0, priority=100),
             request("ns/gpu", 1, EXCLUSIVE, 0, created_ms=1),
         ])
+        # Candidate set 0 (the builder's default) does not exist: never.
         d = allocate(snap)
         self.assertEqual(assigned(d), [(1, 0, [0])])
-        self.assertIsNone(decision_of(d, 0))
+        self.assertIsInstance(decision_of(d, 0), t.Decision_Reject)
+        self.assertEqual(decision_of(d, 0).value.reason, 'no eligible node has 1 device(s) for claim ns/dra-gpu '
+                         'request "gpu" (0 candidate(s) on eligible nodes), even when idle')
+        # With GPU 0 its candidate, the DRA pod (priority 100) takes it first.
+        snap.candidate_sets.append([t.GpuRef(node=0, gpu=0)])
+        d = allocate(snap)
+        self.assertEqual(decision_of(d, 0).value.claims, [t.ClaimChoice(claim=0, request=0, alternative=0, gpus=[0])])
+        self.assertEqual(assigned(d), [(0, 0, []), (1, 0, [1])])
         cluster = Cluster(snap)
         self.assertEqual(cluster.pending_in_order(), [1])
         self.assertEqual(cluster.dra_pending(), [0])
-        self.assertIsNone(cluster.want(0))
+        self.assertEqual(cluster.all_pending_in_order(), [0, 1])
+        self.assertTrue(cluster.want(0).is_dra())
         self.assertIsNone(shape_of(snap.pending[0]))
         self.assertEqual(len(claims_of(snap.pending[0])), 1)
         self.assertIsNone(claims_of(snap.pending[1]))
-        self.assertEqual(describe_request(snap.pending[0]), "devices through DRA claims")
+        self.assertEqual(describe_request(snap.pending[0]), "1 device(s) for claim ns/dra-gpu")
         self.assertEqual(describe_request(snap.pending[1]), "1 GPU(s)")
 
     def test_a_dra_member_counts_as_one_that_may_come_later(self):

@@ -1,6 +1,6 @@
 """The standard wording of `wait` and `reject` reasons, as the SDK's own
 placement writes them (`Shortfall.reason`, `Cluster.unplaced`,
-`Cluster.place_gang`), byte for byte the Rust SDK's `reason` module. A
+`Cluster.claims_unplaced`, `Cluster.place_gang`), byte for byte the Rust SDK's `reason` module. A
 policy that decides on its own can word its reasons the same way, so users
 see one vocabulary whichever policy runs:
 
@@ -16,10 +16,16 @@ from __future__ import annotations
 
 from wit_world.imports import types as t
 
+from .claims import claim_devices
+
 __all__ = [
     "asked",
     "asked_nvlink",
     "asked_shape",
+    "claim_request",
+    "claims_do_not_preempt",
+    "claims_most_free",
+    "claims_together",
     "gang_never",
     "gang_placed_without",
     "gang_short",
@@ -70,12 +76,16 @@ def asked_shape(shape: t.GpuShape) -> str:
 def asked(request: t.Request) -> str:
     """What `request` asks for, in words: `2 GPU(s) matching "NVIDIA H100*"
     with at least 40960 MiB each`, `1 GPU(s) with 8192 MiB to share`, `1 MIG
-    instance(s) of profile "1g.10gb"`; `devices through DRA claims` for a
-    DRA request."""
+    instance(s) of profile "1g.10gb"`; for a DRA request, per claim the sum
+    of its requests' first alternative's count: `2 device(s) for claim
+    ml/train`, `2 device(s) for claim ml/a, 1 device(s) for claim ml/b`
+    (`no devices: its claims are allocated already` for none)."""
     ask = request.ask
-    if not isinstance(ask, t.Ask_Gpus):
-        return "devices through DRA claims"
-    return asked_shape(ask.value)
+    if isinstance(ask, t.Ask_Gpus):
+        return asked_shape(ask.value)
+    if not ask.value:
+        return "no devices: its claims are allocated already"
+    return ", ".join(f"{claim_devices(c)} device(s) for claim {c.name}" for c in ask.value)
 
 
 def asked_nvlink(request: t.Request) -> str:
@@ -120,3 +130,35 @@ def gang_placed_without(gang: str, fit: int, need: int) -> str:
     """Gang `gang` is placed without this member (a `wait` reason for the
     members left over)."""
     return f"gang {gang} is placed without this member ({fit} of {need} needed fit); it waits for room"
+
+
+def claim_request(claim: str, request: str, count: int, candidates: int) -> str:
+    """One request of a DRA claim, as what is missing: `2 device(s) for claim
+    ml/train request "gpus" (8 candidate(s) on eligible nodes)`: `count` is
+    its first alternative's, `candidates` how many of that alternative's
+    candidates sit on nodes the pod may use. Framed by `never` or
+    `not_now`."""
+    return (
+        f"{count} device(s) for claim {claim} request {quoted(request)} "
+        f"({candidates} candidate(s) on eligible nodes)"
+    )
+
+
+def claims_together(asked: str, constrained: bool) -> str:
+    """A DRA pod's claims taken together (`asked`, an `asked` phrase), when
+    each request alone could be served but not all at once: with
+    `constrained` (some claim has constraints), `... within the claims'
+    constraints`. Framed by `never` or `not_now`."""
+    return f"{asked} within the claims' constraints" if constrained else asked
+
+
+def claims_most_free(most: int) -> str:
+    """What follows a `not_now` of a `claim_request`: the most of its
+    candidates free on one eligible node."""
+    return f"at most {most} free on any eligible node"
+
+
+def claims_do_not_preempt() -> str:
+    """What follows the `wait` reason of a DRA pod that may preempt: it does
+    not, yet."""
+    return "pods asking through DRA claims do not preempt yet"

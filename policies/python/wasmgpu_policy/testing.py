@@ -32,6 +32,8 @@ from . import pod_of
 
 __all__ = [
     "assigned",
+    "candidate_set",
+    "claim",
     "conflicts",
     "decision_for",
     "decision_of",
@@ -211,6 +213,29 @@ def dra_request(pod: str, claims: Optional[List[t.Claim]] = None, **extra) -> t.
             )
         ]
     return request(pod, 0, t.Sharing.EXCLUSIVE, 0, ask=t.Ask_Claims(list(claims)), **extra)
+
+
+def claim(name: str, requests: Sequence[Tuple[str, int, int]]) -> t.Claim:
+    """A claim `name` without constraints, with one request per `(name,
+    count, candidate set)`, each with one alternative (`exactly`), as the
+    Rust builder."""
+    return t.Claim(
+        name=name,
+        requests=[
+            t.ClaimRequest(name=r, alternatives=[t.Alternative(subrequest=None, count=count, candidates=candidates)])
+            for r, count, candidates in requests
+        ],
+        constraints=[],
+    )
+
+
+def candidate_set(snap: t.Snapshot, gpus: Iterable[Tuple[int, int]]) -> int:
+    """Adds a candidate set of the GPUs `(node, gpu)` (positions) to the
+    snapshot, sorted and each once as the host sends them; its index, for
+    `Alternative.candidates`."""
+    refs = sorted(set((int(n), int(g)) for n, g in gpus))
+    snap.candidate_sets.append([t.GpuRef(node=n, gpu=g) for n, g in refs])
+    return len(snap.candidate_sets) - 1
 
 
 def with_labels(target, *args):
@@ -689,7 +714,8 @@ def validate(snap: t.Snapshot, decisions: List[t.Decision]) -> dict:
     decision's position in `decisions`. A refused decision is not an error:
     `valid` is False and `refused` says why. Raises FileNotFoundError when
     there is no binary, RuntimeError (with its stderr) when it fails. The
-    snapshot is written by `snapshot_file`, so GPUResource requests only."""
+    snapshot is written by `snapshot_file` (DRA claims and candidate sets
+    included)."""
     cli = wasmgpu_cli()
     with tempfile.TemporaryDirectory(prefix="wasmgpu-validate-") as tmp:
         snapshot_path = pathlib.Path(tmp, "snapshot.json")
