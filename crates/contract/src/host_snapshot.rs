@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!   HostSnapshot ── snapshot: Snapshot ─────────── what a policy is given
-//!              └── nodes[n]: HostNode { labels, uuids }   (by node position)
+//!              └── nodes[n]: HostNode { labels, uuids, counters }   (by node position)
 //!                        │
 //!   for_policy(label-keys) fills snapshot.label-keys and node.labels with
 //!   the values of the keys the policy asked for, and nothing else
@@ -38,6 +38,31 @@ pub struct HostNode {
     /// The UUID of each entry of the node's `gpus`, by position (`GPU-…`
     /// for a whole GPU, `MIG-…` for a MIG instance).
     pub uuids: Vec<String>,
+    /// The DRA shared counters of the node's partitionable devices.
+    pub counters: SharedCounters,
+}
+
+/// A node's DRA shared counters (`sharedCounters` / `consumesCounters`):
+/// what is left of each counter once the devices in use consumed theirs,
+/// and what each GPU position consumes. Devices whose consumption
+/// overlaps (dynamic MIG placements of one GPU, a GPU and its placements)
+/// cannot be held together: the validator refuses a decision that would
+/// take a counter below zero, counting the round's earlier decisions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SharedCounters {
+    /// Each counter, named `<driver>/<pool>/<counterSet>/<counter>`, and
+    /// what is left of it.
+    pub left: Vec<(String, u64)>,
+    /// By GPU position (as `uuids`; shorter when the last GPUs consume
+    /// nothing): (position in `left`, amount) for each counter it consumes.
+    pub consumes: Vec<Vec<(u32, u64)>>,
+}
+
+impl SharedCounters {
+    /// What the GPU at position `gpu` consumes.
+    pub fn of(&self, gpu: u32) -> &[(u32, u64)] {
+        self.consumes.get(gpu as usize).map_or(&[], Vec::as_slice)
+    }
 }
 
 impl HostSnapshot {
@@ -60,6 +85,7 @@ impl HostSnapshot {
                 uuids: (0..node.gpus.len() as u32)
                     .map(|g| made_up_uuid(node, g).unwrap_or_default())
                     .collect(),
+                counters: SharedCounters::default(),
             })
             .collect();
         HostSnapshot {

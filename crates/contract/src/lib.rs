@@ -34,7 +34,7 @@ pub mod validate;
 
 pub use decision::{assign, info, preempt, reject, wait};
 pub use glob::glob_match;
-pub use host_snapshot::{HostNode, HostSnapshot};
+pub use host_snapshot::{HostNode, HostSnapshot, SharedCounters};
 pub use types::{
     Alternative, Ask, Assignment, AttributeValue, Claim, ClaimChoice, ClaimRequest, Constraint,
     Decision, Deferral, Gang, Gpu, GpuRef, GpuShape, Info, MigInstance, Node, Preemption,

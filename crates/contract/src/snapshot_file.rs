@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::CONTRACT;
 use crate::bits;
-use crate::host_snapshot::{HostNode, HostSnapshot};
+use crate::host_snapshot::{HostNode, HostSnapshot, SharedCounters};
 use crate::types::{
     Gang, Gpu, GpuRef, MigInstance, Node, Publisher, Request, Running, Snapshot, Tenant,
 };
@@ -84,6 +84,11 @@ pub struct FileNode {
     pub labels: BTreeMap<String, String>,
     /// Its GPUs and MIG instances, in the contract's order.
     pub gpus: Vec<FileGpu>,
+    /// What is left of each DRA shared counter of its partitionable
+    /// devices, by `<driver>/<pool>/<counterSet>/<counter>`, once the
+    /// devices in use consumed theirs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shared_counters_left: BTreeMap<String, u64>,
 }
 
 /// A GPU in a snapshot file: the contract's `gpu` with its UUID.
@@ -124,6 +129,35 @@ pub struct FileGpu {
     /// The contract's `published-by`.
     #[serde(default)]
     pub published_by: Publisher,
+    /// The DRA shared counters it consumes (named as the node's
+    /// `sharedCountersLeft`) and how much of each.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub consumes_counters: BTreeMap<String, u64>,
+}
+
+/// A file node's shared counters as the host holds them; a counter a GPU
+/// consumes that the node does not list has nothing left.
+fn counters_of(node: &FileNode) -> SharedCounters {
+    let mut left: Vec<(String, u64)> = node
+        .shared_counters_left
+        .iter()
+        .map(|(name, value)| (name.clone(), *value))
+        .collect();
+    let mut consumes: Vec<Vec<(u32, u64)>> = Vec::new();
+    for (g, gpu) in node.gpus.iter().enumerate() {
+        for (name, &amount) in &gpu.consumes_counters {
+            let c = match left.iter().position(|(n, _)| n == name) {
+                Some(c) => c,
+                None => {
+                    left.push((name.clone(), 0));
+                    left.len() - 1
+                }
+            };
+            consumes.resize(g + 1, Vec::new());
+            consumes[g].push((c as u32, amount));
+        }
+    }
+    SharedCounters { left, consumes }
 }
 
 // === impl SnapshotFile ===
@@ -139,11 +173,13 @@ impl SnapshotFile {
             .map(|(node, names)| FileNode {
                 name: node.name.clone(),
                 labels: names.labels.clone(),
+                shared_counters_left: names.counters.left.iter().cloned().collect(),
                 gpus: node
                     .gpus
                     .iter()
                     .zip(&names.uuids)
-                    .map(|(g, uuid)| FileGpu {
+                    .enumerate()
+                    .map(|(position, (g, uuid))| FileGpu {
                         uuid: Some(uuid.clone()),
                         index: g.index,
                         model: g.model,
@@ -156,6 +192,14 @@ impl SnapshotFile {
                         healthy: g.healthy,
                         mig: g.mig,
                         published_by: g.published_by,
+                        consumes_counters: names
+                            .counters
+                            .of(position as u32)
+                            .iter()
+                            .filter_map(|&(c, amount)| {
+                                Some((names.counters.left.get(c as usize)?.0.clone(), amount))
+                            })
+                            .collect(),
                     })
                     .collect(),
             })
@@ -189,6 +233,7 @@ impl SnapshotFile {
             .nodes
             .into_iter()
             .map(|node| {
+                let counters = counters_of(&node);
                 let uuids = node
                     .gpus
                     .iter()
@@ -225,6 +270,7 @@ impl SnapshotFile {
                     HostNode {
                         labels: node.labels,
                         uuids,
+                        counters,
                     },
                 )
             })

@@ -90,7 +90,7 @@ reasons! {
     GpuLimitMismatch = "GPULimitMismatch",
     /// Pod: [`Problem::GangTimedOut`].
     GangTimedOut = "GangTimedOut",
-    /// Pod: [`Problem::Unsatisfiable`].
+    /// Pod: [`Problem::Unsatisfiable`], [`Problem::UnsatisfiableClaim`].
     Unsatisfiable = "Unsatisfiable",
     /// ResourceSlice: [`Problem::UnusableResourcePool`].
     UnusableResourcePool = "UnusableResourcePool",
@@ -119,7 +119,9 @@ impl Reason {
                 Self::GpuLimitMismatch
             }
             Problem::GangTimedOut { .. } => Self::GangTimedOut,
-            Problem::Unsatisfiable { .. } => Self::Unsatisfiable,
+            Problem::Unsatisfiable { .. } | Problem::UnsatisfiableClaim { .. } => {
+                Self::Unsatisfiable
+            }
             Problem::UnusableResourcePool { .. } => Self::UnusableResourcePool,
             Problem::UnusableClaim { .. } => Self::UnusableClaim,
         }

@@ -139,6 +139,7 @@ pub struct Metrics {
     rounds: Counter,
     decisions: Family<OutcomeLabels, Counter>,
     pods_bound: Counter,
+    preemption_backoffs: Counter,
     policy_call: Family<PolicyLabels, Histogram>,
     policy_failures: Family<FailureLabels, Counter>,
     policy_loads: Family<LoadLabels, Counter>,
@@ -181,6 +182,12 @@ impl Metrics {
         );
         let pods_bound = Counter::default();
         registry.register("pods_bound", "Pods bound to a node", pods_bound.clone());
+        let preemption_backoffs = Counter::default();
+        registry.register(
+            "preemption_backoffs",
+            "Preemptions dropped because a victim's eviction was refused; the preemptor then preempts no one for a while (10 s, doubling up to 5 min)",
+            preemption_backoffs.clone(),
+        );
         let policy_call = Family::<PolicyLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
         });
@@ -303,6 +310,7 @@ impl Metrics {
             rounds,
             decisions,
             pods_bound,
+            preemption_backoffs,
             policy_call,
             policy_failures,
             policy_loads,
@@ -336,6 +344,11 @@ impl Metrics {
     /// A round ran.
     pub fn round(&self) {
         self.rounds.inc();
+    }
+
+    /// A preemptor backs off: a victim's eviction was refused.
+    pub fn preemption_backoff(&self) {
+        self.preemption_backoffs.inc();
     }
 
     /// A policy call took `elapsed`.

@@ -308,6 +308,7 @@ pub fn canary_snapshot(config: &str) -> HostSnapshot {
     let host = |name: &str| HostNode {
         labels: [("kubernetes.io/hostname".to_owned(), name.to_owned())].into(),
         uuids: (0..2).map(|i| format!("GPU-{name}-{i}")).collect(),
+        counters: Default::default(),
     };
     let request = |name: &str, count: u32, created_ms: u64| Request {
         pod: format!("wasmgpu-canary/{name}"),

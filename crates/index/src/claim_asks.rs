@@ -75,6 +75,16 @@ pub(crate) enum Count {
     All,
 }
 
+impl Count {
+    /// The fewest eligible devices on one node that can satisfy it.
+    fn least(self) -> u32 {
+        match self {
+            Self::Exactly(n) => n,
+            Self::All => 1,
+        }
+    }
+}
+
 /// A `matchAttribute` / `distinctAttribute` constraint.
 #[derive(Clone, Debug)]
 pub(crate) struct PendingConstraint {
@@ -179,6 +189,56 @@ impl Index {
             ask.claims.push(claim);
         }
         Ok(ask)
+    }
+
+    /// Why a pod's claims could never be allocated, whatever is allocated
+    /// now: a request none of whose alternatives has its count of eligible
+    /// devices on one node the pod may run on. The claim (`namespace/name`)
+    /// and the reason; `None` when some node could hold each request.
+    pub(crate) fn claims_never_fit(
+        &self,
+        pod: &PodFacts,
+        ask: &DraAsk,
+    ) -> Option<(String, String)> {
+        let mut node_allows = HashMap::new();
+        let mut allows = |node: &str| {
+            *node_allows.entry(node.to_string()).or_insert_with(|| {
+                self.name_to_node
+                    .get(node)
+                    .is_some_and(|facts| super::eligibility::check(pod, node, facts).is_ok())
+            })
+        };
+        for claim in &ask.claims {
+            for request in &claim.requests {
+                let mut most = 0;
+                let fits = request.alternatives.iter().any(|alternative| {
+                    let mut per_node: HashMap<&str, u32> = HashMap::new();
+                    for (node, _) in &alternative.devices {
+                        if allows(node) {
+                            *per_node.entry(node).or_default() += 1;
+                        }
+                    }
+                    let on_one = per_node.into_values().max().unwrap_or(0);
+                    most = most.max(on_one);
+                    on_one >= alternative.count.least()
+                });
+                if !fits {
+                    let reason = if most == 0 {
+                        format!(
+                            "request {:?} matches no device on a node the pod may run on",
+                            request.name
+                        )
+                    } else {
+                        format!(
+                            "request {:?} wants more devices on one node than the {most} that match on any node the pod may run on",
+                            request.name
+                        )
+                    };
+                    return Some((claim.key.to_string(), reason));
+                }
+            }
+        }
+        None
     }
 
     /// A claim to allocate: its requests with their candidates, and its
@@ -343,7 +403,7 @@ impl Index {
         let evaluator = cache.evaluator.get_or_insert_with(Evaluator::new);
         let mut found = Vec::new();
         'devices: for (node, gpu) in self.dra.devices() {
-            if !taints_tolerated(gpu, tolerations) {
+            if !taints_tolerated(gpu, tolerations) || has_binding_conditions(gpu) {
                 continue;
             }
             for (what, selector) in &compiled {
@@ -479,6 +539,16 @@ fn attribute_text(gpu: &DraGpu, attribute: &str) -> Option<String> {
     } else {
         value.version.as_ref().map(|v| format!("version:{v}"))
     }
+}
+
+/// Whether the device must wait for binding conditions before its pod is
+/// bound (`bindingConditions`): wasmgpu does not wait for them, so it
+/// leaves such devices to kube-scheduler.
+fn has_binding_conditions(gpu: &DraGpu) -> bool {
+    gpu.published
+        .binding_conditions
+        .as_ref()
+        .is_some_and(|c| !c.is_empty())
 }
 
 /// Every `NoSchedule`/`NoExecute` taint of the device is tolerated.

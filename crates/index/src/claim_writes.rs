@@ -7,7 +7,7 @@
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceRequest,
-    DeviceRequestAllocationResult, ResourceClaim,
+    DeviceRequestAllocationResult, DeviceToleration, ResourceClaim,
 };
 use wasmgpu_contract::types::Claim;
 
@@ -63,6 +63,7 @@ impl Index {
             if facts.allocated() {
                 return Err(format!("ResourceClaim {key} was allocated meanwhile"));
             }
+            let requests = requests_of(&facts.claim);
             let mut results = Vec::new();
             for choice in chosen.iter().filter(|ch| ch.claim == c) {
                 let gpu = self.dra.device_on(node, choice.uuid).ok_or_else(|| {
@@ -73,6 +74,12 @@ impl Index {
                     driver: gpu.id.driver.clone(),
                     pool: gpu.id.pool.clone(),
                     device: gpu.id.device.clone(),
+                    // As kube-scheduler does: the request's tolerations at
+                    // allocation, so the taint eviction controller honours
+                    // them.
+                    tolerations: chosen_request(&requests, &choice.request)
+                        .map(|r| r.tolerations.to_vec())
+                        .filter(|t| !t.is_empty()),
                     ..Default::default()
                 });
             }
@@ -130,11 +137,7 @@ impl Index {
         results: &[DeviceRequestAllocationResult],
     ) -> Vec<DeviceAllocationConfiguration> {
         let devices = claim.spec.as_ref().and_then(|s| s.devices.as_ref());
-        let requests: Vec<&DeviceRequest> = devices
-            .and_then(|d| d.requests.as_ref())
-            .into_iter()
-            .flatten()
-            .collect();
+        let requests = requests_of(claim);
         let mut config = Vec::new();
         let mut seen: Vec<&str> = Vec::new();
         for result in results {
@@ -143,7 +146,7 @@ impl Index {
             }
             seen.push(&result.request);
             let Some(class) =
-                class_of(&requests, &result.request).and_then(|name| self.dra.class(name))
+                chosen_request(&requests, &result.request).and_then(|r| self.dra.class(r.class))
             else {
                 continue;
             };
@@ -170,21 +173,45 @@ impl Index {
     }
 }
 
-/// The DeviceClass of `request` (`name` or `name/subrequest`).
-fn class_of<'a>(requests: &[&'a DeviceRequest], request: &str) -> Option<&'a str> {
+/// A claim's requests.
+fn requests_of(claim: &ResourceClaim) -> Vec<&DeviceRequest> {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.devices.as_ref())
+        .and_then(|d| d.requests.as_ref())
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// What a result's request (`name`, or `name/subrequest` for an entry of
+/// `firstAvailable`) asked with: its DeviceClass and tolerations.
+struct ChosenRequest<'a> {
+    class: &'a str,
+    tolerations: &'a [DeviceToleration],
+}
+
+fn chosen_request<'a>(requests: &[&'a DeviceRequest], request: &str) -> Option<ChosenRequest<'a>> {
     let (name, sub) = match request.split_once('/') {
         Some((name, sub)) => (name, Some(sub)),
         None => (request, None),
     };
     let r = requests.iter().find(|r| r.name == name)?;
     match sub {
-        None => r.exactly.as_ref().map(|e| e.device_class_name.as_str()),
+        None => r.exactly.as_ref().map(|e| ChosenRequest {
+            class: &e.device_class_name,
+            tolerations: e.tolerations.as_deref().unwrap_or_default(),
+        }),
         Some(sub) => r
             .first_available
             .iter()
             .flatten()
             .find(|s| s.name == sub)
-            .map(|s| s.device_class_name.as_str()),
+            .map(|s| ChosenRequest {
+                class: &s.device_class_name,
+                tolerations: s.tolerations.as_deref().unwrap_or_default(),
+            }),
     }
 }
 

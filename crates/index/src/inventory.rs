@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use wasmgpu_api::{GPUNode, GpuInfo};
 use wasmgpu_contract::types::Publisher;
 
-use crate::dra::DraNode;
+use crate::dra::{DraNode, NodeCounters};
 
 /// A node's GPUs (whole GPUs sorted by index, each with its MIG instances),
 /// UUIDs unique, and which inventory publishes each.
@@ -20,6 +20,8 @@ pub(crate) struct NodeInventory {
     /// Parents of DRA-published MIG instances that are not published
     /// whole (static MIG): never allocatable whole.
     pub unpublished: HashSet<String>,
+    /// The DRA shared counters its devices consume.
+    pub counters: NodeCounters,
 }
 
 impl NodeInventory {
@@ -74,6 +76,7 @@ pub(crate) fn merge(agent: Option<&NodeInventory>, dra: Option<DraNode>) -> Opti
         return agent.cloned();
     };
     let mut merged = agent.cloned().unwrap_or_default();
+    merged.counters = dra.counters;
     let mut known: HashSet<String> = merged
         .gpus
         .iter()

@@ -40,6 +40,7 @@
 //! client, no tokio. The controller feeds it; the CLI's `allocations` reads it.
 #![forbid(unsafe_code)]
 
+mod backoff;
 mod budgets;
 mod claim_asks;
 mod claim_records;
@@ -120,6 +121,8 @@ pub struct Index {
     /// How long a bound pod keeps its GPUs before it may be preempted,
     /// unless its tenant sets `minRuntimeSeconds`; ms.
     min_runtime_ms: u64,
+    /// Preemptors whose preemption was blocked, backing off.
+    preemption_backoffs: backoff::Backoffs,
 }
 
 /// What the index keeps of a PodGroup.
@@ -204,6 +207,7 @@ impl Index {
             key_to_budget: BTreeMap::new(),
             name_to_tenant: BTreeMap::new(),
             min_runtime_ms: 0,
+            preemption_backoffs: backoff::Backoffs::default(),
         }
     }
 
@@ -544,6 +548,7 @@ impl Index {
     pub fn delete_pod(&mut self, namespace: &str, name: &str) {
         let key = ObjectKey::new(namespace, name);
         self.key_to_pod.remove(&key);
+        self.preemption_backoffs.forget(&key);
         self.resolve_in_flight(&key);
     }
 
@@ -568,6 +573,18 @@ impl Index {
     /// The UID of a pod the index knows.
     pub fn pod_uid(&self, pod: &ObjectKey) -> Option<&str> {
         self.key_to_pod.get(pod).map(|facts| facts.uid.as_str())
+    }
+
+    /// Records that `pod`'s preemption was blocked at `now_ms` (a victim's
+    /// eviction refused): it may not preempt again for the returned time,
+    /// doubling with each blocked attempt (see [`backoff`]).
+    pub fn preemption_blocked(&mut self, pod: &ObjectKey, now_ms: u64) -> std::time::Duration {
+        std::time::Duration::from_millis(self.preemption_backoffs.block(pod, now_ms))
+    }
+
+    /// The priority of a pod the index knows (`spec.priority`, 0 unset).
+    pub fn pod_priority(&self, pod: &ObjectKey) -> Option<i32> {
+        self.key_to_pod.get(pod).map(|facts| facts.priority)
     }
 
     /// Whether a pod still needs a node: known, not bound, not finished,

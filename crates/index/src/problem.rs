@@ -102,6 +102,17 @@ pub enum Problem {
         /// The field and what is wrong, in words.
         reason: String,
     },
+    /// No node could ever hold a DRA pod's claim as posed: a request none
+    /// of whose alternatives has enough eligible devices on one node the
+    /// pod may run on. It is not sent to a policy until that changes.
+    UnsatisfiableClaim {
+        /// The pod.
+        pod: ObjectKey,
+        /// The claim (`namespace/name`).
+        claim: String,
+        /// Why, in words.
+        reason: String,
+    },
     /// No node could ever hold the pod's request as posed.
     Unsatisfiable {
         /// The pod.
@@ -135,6 +146,7 @@ impl Problem {
             | Self::UnreadableLimit { pod, .. }
             | Self::GangTimedOut { pod, .. }
             | Self::UnusableClaim { pod, .. }
+            | Self::UnsatisfiableClaim { pod, .. }
             | Self::Unsatisfiable { pod, .. } => Subject::Pod(pod),
             Self::InvalidResource { resource, .. } => Subject::GPUResource(resource),
             Self::UnusableResourcePool { slice, .. } => Subject::ResourceSlice(slice),
@@ -195,6 +207,10 @@ impl fmt::Display for Problem {
             Self::UnusableClaim { pod, claim, reason } => {
                 write!(f, "pod {pod} waits for ResourceClaim {claim}: {reason}")
             }
+            Self::UnsatisfiableClaim { pod, claim, reason } => write!(
+                f,
+                "pod {pod} (ResourceClaim {claim}) can never be placed: {reason}"
+            ),
             Self::Unsatisfiable {
                 pod,
                 resource,

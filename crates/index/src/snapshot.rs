@@ -273,6 +273,13 @@ impl Index {
             });
         }
         let ask = self.dra_ask(key, pod, cache)?;
+        if let Some((claim, reason)) = self.claims_never_fit(pod, &ask) {
+            return Err(Problem::UnsatisfiableClaim {
+                pod: key.clone(),
+                claim,
+                reason,
+            });
+        }
         Ok(Waiting {
             policy: pod.policy.as_deref().unwrap_or(&self.default_policy),
             key,
@@ -442,6 +449,9 @@ impl Index {
         for w in &mut waiting {
             w.request.namespace = position(&w.key.namespace);
             w.request.tenant = tenants.of(&w.key.namespace);
+            if self.preemption_backoffs.active(w.key, now_ms) {
+                w.request.preemption = PreemptionPolicy::Never;
+            }
         }
         for (r, key) in running.iter_mut().zip(&running_keys) {
             r.namespace = position(&key.namespace);
@@ -729,6 +739,15 @@ fn node_record(
             });
         }
     }
+    // Devices overlapping those in use through shared counters are held.
+    let (counters, blocked) = node_inventory.counters.for_snapshot(&uuids, |uuid| {
+        let (exclusive, _, shared_owners) = use_of(uuid);
+        exclusive || shared_owners > 0
+    });
+    for (gpu, _) in gpus.iter_mut().zip(&blocked).filter(|(_, b)| **b) {
+        gpu.held = true;
+        gpu.allocated_mib = gpu.memory_mib;
+    }
     (
         Node {
             name: candidate.name.to_string(),
@@ -743,6 +762,7 @@ fn node_record(
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             uuids,
+            counters,
         },
     )
 }

@@ -55,6 +55,15 @@ pub enum Invalid {
     },
     /// A GPUResource pod given a GPU only a DRA driver publishes.
     NotFromAgent { gpu: String },
+    /// The device consumes more of a DRA shared counter than is left: it
+    /// overlaps a device in use or taken earlier this round (a dynamic MIG
+    /// placement and another one, or the whole GPU).
+    CounterExhausted {
+        gpu: String,
+        counter: String,
+        wants: u64,
+        left: u64,
+    },
     /// The assignment's shape does not fit the request's ask (GPUs for a
     /// DRA pod, claim choices for a GPUResource pod, a choice missing,
     /// repeated or out of range).
@@ -150,6 +159,16 @@ impl fmt::Display for Invalid {
                 "GPU {gpu} is published only by a DRA driver; a GPUResource pod needs a GPU \
                  the wasmgpu agent publishes"
             ),
+            Invalid::CounterExhausted {
+                gpu,
+                counter,
+                wants,
+                left,
+            } => write!(
+                f,
+                "GPU {gpu} consumes {wants} of the shared counter {counter}, of which {left} is left: \
+                 it overlaps a device in use or taken earlier this round"
+            ),
             Invalid::WrongChoice { what } => write!(f, "{what}"),
             Invalid::NotCandidate { gpu, request } => {
                 write!(f, "GPU {gpu} is not a candidate of request {request:?}")
@@ -236,6 +255,7 @@ impl Invalid {
             Invalid::WrongKind { .. } => "wrong-kind",
             Invalid::ProfileMismatch { .. } => "profile-mismatch",
             Invalid::NotFromAgent { .. } => "not-from-agent",
+            Invalid::CounterExhausted { .. } => "counter-exhausted",
             Invalid::WrongChoice { .. } => "wrong-choice",
             Invalid::NotCandidate { .. } => "not-candidate",
             Invalid::ConstraintBroken { .. } => "constraint-broken",

@@ -27,7 +27,7 @@ mod preempt;
 pub use invalid::Invalid;
 
 use crate::glob_match;
-use crate::host_snapshot::{HostSnapshot, made_up_uuid};
+use crate::host_snapshot::{HostNode, HostSnapshot, SharedCounters, made_up_uuid};
 use crate::types::{Ask, Assignment, Decision, Gpu, GpuShape, Node, Request, Sharing, Snapshot};
 
 /// An accepted assignment, by name.
@@ -207,12 +207,13 @@ fn describe_named(snapshot: &Snapshot, decision: &Decision, names: Names) -> Str
 /// Checks `decisions` against `snapshot`; see the module docs. GPUs are
 /// named as [`HostSnapshot::from_snapshot`] names them.
 pub fn validate(snapshot: &Snapshot, decisions: &[Decision]) -> Verdict {
-    Replay::new(snapshot, &made_up(snapshot)).run(decisions)
+    Replay::new(snapshot, &made_up(snapshot), &[]).run(decisions)
 }
 
-/// [`validate`] for the host: GPUs are named by their UUIDs.
+/// [`validate`] for the host: GPUs are named by their UUIDs, and DRA
+/// shared counters are counted.
 pub fn validate_host(host: &HostSnapshot, decisions: &[Decision]) -> Verdict {
-    Replay::new(&host.snapshot, &host_names(host)).run(decisions)
+    Replay::new(&host.snapshot, &host_names(host), &host.nodes).run(decisions)
 }
 
 /// The state of one round's replay.
@@ -228,11 +229,15 @@ struct Replay<'s> {
     tenant_lost: Vec<u32>,
     /// Running pods already named as victims this round.
     victim: Vec<bool>,
+    /// Each node's DRA shared counters (none where it has none): what the
+    /// GPUs consume, and what is left as the round goes.
+    counters: Vec<Option<&'s SharedCounters>>,
+    counters_left: Vec<Vec<u64>>,
     verdict: Verdict,
 }
 
 impl<'s> Replay<'s> {
-    fn new(snapshot: &'s Snapshot, names: Names<'s>) -> Replay<'s> {
+    fn new(snapshot: &'s Snapshot, names: Names<'s>, hosts: &'s [HostNode]) -> Replay<'s> {
         let mut node_start = Vec::with_capacity(snapshot.nodes.len());
         let mut gpus = Vec::new();
         for node in &snapshot.nodes {
@@ -255,6 +260,14 @@ impl<'s> Replay<'s> {
                 }
             }
         }
+        let counters: Vec<Option<&SharedCounters>> = (0..snapshot.nodes.len())
+            .map(|n| hosts.get(n).map(|h| &h.counters))
+            .map(|c| c.filter(|c| !c.left.is_empty()))
+            .collect();
+        let counters_left = counters
+            .iter()
+            .map(|c| c.map_or_else(Vec::new, |c| c.left.iter().map(|(_, v)| *v).collect()))
+            .collect();
         Replay {
             snapshot,
             names,
@@ -263,6 +276,8 @@ impl<'s> Replay<'s> {
             tenant_took: vec![0; snapshot.tenants.len()],
             tenant_lost: vec![0; snapshot.tenants.len()],
             victim: vec![false; snapshot.running.len()],
+            counters,
+            counters_left,
             verdict: Verdict::default(),
         }
     }
@@ -346,6 +361,7 @@ impl<'s> Replay<'s> {
             }
             Ask::Claims(claims) => claims::check(self, a, node, claims, left)?,
         };
+        self.check_counters(a.node, &gpus, left)?;
         self.check_limit(request, gpus.len() as u32)?;
         Ok(Placement {
             pod: request.pod.clone(),
@@ -389,6 +405,49 @@ impl<'s> Replay<'s> {
                 return Err(Invalid::NotFromAgent { gpu: gpu() });
             }
             check_gpu(self.snapshot, node, shape, info, left, g).map_err(|reason| reason(gpu()))?;
+        }
+        Ok(())
+    }
+
+    /// Refuses `gpus` of `node` together when they consume more of a DRA
+    /// shared counter than is left. `gpus_left` is the node's GPUs as the
+    /// decision sees them: what a preemption's victims release there (held
+    /// before the round, free in it) gives its counters back.
+    fn check_counters(
+        &self,
+        node: u32,
+        gpus: &[u32],
+        gpus_left: &[GpuLeft],
+    ) -> Result<(), Invalid> {
+        let Some(Some(counters)) = self.counters.get(node as usize) else {
+            return Ok(());
+        };
+        let mut left = self.counters_left[node as usize].clone();
+        for (g, (now, seen)) in self.node_slice(node).iter().zip(gpus_left).enumerate() {
+            if now.held == Some(Holder::Before) && seen.held.is_none() {
+                for &(c, amount) in counters.of(g as u32) {
+                    if let Some(l) = left.get_mut(c as usize) {
+                        *l = l.saturating_add(amount);
+                    }
+                }
+            }
+        }
+        let mut wanted = vec![0u64; left.len()];
+        for &g in gpus {
+            for &(c, amount) in counters.of(g) {
+                let Some(want) = wanted.get_mut(c as usize) else {
+                    continue;
+                };
+                *want = want.saturating_add(amount);
+                if *want > left[c as usize] {
+                    return Err(Invalid::CounterExhausted {
+                        gpu: (self.names)(node, g),
+                        counter: counters.left[c as usize].0.clone(),
+                        wants: amount,
+                        left: left[c as usize].saturating_sub(*want - amount),
+                    });
+                }
+            }
         }
         Ok(())
     }
@@ -471,6 +530,16 @@ impl<'s> Replay<'s> {
         let (n, ref gpus) = placement.at;
         let node = &self.snapshot.nodes[n];
         let first = self.node_start[n];
+        if let Some(Some(counters)) = self.counters.get(n) {
+            let left = &mut self.counters_left[n];
+            for &g in gpus {
+                for &(c, amount) in counters.of(g) {
+                    if let Some(l) = left.get_mut(c as usize) {
+                        *l = l.saturating_sub(amount);
+                    }
+                }
+            }
+        }
         let share = match &request.ask {
             Ask::Gpus(shape) if shape.sharing == Sharing::Shared && !nominated => {
                 Some(shape.memory_mib)

@@ -441,3 +441,52 @@ proptest::proptest! {
         proptest::prop_assert_eq!(verdict.held_back.len(), if reaches { 0 } else { placed as usize });
     }
 }
+
+#[test]
+fn devices_sharing_a_dra_counter_are_not_taken_past_what_is_left() {
+    let snap = snapshot(
+        vec![node("a", 2, "NVIDIA A100-SXM4-40GB", 40960)],
+        vec![
+            request("ns/p", 1, S::Exclusive, 0),
+            request("ns/q", 1, S::Exclusive, 0),
+        ],
+    );
+    let counter = "gpu.nvidia.com/a/gpu-0-counter-set/memorySlice0";
+    let host_with = |left: u64| {
+        let mut host = HostSnapshot::from_snapshot(snap.clone());
+        host.nodes[0].counters = SharedCounters {
+            left: vec![(counter.to_owned(), left)],
+            consumes: vec![vec![(0, 1)], vec![(0, 1)]],
+        };
+        host
+    };
+    let decisions = [assign(0, 0, &[0]), assign(1, 0, &[1])];
+
+    // Both consume the one slice left: the second decision is refused.
+    let host = host_with(1);
+    let verdict = validate_host(&host, &decisions);
+    assert_eq!(verdict.accepted.len(), 1);
+    assert_eq!(
+        reasons(&verdict),
+        [Invalid::CounterExhausted {
+            gpu: "GPU-a-1".into(),
+            counter: counter.into(),
+            wants: 1,
+            left: 0,
+        }]
+    );
+    assert_eq!(reasons(&verdict)[0].code(), "counter-exhausted");
+    // Nothing left: neither.
+    assert_eq!(validate_host(&host_with(0), &decisions).refused.len(), 2);
+    // Room for both, and without counters nothing is counted.
+    assert_eq!(validate_host(&host_with(2), &decisions).accepted.len(), 2);
+    assert_eq!(validate(&snap, &decisions).accepted.len(), 2);
+
+    // A snapshot file keeps the counters.
+    let file = crate::snapshot_file::SnapshotFile::of(&host);
+    let json = serde_json::to_value(&file).unwrap();
+    assert_eq!(json["nodes"][0]["sharedCountersLeft"][counter], 1);
+    assert_eq!(json["nodes"][0]["gpus"][1]["consumesCounters"][counter], 1);
+    let back: crate::snapshot_file::SnapshotFile = serde_json::from_value(json).unwrap();
+    assert_eq!(back.into_host().nodes[0].counters, host.nodes[0].counters);
+}

@@ -163,6 +163,20 @@ impl Writer {
             ..EvictParams::default()
         };
         let preemptor = &eviction.preemptor;
+        let note = {
+            let index = self.shared.index();
+            preempted_note(
+                preemptor,
+                (
+                    index.pod_priority(preemptor),
+                    index.pod_priority(&eviction.victim),
+                ),
+                (
+                    index.tenant_of(&preemptor.namespace),
+                    index.tenant_of(&eviction.victim.namespace),
+                ),
+            )
+        };
         match self
             .timed("eviction", pods.evict(&eviction.victim.name, &params))
             .await
@@ -173,7 +187,7 @@ impl Writer {
                     pod_ref(&eviction.victim, Some(&eviction.uid)),
                     Reason::Preempted,
                     "Preempt",
-                    format!("evicted so that {preemptor} (of higher priority) can take its GPUs"),
+                    note,
                 );
             }
             Err(ApplyError::Api(kube::Error::Api(status)))
@@ -182,10 +196,17 @@ impl Writer {
                 // Gone already, or another pod of its name: nothing to evict.
             }
             Err(ApplyError::Api(kube::Error::Api(status))) if status.code == 429 => {
+                let backoff = self
+                    .shared
+                    .index()
+                    .preemption_blocked(preemptor, crate::report::now_ms());
+                self.metrics.preemption_backoff();
                 let why = format!(
                     "evicting {} was refused: {} (a PodDisruptionBudget forbids it now); the \
-                     preemption is dropped and the pod waits",
-                    eviction.victim, status.message
+                     preemption is dropped and the pod waits, preempting no one for {}s",
+                    eviction.victim,
+                    status.message,
+                    backoff.as_secs()
                 );
                 tracing::warn!(victim = %eviction.victim, preemptor = %preemptor, %why, "Preemption blocked");
                 let uid = self.shared.index().pod_uid(preemptor).map(str::to_owned);
@@ -219,5 +240,53 @@ impl Writer {
                 tracing::warn!(%pod, error_kind = error.kind(), %error, "Cannot drop the nomination; retrying when its victim is evicted again");
             }
         }
+    }
+}
+
+/// The Event note on a victim: who takes its GPUs, and by which rule the
+/// host let it: a higher priority (`priorities`: the preemptor's, the
+/// victim's), else reclaim toward the preemptor's tenant's quota
+/// (`tenants`: the preemptor's, the victim's).
+fn preempted_note(
+    preemptor: &ObjectKey,
+    priorities: (Option<i32>, Option<i32>),
+    tenants: (Option<&str>, Option<&str>),
+) -> String {
+    match (priorities, tenants) {
+        ((Some(ours), Some(theirs)), _) if ours > theirs => format!(
+            "evicted so that {preemptor} (priority {ours}, above this pod's {theirs}) can take its GPUs"
+        ),
+        (_, (Some(ours), Some(theirs))) if ours != theirs => format!(
+            "evicted so that {preemptor} can take its GPUs: reclaimed for tenant {ours}, under its \
+             quota, from tenant {theirs}, over its own"
+        ),
+        _ => format!("evicted so that {preemptor} can take its GPUs"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_victim_is_told_whether_priority_or_reclaim_took_its_gpus() {
+        let preemptor = ObjectKey::new("b", "train");
+        let by_priority = preempted_note(&preemptor, (Some(1000), Some(100)), (None, None));
+        assert_eq!(
+            by_priority,
+            "evicted so that b/train (priority 1000, above this pod's 100) can take its GPUs"
+        );
+        let reclaimed = preempted_note(
+            &preemptor,
+            (Some(100), Some(100)),
+            (Some("team-b"), Some("team-a")),
+        );
+        assert!(
+            reclaimed.contains("reclaimed for tenant team-b, under its quota, from tenant team-a"),
+            "{reclaimed}"
+        );
+        // The victim gone from the index already: no rule is claimed.
+        let unknown = preempted_note(&preemptor, (Some(1000), None), (None, None));
+        assert_eq!(unknown, "evicted so that b/train can take its GPUs");
     }
 }

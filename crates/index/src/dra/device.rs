@@ -46,11 +46,27 @@ pub(crate) struct DraGpu {
     pub mig: Option<Mig>,
     /// The counter sets it consumes from (`consumesCounters[].counterSet`).
     pub counter_sets: Vec<String>,
+    /// What it consumes of each shared counter of its pool, with the
+    /// counter's value (filled in by [`gpus_of`], which knows the pool).
+    pub consumes: Vec<Consumption>,
     /// The device as published (attributes, taints), for claims' selectors
     /// and constraints.
     pub published: Arc<Device>,
     /// The device as CEL selectors see it (`device`).
     pub selector_input: cel::Value,
+}
+
+/// A device's use of one shared counter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Consumption {
+    /// `<driver>/<pool>/<counterSet>/<counter>`: unique on a node.
+    pub counter: String,
+    /// How much of it the device consumes (a value that does not parse
+    /// counts as more than any counter holds).
+    pub amount: u64,
+    /// The counter's value in the pool (0 when the pool does not declare
+    /// it: the device can never be allocated).
+    pub capacity: u64,
 }
 
 /// Where a MIG instance sits.
@@ -90,6 +106,7 @@ pub(crate) fn gpus_of(key: &PoolKey, pool: &Pool) -> (Vec<(String, DraGpu)>, Vec
                     pool: key.pool.clone(),
                     device: device.name.clone(),
                 };
+                gpu.consumes = consumption(key, pool, device);
                 gpus.push((node.clone(), gpu));
             }
             Err(skip) => skipped.push(skip),
@@ -124,6 +141,26 @@ pub(crate) fn gpus_of(key: &PoolKey, pool: &Pool) -> (Vec<(String, DraGpu)>, Vec
         }
     }
     (gpus, skipped)
+}
+
+/// What `device` consumes of its pool's shared counters.
+fn consumption(key: &PoolKey, pool: &Pool, device: &Device) -> Vec<Consumption> {
+    let saturate = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+    device
+        .consumes_counters
+        .iter()
+        .flatten()
+        .flat_map(|uses| {
+            let set = pool.counter_sets.get(&uses.counter_set);
+            uses.counters
+                .iter()
+                .map(move |(name, counter)| Consumption {
+                    counter: format!("{}/{}/{}/{name}", key.driver, key.pool, uses.counter_set),
+                    amount: quantity::parse(&counter.value.0).map_or(u64::MAX, saturate),
+                    capacity: set.and_then(|s| s.get(name)).map_or(0, |v| saturate(*v)),
+                })
+        })
+        .collect()
 }
 
 /// One device as a GPU (its `id` is filled in by the caller).
@@ -188,6 +225,7 @@ fn read(driver: &str, device: &Device) -> Result<DraGpu, Skip> {
             .flatten()
             .map(|c| c.counter_set.clone())
             .collect(),
+        consumes: Vec::new(),
         published: Arc::new(device.clone()),
         selector_input: selectors::device(driver, device),
     })

@@ -14,10 +14,13 @@
 //!
 //! The index merges a node's GPUs from here with its GPUNode's: the same
 //! UUID is one GPU (published by both), so a node never over-admits when
-//! both paths exist.
+//! both paths exist. Devices that consume shared counters (dynamic MIG)
+//! are counted against them ([`counters`]), so overlapping ones are never
+//! held together.
 
 mod cel;
 mod claims;
+mod counters;
 mod device;
 mod pools;
 pub(crate) mod quantity;
@@ -35,6 +38,7 @@ use wasmgpu_api::{GpuInfo, MigInstanceInfo};
 use crate::ObjectKey;
 pub(crate) use cel::{Evaluator, compile};
 pub(crate) use claims::{ClaimFacts, ClassFacts};
+pub(crate) use counters::NodeCounters;
 pub(crate) use device::DraGpu;
 pub use pools::PoolProblem;
 pub(crate) use pools::{DeviceId, PoolKey};
@@ -68,6 +72,8 @@ pub(crate) struct DraNode {
     /// Parents of published MIG instances that are not published
     /// themselves (static MIG): never allocatable whole.
     pub unpublished: HashSet<String>,
+    /// The shared counters its devices consume.
+    pub counters: NodeCounters,
 }
 
 impl DraInventory {
@@ -338,6 +344,7 @@ fn assemble(node: &str, gpus: &[&DraGpu]) -> DraNode {
         }
         uuid_to_position.insert(gpu.uuid.clone(), out.gpus.len());
         out.uuid_to_device.insert(gpu.uuid.clone(), gpu.id.clone());
+        out.counters.add(&gpu.uuid, &gpu.consumes);
         out.gpus.push(GpuInfo {
             uuid: gpu.uuid.clone(),
             index: next_index(gpu.index, &mut used),
@@ -372,6 +379,7 @@ fn assemble(node: &str, gpus: &[&DraGpu]) -> DraNode {
             out.gpus.len() - 1
         });
         out.uuid_to_device.insert(gpu.uuid.clone(), gpu.id.clone());
+        out.counters.add(&gpu.uuid, &gpu.consumes);
         out.gpus[position].mig_instances.push(MigInstanceInfo {
             uuid: gpu.uuid.clone(),
             profile: mig.profile.clone(),

@@ -3,7 +3,7 @@
 //! held for everyone, and GPUResource pods told the truth about DRA-only GPUs.
 
 use super::*;
-use crate::dra::tests::{allocated_claim, h100_slice, static_mig_slice};
+use crate::dra::tests::{allocated_claim, h100_slice, mig_partitioned_slices, static_mig_slice};
 use wasmgpu_contract::types::Publisher;
 
 fn publishers(index: &Index, node: &str) -> Vec<Publisher> {
@@ -130,4 +130,55 @@ fn a_broken_pool_is_reported_and_its_gpus_are_gone() {
         "reported with the others"
     );
     assert!(default_snapshot(&index).nodes.is_empty());
+}
+
+#[test]
+fn dynamic_mig_devices_overlapping_one_in_use_are_held() {
+    let mut index = index();
+    waiting(&mut index);
+    index.apply_node(&node("node-m").build());
+    for slice in mig_partitioned_slices("node-m") {
+        index.apply_resourceslice(&slice);
+    }
+    let held = |index: &Index| {
+        let host = default_host(index);
+        ["GPU-node-m-0", "MIG-node-m-0-0", "MIG-node-m-0-4"].map(|u| gpu_by_uuid(&host, u).held)
+    };
+    assert_eq!(held(&index), [false; 3]);
+
+    // One 3g.40gb placement in use: the whole GPU (80Gi of the counter)
+    // no longer fits, the other placement (40Gi) does.
+    index.apply_resourceclaim(&allocated_claim(
+        "other",
+        "half",
+        "node-m",
+        &[("gpu-0-mig-3g40gb-0", false)],
+    ));
+    assert_eq!(held(&index), [true, true, false]);
+    let host = default_host(&index);
+    let n = host
+        .snapshot
+        .nodes
+        .iter()
+        .position(|n| n.name == "node-m")
+        .unwrap();
+    let memory = "gpu.nvidia.com/node-m/gpu-0-counter-set/memory";
+    assert!(
+        host.nodes[n]
+            .counters
+            .left
+            .contains(&(memory.into(), 40 << 30)),
+        "{:?}",
+        host.nodes[n].counters
+    );
+
+    // The whole GPU in use: neither placement fits.
+    index.delete_resourceclaim("other", "half");
+    index.apply_resourceclaim(&allocated_claim(
+        "other",
+        "whole",
+        "node-m",
+        &[("gpu-0", false)],
+    ));
+    assert_eq!(held(&index), [true, true, true]);
 }

@@ -302,6 +302,25 @@ fn a_tainted_device_is_a_candidate_only_when_tolerated() {
         candidate_uuids(&host, tolerant[0].requests[0].alternatives[0].candidates).len(),
         2
     );
+
+    // The allocation carries the request's tolerations, as kube-scheduler's.
+    let tolerations = |pod: &str, claims: &[Claim], uuid: &str| {
+        let chosen = [Chosen {
+            claim: 0,
+            request: "g".into(),
+            uuid,
+        }];
+        let writes = index
+            .claim_writes(&ObjectKey::new("ml", pod), claims, &chosen, "node-a")
+            .unwrap();
+        let allocation = writes[0].allocation.clone().unwrap();
+        allocation.devices.unwrap().results.unwrap()[0]
+            .tolerations
+            .clone()
+    };
+    let copied = tolerations("q", &tolerant, "GPU-node-a-0").expect("tolerations");
+    assert_eq!(copied[0].key.as_deref(), Some("example.com/broken"));
+    assert_eq!(tolerations("p", &plain, "GPU-node-a-1"), None);
 }
 
 #[test]
@@ -463,4 +482,72 @@ fn the_allocation_written_names_the_devices_the_node_and_the_class_config() {
     index.apply_resourceclaim(&allocated);
     let again = index.claim_writes(&ObjectKey::new("ml", "p"), &claims, &chosen, "node-a");
     assert!(again.unwrap_err().contains("allocated meanwhile"));
+}
+
+#[test]
+fn a_claim_no_node_could_ever_hold_is_kept_from_the_policy_with_the_reason() {
+    let mut index = dra_index();
+    // More than any node has.
+    index.apply_resourceclaim(&claim("nine", vec![exactly("gpus", 9, &[])]));
+    index.apply_pod(&pod("ml", "nine").claim("gpus", "nine").build());
+    // Devices exist, but only on a node the pod may not run on.
+    index.apply_resourceclaim(&claim("one", vec![exactly("gpus", 1, &[])]));
+    index.apply_pod(
+        &pod("ml", "elsewhere")
+            .claim("gpus", "one")
+            .node_selector("zone", "x")
+            .build(),
+    );
+    // All eight held by another claim: it waits for them, and is sent.
+    index.apply_resourceclaim(&claim("eight", vec![exactly("gpus", 8, &[])]));
+    let all: Vec<(String, bool)> = (0..8).map(|i| (format!("gpu-{i}"), true)).collect();
+    let all: Vec<(&str, bool)> = all.iter().map(|(d, e)| (d.as_str(), *e)).collect();
+    index.apply_resourceclaim(&allocated_claim("other", "held", "node-a", &all));
+    index.apply_pod(&pod("ml", "waits").claim("gpus", "eight").build());
+
+    let host = default_host(&index);
+    let pending: Vec<&str> = host
+        .snapshot
+        .pending
+        .iter()
+        .map(|r| r.pod.as_str())
+        .collect();
+    assert_eq!(pending, ["ml/waits"]);
+    let unsatisfiable: Vec<String> = index
+        .problems()
+        .iter()
+        .filter(|p| matches!(p, Problem::UnsatisfiableClaim { .. }))
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(unsatisfiable.len(), 2, "{unsatisfiable:?}");
+    assert!(
+        unsatisfiable.iter().any(|p| p.contains("ml/nine")
+            && p.contains("ResourceClaim ml/nine")
+            && p.contains("the 8 that match")),
+        "{unsatisfiable:?}"
+    );
+    assert!(
+        unsatisfiable
+            .iter()
+            .any(|p| p.contains("ml/elsewhere") && p.contains("matches no device")),
+        "{unsatisfiable:?}"
+    );
+}
+
+#[test]
+fn a_device_with_binding_conditions_is_left_to_kube_scheduler() {
+    let mut index = dra_index();
+    let mut slice = h100_slice("node-a", 2);
+    slice.metadata.name = h100_slice("node-a", 8).metadata.name;
+    let device = &mut slice.spec.devices.as_mut().unwrap()[0];
+    device.binding_conditions = Some(vec!["dra.example.com/attached".into()]);
+    device.binding_failure_conditions = Some(vec!["dra.example.com/failed".into()]);
+    index.apply_resourceslice(&slice);
+    index.apply_resourceclaim(&claim("c", vec![exactly("g", 1, &[])]));
+    index.apply_pod(&pod("ml", "p").claim("g", "c").build());
+    let (claims, host) = claims_of(&index, "ml/p");
+    assert_eq!(
+        candidate_uuids(&host, claims[0].requests[0].alternatives[0].candidates),
+        ["GPU-node-a-1"]
+    );
 }

@@ -261,3 +261,35 @@ fn every_kind_can_be_fed_through_one_generic_interface() {
     assert_eq!(pending, ["ml/p"]);
     assert!(index.problems().is_empty());
 }
+
+#[test]
+fn a_preemptor_backing_off_may_not_preempt_until_its_wait_is_over() {
+    use wasmgpu_contract::types::PreemptionPolicy;
+    let mut index = index();
+    add_gpu_node(&mut index, "node-a", 1);
+    index.apply_gpuresource(&gpuresource("ml", "r").build());
+    index.apply_pod(&pod("ml", "big").resource("r").build());
+    let key = crate::ObjectKey::new("ml", "big");
+    let preemption = |index: &Index, now_ms: u64| {
+        index.snapshot(DEFAULT_POLICY, 1, now_ms).snapshot.pending[0].preemption
+    };
+    assert_eq!(
+        preemption(&index, 1_000),
+        PreemptionPolicy::PreemptLowerPriority
+    );
+    let wait = index.preemption_blocked(&key, 1_000);
+    assert_eq!(wait.as_millis(), 10_000);
+    assert_eq!(preemption(&index, 10_999), PreemptionPolicy::Never);
+    assert_eq!(
+        preemption(&index, 11_000),
+        PreemptionPolicy::PreemptLowerPriority
+    );
+    // Deleted and made again: a fresh start.
+    index.preemption_blocked(&key, 20_000);
+    index.delete_pod("ml", "big");
+    index.apply_pod(&pod("ml", "big").resource("r").build());
+    assert_eq!(
+        preemption(&index, 20_001),
+        PreemptionPolicy::PreemptLowerPriority
+    );
+}
