@@ -113,6 +113,10 @@ policy_loaded() { # NAME [DIGEST-PREFIX]
     "$WASMGPU" policy list --namespace "$NS" | grep "^$1 " | grep -q "sha256:${2:-}"
 }
 
+dra_bound() {
+    [[ "$(kubectl get pod dra-trainer -n "$SAMPLES" -o jsonpath='{.spec.nodeName}')" == gpu-dra ]]
+}
+
 wait_bound() {
     local want=$1
     until_ok "$want pods bound" at_least_bound "$want"
@@ -201,6 +205,15 @@ echo
 note "the controller's metrics (non-zero):"
 curl -s "http://127.0.0.1:$CONTROLLER_PORT/metrics" \
     | grep -E '^wasmgpu_(pods_bound_total|decisions_total|gpus|policy_loads_total)' | grep -v ' 0$' | sed 's/^/    /'
+
+step "a pod that asks through DRA: a ResourceClaim for two H100s on devices NVIDIA's driver publishes"
+node gpu-dra
+kubectl apply -n "$SAMPLES" -f "$ROOT/tests/demo/dra.yaml" | sed 's/^/    /'
+until_ok "the DRA pod to be bound on gpu-dra" dra_bound
+note "claim two-h100 allocated, as kube-scheduler writes it: devices" \
+    "$(kubectl get resourceclaim two-h100 -n "$SAMPLES" -o jsonpath='{.status.allocation.devices.results[*].device}')," \
+    "reserved for $(kubectl get resourceclaim two-h100 -n "$SAMPLES" -o jsonpath='{.status.reservedFor[*].name}')"
+"$WASMGPU" allocations --namespace "$SAMPLES" | grep -E 'NAMESPACE|dra-trainer' | sed 's/^/    /'
 
 step "what the shadow would have done: fairshare beside spread on the same rounds"
 until_ok "a round compared by the shadow" shadow_compared

@@ -218,6 +218,18 @@ impl Index {
                 seen[t].insert(namespace);
             }
         }
+        // Devices ResourceClaims hold count for the claim's namespace,
+        // whoever allocated them (a claim shared by pods counts once).
+        for (claim, device) in self.dra.allocated() {
+            if self.dra.locate(device).is_none() {
+                continue;
+            }
+            let namespace = claim.namespace.as_str();
+            if let Some(t) = tenant_of(namespace) {
+                table.views[t].holding += 1;
+                seen[t].insert(namespace);
+            }
+        }
         for (namespace, ask) in waiting {
             if let Some(t) = tenant_of(namespace) {
                 let view = &mut table.views[t];

@@ -239,7 +239,9 @@ where
         .await
     {
         Ok(list) => Ok(list.items),
-        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Vec::new()),
+        // A kind not served answers a bare `404 page not found`, not a
+        // Status with reason NotFound.
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
         Err(error) => Err(error).with_context(|| format!("listing {}s", K::kind(&()))),
     }
 }

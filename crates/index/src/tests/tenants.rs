@@ -135,3 +135,32 @@ fn a_running_pod_is_protected_for_its_minimum_runtime() {
     index.apply_gputenant(&longer);
     assert_eq!(protected(&index, 2_000), 0, "a tenant may ask for none");
 }
+
+#[test]
+fn devices_claims_hold_count_for_the_claims_tenant() {
+    use crate::dra::tests::{allocated_claim, h100_slice};
+    let mut index = two_tenants();
+    index.apply_node(&node("d").build());
+    index.apply_resourceslice(&h100_slice("d", 4));
+    index.apply_resourceclaim(&allocated_claim(
+        "b",
+        "train",
+        "d",
+        &[("gpu-0", false), ("gpu-1", false)],
+    ));
+    // adminAccess watches a device without holding it.
+    index.apply_resourceclaim(&allocated_claim("b", "watch", "d", &[("gpu-2", true)]));
+    let snapshot = default_snapshot(&index);
+    let b = snapshot
+        .tenants
+        .iter()
+        .find(|t| t.name == "team-b")
+        .unwrap();
+    assert_eq!(b.holding, 2, "{b:?}");
+    let a = snapshot
+        .tenants
+        .iter()
+        .find(|t| t.name == "team-a")
+        .unwrap();
+    assert_eq!(a.holding, 2, "unchanged: {a:?}");
+}
