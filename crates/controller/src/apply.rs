@@ -135,6 +135,9 @@ impl StatusTarget for TenantStatusApi {
 /// What binding tasks share.
 struct Writer {
     client: Client,
+    /// For evictions: 429 (a PodDisruptionBudget refuses) comes back as
+    /// the answer, where `client` would retry it.
+    eviction_client: Client,
     shared: Arc<WatchedIndex>,
     events: EventSink,
     metrics: Metrics,
@@ -158,9 +161,11 @@ enum Outcome {
 // === impl Applier ===
 
 impl Applier {
-    /// An applier writing through `client`.
+    /// An applier writing through `client`, and evicting through
+    /// `eviction_client` (one that hands back 429 instead of retrying it).
     pub fn new(
         client: Client,
+        eviction_client: Client,
         shared: Arc<WatchedIndex>,
         events: EventSink,
         metrics: Metrics,
@@ -169,6 +174,7 @@ impl Applier {
         Self {
             writer: Arc::new(Writer {
                 client,
+                eviction_client,
                 shared,
                 events,
                 metrics,

@@ -169,7 +169,13 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let server = kube.cluster_url.to_string();
+    // Evictions go through a client that does not retry 429: there it is
+    // the answer (a PodDisruptionBudget refuses), not a request to wait.
+    let mut answers_429 = kube.clone();
+    answers_429.default_retry = false;
     let client = Client::try_from(kube)
+        .with_context(|| format!("cannot make a client for the API server at {server}"))?;
+    let eviction_client = Client::try_from(answers_429)
         .with_context(|| format!("cannot make a client for the API server at {server}"))?;
     let engine = Arc::new(Engine::new(config.limits.clone())?);
     let policies = Policies::new(PolicySet::from_files(&engine, &config.policies)?);
@@ -236,6 +242,7 @@ pub async fn run(
     });
     let applier = Applier::new(
         client.clone(),
+        eviction_client,
         shared.clone(),
         events.clone(),
         metrics.clone(),

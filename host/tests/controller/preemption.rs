@@ -2,7 +2,8 @@
 //! nowhere evicts exactly the pods it needs (through the Eviction API), is
 //! bound to their GPUs once they are gone, and a pod whose
 //! `preemptionPolicy` is `Never` evicts nobody, nor does one whose victims a
-//! PodDisruptionBudget protects. The test plays the kubelet:
+//! PodDisruptionBudget protects; a preemption whose second eviction the
+//! budget refuses (429) is dropped and backs off. The test plays the kubelet:
 //! an evicted pod is gone once its deletion is requested.
 
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use wasmgpu::api::Sharing;
-use wasmgpu_test_harness::TestContext;
+use wasmgpu_test_harness::{PodPhase, TestContext, set_pod_phase};
 
 use super::common::policy_bytes;
 use super::configmaps::{put_policy, wait_observed};
@@ -494,6 +495,84 @@ async fn pods_within_their_tenants_minimum_runtime_are_not_preempted() -> Result
     ensure!(devices(&urgent).len() == 4);
     drop(controller);
     tenants.delete(&tenant, &DeleteParams::default()).await?;
+    remove_nodes(&ctx, &[node]).await?;
+    remove_priority_classes(&ctx, [low, high]).await
+}
+
+#[tokio::test]
+async fn a_preemption_a_budget_refuses_midway_is_dropped_and_backs_off() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("preempt-backoff").await?;
+    install_crds(&ctx).await?;
+    let node = format!("{}-n0", ctx.namespace);
+    gpu_node(&ctx, &node, 4).await?;
+    gpuresource(&ctx, "one", 1, Sharing::Exclusive, 0, None).await?;
+    gpuresource(&ctx, "two", 2, Sharing::Exclusive, 0, None).await?;
+    let low = priority_class(&ctx, "low", 100, false).await?;
+    let high = priority_class(&ctx, "high", 1000, false).await?;
+    let controller = Controller::start(&ctx).await?;
+    let pods = ctx.api::<Pod>();
+    let fillers = fill(&ctx, "low", 4, &low).await?;
+    // Running and ready: the Eviction API holds such pods to their budget
+    // (a pending one may always be evicted).
+    for name in &fillers {
+        set_pod_phase(&pods, name, PodPhase::Running).await?;
+    }
+
+    // A budget whose status (written as the disruption controller would)
+    // allows one disruption: both victims look evictable, the first
+    // eviction spends the budget and the second is refused (429).
+    let budgets = ctx.api::<PodDisruptionBudget>();
+    let budget: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "one-at-a-time"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"tier": low}}},
+    }))?;
+    budgets.create(&PostParams::default(), &budget).await?;
+    budgets
+        .patch_status(
+            "one-at-a-time",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": {
+                "observedGeneration": 1, "disruptionsAllowed": 1,
+                "currentHealthy": 4, "desiredHealthy": 3, "expectedPods": 4,
+            }})),
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    pod_of_class(&ctx, "urgent", "two", &high).await?;
+    let deadline = Instant::now() + ACT;
+    let note = loop {
+        let events = super::events_for(&ctx, "urgent").await?;
+        if let Some((_, note)) = events.iter().find(|(r, _)| r == "PreemptionBlocked") {
+            break note.clone();
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no PreemptionBlocked on urgent: {events:?}\n{}",
+            controller.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    ensure!(note.contains("preempting no one for 10s"), "{note}");
+
+    // One victim went before the refusal; nobody else is evicted while the
+    // preemptor backs off, nor after (the budget is spent), and it waits.
+    let mut gone = finish_evicted(&pods).await?;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    gone.extend(finish_evicted(&pods).await?);
+    ensure!(gone.len() == 1, "evicted {gone:?}");
+    ensure!(fillers.contains(&gone[0]), "{gone:?}");
+    ensure!(
+        node_of(&pods.get("urgent").await?).is_none(),
+        "urgent is bound with one free GPU and a spent budget"
+    );
+    let annotations = pods.get("urgent").await?.annotations().clone();
+    ensure!(
+        !annotations.contains_key("wasmgpu.io/nomination"),
+        "the nomination is dropped: {annotations:?}"
+    );
+    drop(controller);
     remove_nodes(&ctx, &[node]).await?;
     remove_priority_classes(&ctx, [low, high]).await
 }

@@ -151,7 +151,8 @@ impl Writer {
     /// Evicts one victim; a PodDisruptionBudget that refuses drops the
     /// nomination (the preemptor waits, and is told why).
     async fn evict(&self, eviction: &Eviction) {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &eviction.victim.namespace);
+        let pods: Api<Pod> =
+            Api::namespaced(self.eviction_client.clone(), &eviction.victim.namespace);
         let params = EvictParams {
             delete_options: Some(DeleteParams {
                 preconditions: Some(Preconditions {
