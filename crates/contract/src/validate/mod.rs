@@ -433,7 +433,9 @@ impl<'s> Replay<'s> {
             }
         }
         let mut wanted = vec![0u64; left.len()];
-        for &g in gpus {
+        // A GPU shared already consumed its counters with its first share.
+        let unused = |g: u32| gpus_left.get(g as usize).is_none_or(|s| s.shares == 0);
+        for &g in gpus.iter().filter(|&&g| unused(g)) {
             for &(c, amount) in counters.of(g) {
                 let Some(want) = wanted.get_mut(c as usize) else {
                     continue;
@@ -532,7 +534,14 @@ impl<'s> Replay<'s> {
         let first = self.node_start[n];
         if let Some(Some(counters)) = self.counters.get(n) {
             let left = &mut self.counters_left[n];
-            for &g in gpus {
+            // A GPU consumes its counters once, when it goes into use.
+            let slots = &self.gpus[first..];
+            let unused = |g: u32| {
+                slots
+                    .get(g as usize)
+                    .is_none_or(|s| s.shares == 0 && s.held.is_none())
+            };
+            for &g in gpus.iter().filter(|&&g| unused(g)) {
                 for &(c, amount) in counters.of(g) {
                     if let Some(l) = left.get_mut(c as usize) {
                         *l = l.saturating_sub(amount);

@@ -490,3 +490,46 @@ fn devices_sharing_a_dra_counter_are_not_taken_past_what_is_left() {
     let back: crate::snapshot_file::SnapshotFile = serde_json::from_value(json).unwrap();
     assert_eq!(back.into_host().nodes[0].counters, host.nodes[0].counters);
 }
+
+#[test]
+fn a_gpu_consumes_its_dra_counters_once_however_many_share_it() {
+    let mut shared_before = node("a", 1, "NVIDIA A100-SXM4-40GB", 40960);
+    shared_before.gpus[0].shared_owners = 1;
+    shared_before.gpus[0].allocated_mib = 5000;
+    let snap = snapshot(
+        vec![shared_before],
+        vec![
+            request("ns/s1", 1, S::Shared, 5000),
+            request("ns/s2", 1, S::Shared, 5000),
+        ],
+    );
+    let mut host = HostSnapshot::from_snapshot(snap);
+    // The first share (before the round) consumed the one slice there was.
+    host.nodes[0].counters = SharedCounters {
+        left: vec![(
+            "gpu.nvidia.com/a/gpu-0-counter-set/memorySlice0".to_owned(),
+            0,
+        )],
+        consumes: vec![vec![(0, 1)]],
+    };
+    let decisions = [assign(0, 0, &[0]), assign(1, 0, &[0])];
+    let verdict = validate_host(&host, &decisions);
+    assert_eq!(verdict.accepted.len(), 2, "{:?}", reasons(&verdict));
+
+    // Unused before the round: the first share consumes the slice, the
+    // second shares the GPU it is cut from.
+    let snap = host.snapshot.clone();
+    let mut fresh = HostSnapshot::from_snapshot(Snapshot {
+        nodes: vec![node("a", 1, "NVIDIA A100-SXM4-40GB", 40960)],
+        ..snap
+    });
+    fresh.nodes[0].counters = SharedCounters {
+        left: vec![(
+            "gpu.nvidia.com/a/gpu-0-counter-set/memorySlice0".to_owned(),
+            1,
+        )],
+        consumes: vec![vec![(0, 1)]],
+    };
+    let verdict = validate_host(&fresh, &decisions);
+    assert_eq!(verdict.accepted.len(), 2, "{:?}", reasons(&verdict));
+}
