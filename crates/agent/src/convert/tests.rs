@@ -430,3 +430,24 @@ fn an_unhealthy_gpu_takes_its_mig_instances_with_it() {
         "GPU 0 (GPU-0) (and its 2 MIG instances): XID 79 at 2026-11-30T14:03:58Z"
     );
 }
+
+/// What NVML read on a real H200 (driver 580, in a VM: no NUMA node, no
+/// NVLink, MIG disabled), recorded with `tests/gpu/nvml-check.sh`, where it
+/// agreed with nvidia-smi.
+#[test]
+fn a_reading_recorded_on_an_h200_converts_as_nvidia_smi_reports_it() {
+    let reading: Reading =
+        serde_json::from_str(include_str!("recorded/h200-nvml.json")).expect("recorded reading");
+    let status = status_of(&reading, &HealthRules::default(), &Faults::default());
+    assert_eq!(status.gpus_total, 1);
+    assert_eq!(status.gpus_healthy, 1);
+    assert_eq!(status.model.as_deref(), Some("NVIDIA H200"));
+    assert_eq!(status.driver_version.as_deref(), Some("580.159.04"));
+    let gpu = &status.gpus[0];
+    assert_eq!(gpu.uuid, "GPU-e49b075d-1144-01af-ce1e-c86c03f94d43");
+    assert_eq!(gpu.memory_total_mib, 143_771, "nvidia-smi's memory.total");
+    assert_eq!(gpu.pci_bus_id, "00000000:00:06.0");
+    assert_eq!(gpu.numa_node, None);
+    assert!(gpu.nvlink_peers.is_empty());
+    assert_eq!(condition(&status, "Ready").message, "1 GPU read from NVML");
+}
