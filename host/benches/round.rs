@@ -16,8 +16,13 @@ use wasmgpu::engine::{Engine, Limits};
 use wasmgpu_contract::HostSnapshot;
 use wasmgpu_contract::validate::validate;
 
-const NODES: u32 = 1000;
-const PODS: u32 = 1000;
+/// `NODES=` and `PODS=` change the scale (default 1,000 each).
+fn scale(var: &str) -> u32 {
+    std::env::var(var)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1000)
+}
 
 fn policy(name: &str) -> Vec<u8> {
     let dir = std::env::var_os("WASMGPU_POLICY_DIR")
@@ -52,9 +57,10 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(50);
+    let (nodes, pods) = (scale("NODES"), scale("PODS"));
     // As the controller gives it to binpack: no node labels (binpack asks
     // for none), no UUIDs (they stay on the host).
-    let mut host = HostSnapshot::from_snapshot(wasmgpu_contract::testing::large(NODES, PODS));
+    let mut host = HostSnapshot::from_snapshot(wasmgpu_contract::testing::large(nodes, pods));
     let snapshot: Snapshot = host.for_policy(&[]).clone();
     let labelled: Snapshot = host
         .for_policy(&[
@@ -98,7 +104,7 @@ fn main() {
 
     let gpus: usize = snapshot.nodes.iter().map(|n| n.gpus.len()).sum();
     println!(
-        "round: {NODES} nodes, {gpus} GPUs, {PODS} pending pods; binpack placed {placed}; {rounds} rounds each"
+        "round: {nodes} nodes, {gpus} GPUs, {pods} pending pods; binpack placed {placed}; {rounds} rounds each"
     );
     println!("{:<34} {:>10} {:>10}", "phase", "median", "p99");
     let rows = [

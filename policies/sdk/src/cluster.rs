@@ -328,8 +328,8 @@ pub struct Cluster<'s> {
     touched: Vec<u32>,
     /// Built lazily by `&self` methods, hence the cell.
     shapes: RefCell<ShapeIndexes<'s>>,
-    /// Per node: its running pods, as positions in `snapshot.running`.
-    running_on: Vec<Vec<u32>>,
+    /// Per node: its running pods, and the lowest priority among them.
+    running_on: RunningOn,
     /// Running pods already named as victims this round.
     victim_taken: Vec<bool>,
     /// GPUs each tenant of `snapshot.tenants` holds, with this round's
@@ -337,15 +337,69 @@ pub struct Cluster<'s> {
     tenant_held: Vec<u32>,
 }
 
-/// Per node, the positions in `snapshot.running` of the pods there.
-fn running_on(snapshot: &Snapshot) -> Vec<Vec<u32>> {
-    let mut on = vec![Vec::new(); snapshot.nodes.len()];
-    for (r, pod) in snapshot.running.iter().enumerate() {
-        if let Some(list) = on.get_mut(pod.node as usize) {
-            list.push(r as u32);
+/// Per node, the positions in `snapshot.running` of the pods there (one
+/// flat list cut at `start`: two allocations, not one per node) and the
+/// lowest priority among them, so that preemption by priority passes over
+/// nodes with nothing it may evict without looking at their pods.
+#[derive(Clone, Debug)]
+struct RunningOn {
+    /// Node `n`'s pods are `pods[start[n]..start[n + 1]]`.
+    start: Vec<u32>,
+    pods: Vec<u32>,
+    /// `i32::MAX` on a node where nothing runs.
+    lowest_priority: Vec<i32>,
+    /// The lowest over all nodes.
+    lowest_anywhere: i32,
+}
+
+impl RunningOn {
+    fn new(snapshot: &Snapshot) -> Self {
+        let nodes = snapshot.nodes.len();
+        let mut start = vec![0u32; nodes + 1];
+        let mut lowest_priority = vec![i32::MAX; nodes];
+        for pod in &snapshot.running {
+            let n = pod.node as usize;
+            if n < nodes {
+                start[n + 1] += 1;
+                lowest_priority[n] = lowest_priority[n].min(pod.priority);
+            }
+        }
+        for n in 0..nodes {
+            start[n + 1] += start[n];
+        }
+        let mut next = start.clone();
+        let mut pods = vec![0u32; start[nodes] as usize];
+        for (r, pod) in snapshot.running.iter().enumerate() {
+            let n = pod.node as usize;
+            if n < nodes {
+                pods[next[n] as usize] = r as u32;
+                next[n] += 1;
+            }
+        }
+        let lowest_anywhere = lowest_priority.iter().copied().min().unwrap_or(i32::MAX);
+        RunningOn {
+            start,
+            pods,
+            lowest_priority,
+            lowest_anywhere,
         }
     }
-    on
+
+    /// The running pods on `node` (none for a node out of range).
+    fn on(&self, node: u32) -> &[u32] {
+        let n = node as usize;
+        match (self.start.get(n), self.start.get(n + 1)) {
+            (Some(&from), Some(&to)) => &self.pods[from as usize..to as usize],
+            _ => &[],
+        }
+    }
+
+    /// Whether a pod of priority below `priority` runs on `node`.
+    fn lower_than(&self, node: u32, priority: i32) -> bool {
+        self.lowest_priority
+            .get(node as usize)
+            .is_some_and(|&p| p < priority)
+    }
 }
 
 // === impl Cluster ===
@@ -487,7 +541,7 @@ impl<'s> Cluster<'s> {
             eligible_bits,
             touched: Vec::new(),
             shapes: RefCell::default(),
-            running_on: running_on(snapshot),
+            running_on: RunningOn::new(snapshot),
             victim_taken: vec![false; snapshot.running.len()],
             tenant_held: snapshot.tenants.iter().map(|t| t.holding).collect(),
         }

@@ -35,7 +35,13 @@ impl<'s> Cluster<'s> {
     /// again. `None` when the pod may not preempt or no eviction makes room.
     pub fn preempt(&mut self, want: &Want<'s>, fit: Fit, nvlink: Nvlink) -> Option<Decision> {
         let priority = want.request.priority;
-        self.preempt_where(want, fit, nvlink, &|pod: &Running| pod.priority < priority)
+        if self.running_on.lowest_anywhere >= priority {
+            return None;
+        }
+        let below = Some(priority);
+        self.preempt_among(want, fit, nvlink, below, &|pod: &Running| {
+            pod.priority < priority
+        })
     }
 
     /// [`Cluster::preempt`] with another rule for who may be evicted:
@@ -51,6 +57,20 @@ impl<'s> Cluster<'s> {
         nvlink: Nvlink,
         may_evict: &dyn Fn(&Running) -> bool,
     ) -> Option<Decision> {
+        self.preempt_among(want, fit, nvlink, None, may_evict)
+    }
+
+    /// [`Cluster::preempt_where`], looking only at nodes where a pod of
+    /// priority below `below` runs when it is given (a rule that evicts
+    /// only such pods finds nothing elsewhere).
+    fn preempt_among(
+        &mut self,
+        want: &Want<'s>,
+        fit: Fit,
+        nvlink: Nvlink,
+        below: Option<i32>,
+        may_evict: &dyn Fn(&Running) -> bool,
+    ) -> Option<Decision> {
         let request = want.request;
         if want.is_dra()
             || request.preemption == PreemptionPolicy::Never
@@ -60,7 +80,10 @@ impl<'s> Cluster<'s> {
             return None;
         }
         let mut best: Option<Choice> = None;
-        let nodes: Vec<u32> = self.eligible(request).collect();
+        let nodes: Vec<u32> = self
+            .eligible(request)
+            .filter(|&node| below.is_none_or(|p| self.running_on.lower_than(node, p)))
+            .collect();
         for node in nodes {
             if (node as usize) >= self.nodes.len() {
                 continue;
@@ -94,13 +117,15 @@ impl<'s> Cluster<'s> {
     /// past it). `None` when none is.
     pub fn preemption_blocked(&self, want: &Want<'s>) -> Option<String> {
         let request = want.request;
-        if request.preemption == PreemptionPolicy::Never {
+        if request.preemption == PreemptionPolicy::Never
+            || self.running_on.lowest_anywhere >= request.priority
+        {
             return None;
         }
         let lower: Vec<&Running> = self
             .eligible(request)
-            .filter_map(|node| self.running_on.get(node as usize))
-            .flatten()
+            .filter(|&node| self.running_on.lower_than(node, request.priority))
+            .flat_map(|node| self.running_on.on(node))
             .map(|&r| &self.snapshot.running[r as usize])
             .filter(|pod| pod.priority < request.priority)
             .collect();
@@ -136,7 +161,9 @@ impl<'s> Cluster<'s> {
                 && pod.protected_ms == 0
                 && !self.victim_taken[r as usize]
         };
-        let mut found: Vec<u32> = self.running_on[node as usize]
+        let mut found: Vec<u32> = self
+            .running_on
+            .on(node)
             .iter()
             .copied()
             .filter(|&r| {
@@ -187,7 +214,8 @@ impl<'s> Cluster<'s> {
         }
         let saved = self.nodes[node as usize].gpus.clone();
         let mut picked = None;
-        let mut released = vec![false; self.snapshot.running.len()];
+        // The pods released so far (a few: they all run on this node).
+        let mut released: Vec<u32> = Vec::new();
         for (k, &victim) in candidates.iter().enumerate() {
             // A gang member goes with its gang: its mates here free their
             // GPUs at the same time.
@@ -200,7 +228,8 @@ impl<'s> Cluster<'s> {
                 None => vec![victim],
             };
             for r in going {
-                if !std::mem::replace(&mut released[r as usize], true) {
+                if !released.contains(&r) {
+                    released.push(r);
                     release(
                         &mut self.nodes[node as usize].gpus,
                         &self.snapshot.running[r as usize],
