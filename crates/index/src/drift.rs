@@ -55,7 +55,7 @@ impl Index {
                 if let Some(gpu) = inventory
                     .gpus
                     .iter()
-                    .find(|g| g.uuid == device.uuid && !g.healthy)
+                    .find(|g| !g.healthy && g.uuid == device.uuid)
                 {
                     found.push(UnhealthyHolding {
                         pod: holding.pod.clone().into_owned(),

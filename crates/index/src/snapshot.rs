@@ -2,14 +2,14 @@
 //! the host side, their labels and UUIDs), pending requests with their
 //! eligible nodes, the pods running on those nodes, gangs.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use wasmgpu_contract::glob_match;
 
 use super::claim_asks::{CandidateCache, DraAsk};
 use super::claim_records::{CandidateSets, NodesView, claims_record};
 use super::eligibility;
-use super::holdings::{GpuUse, Holdings, Source};
+use super::holdings::{FastMap, GpuUse, Holdings, Source};
 use super::inventory::NodeInventory;
 use super::node::NodeFacts;
 use super::pod::PodFacts;
@@ -140,7 +140,7 @@ impl Index {
     pub(crate) fn survey(&self, holdings: &Holdings) -> Survey<'_> {
         let mut survey = Survey::default();
         // Pods with the same constraints and GPUResource fit the same nodes.
-        let mut fit_to_reason: HashMap<(&str, ObjectKey), Option<String>> = HashMap::new();
+        let mut fit_to_reason: FastMap<(&str, ObjectKey), Option<String>> = FastMap::default();
         for (resource, state) in &self.key_to_resource {
             if let Some(error) = &state.spec_error {
                 survey.problems.push(Problem::InvalidResource {
@@ -398,8 +398,8 @@ impl Index {
         // Sets are numbered in the order of first use; pods with the same
         // constraints are checked once, and equal sets are shared.
         let mut eligible_sets: Vec<Vec<u64>> = Vec::new();
-        let mut set_to_position: HashMap<Vec<u64>, u32> = HashMap::new();
-        let mut constraints_to_position: HashMap<&str, u32> = HashMap::new();
+        let mut set_to_position: FastMap<Vec<u64>, u32> = FastMap::default();
+        let mut constraints_to_position: FastMap<&str, u32> = FastMap::default();
         for w in &mut waiting {
             if let Some(&position) = constraints_to_position.get(w.pod.constraints_key.as_str()) {
                 w.request.eligible_set = position;
@@ -434,13 +434,15 @@ impl Index {
         );
         let (mut running, running_keys) = self.running(&candidates, &host_nodes, holdings);
         let gangs = self.gangs_of(&mut waiting, &mut running, &running_keys, holdings);
-        let mut namespaces: Vec<String> = waiting
+        // Each namespace once, in order (thousands of pods, a few of them).
+        let namespaces: Vec<String> = waiting
             .iter()
-            .map(|w| w.key.namespace.clone())
-            .chain(running_keys.iter().map(|k| k.namespace.clone()))
+            .map(|w| w.key.namespace.as_str())
+            .chain(running_keys.iter().map(|k| k.namespace.as_str()))
+            .collect::<std::collections::BTreeSet<&str>>()
+            .into_iter()
+            .map(str::to_owned)
             .collect();
-        namespaces.sort_unstable();
-        namespaces.dedup();
         let position = |ns: &str| {
             namespaces
                 .binary_search_by(|n| n.as_str().cmp(ns))
@@ -496,7 +498,7 @@ impl Index {
         host_nodes: &[HostNode],
         holdings: &Holdings,
     ) -> (Vec<Running>, Vec<ObjectKey>) {
-        let node_to_position: HashMap<&str, u32> = candidates
+        let node_to_position: FastMap<&str, u32> = candidates
             .iter()
             .enumerate()
             .map(|(i, c)| (c.name, i as u32))
@@ -580,12 +582,12 @@ fn dra_records(
     host_nodes: &[HostNode],
     waiting: &mut [Waiting<'_>],
     eligible_sets: &mut Vec<Vec<u64>>,
-    set_to_position: &mut HashMap<Vec<u64>, u32>,
+    set_to_position: &mut FastMap<Vec<u64>, u32>,
 ) -> Vec<Vec<wasmgpu_contract::types::GpuRef>> {
     if waiting.iter().all(|w| w.dra.is_none()) {
         return Vec::new();
     }
-    let mut positions = HashMap::new();
+    let mut positions = std::collections::HashMap::new();
     for (n, (c, host)) in candidates.iter().zip(host_nodes).enumerate() {
         for (g, uuid) in host.uuids.iter().enumerate() {
             positions.insert(
@@ -673,7 +675,7 @@ fn node_record(
         positions.push(next);
         next += 1 + gpu.mig_instances.len() as u32;
     }
-    let uuid_to_index: HashMap<&str, u32> = inventory
+    let uuid_to_index: FastMap<&str, u32> = inventory
         .iter()
         .map(|gpu| (gpu.uuid.as_str(), gpu.index))
         .collect();
