@@ -18,7 +18,7 @@
 //! does not support) is a [`Problem::UnusableClaim`]: the pod waits with
 //! the claim, the field and the error named, and nothing is guessed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::v1::{
@@ -65,6 +65,16 @@ pub(crate) struct PendingAlternative {
     pub count: Count,
     /// Eligible devices as (node, UUID).
     pub devices: Vec<(String, String)>,
+    /// Taints (`key=value:effect`) that keep devices its selectors select
+    /// from it, for the reason when it cannot be met.
+    pub untolerated: BTreeSet<String>,
+}
+
+/// The devices a request may take, and the taints that kept others away.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Candidates {
+    pub devices: Vec<(String, String)>,
+    pub untolerated: BTreeSet<String>,
 }
 
 /// How many devices an alternative wants.
@@ -100,7 +110,7 @@ pub(crate) struct PendingConstraint {
 #[derive(Default)]
 pub(crate) struct CandidateCache {
     evaluator: Option<Evaluator>,
-    found: HashMap<String, Result<Vec<(String, String)>, String>>,
+    found: HashMap<String, Result<Candidates, String>>,
 }
 
 // === impl Index ===
@@ -223,7 +233,19 @@ impl Index {
                     on_one >= alternative.count.least()
                 });
                 if !fits {
-                    let reason = if most == 0 {
+                    let taints: BTreeSet<&str> = request
+                        .alternatives
+                        .iter()
+                        .flat_map(|a| &a.untolerated)
+                        .map(String::as_str)
+                        .collect();
+                    let reason = if most == 0 && !taints.is_empty() {
+                        format!(
+                            "request {:?} matches no device on a node the pod may run on: the devices it selects carry taints it does not tolerate ({}); add a toleration to the request, or remove the taint (kubectl get devicetaintrules)",
+                            request.name,
+                            taints.into_iter().collect::<Vec<_>>().join(", ")
+                        )
+                    } else if most == 0 {
                         format!(
                             "request {:?} matches no device on a node the pod may run on",
                             request.name
@@ -296,16 +318,21 @@ impl Index {
                         "{at}.exactly.capacity (consumable capacity) is not supported by wasmgpu"
                     ));
                 }
+                let Candidates {
+                    devices,
+                    untolerated,
+                } = self.candidates(
+                    &at,
+                    &exactly.device_class_name,
+                    exactly.selectors.as_deref().unwrap_or_default(),
+                    exactly.tolerations.as_deref().unwrap_or_default(),
+                    cache,
+                )?;
                 alternatives.push(PendingAlternative {
                     subrequest: None,
                     count: count_of(&at, exactly.allocation_mode.as_deref(), exactly.count)?,
-                    devices: self.candidates(
-                        &at,
-                        &exactly.device_class_name,
-                        exactly.selectors.as_deref().unwrap_or_default(),
-                        exactly.tolerations.as_deref().unwrap_or_default(),
-                        cache,
-                    )?,
+                    devices,
+                    untolerated,
                 });
             }
             (None, Some(subrequests)) if !subrequests.is_empty() => {
@@ -316,16 +343,21 @@ impl Index {
                             "{at}.capacity (consumable capacity) is not supported by wasmgpu"
                         ));
                     }
+                    let Candidates {
+                        devices,
+                        untolerated,
+                    } = self.candidates(
+                        &at,
+                        &sub.device_class_name,
+                        sub.selectors.as_deref().unwrap_or_default(),
+                        sub.tolerations.as_deref().unwrap_or_default(),
+                        cache,
+                    )?;
                     alternatives.push(PendingAlternative {
                         subrequest: Some(sub.name.clone()),
                         count: count_of(&at, sub.allocation_mode.as_deref(), sub.count)?,
-                        devices: self.candidates(
-                            &at,
-                            &sub.device_class_name,
-                            sub.selectors.as_deref().unwrap_or_default(),
-                            sub.tolerations.as_deref().unwrap_or_default(),
-                            cache,
-                        )?,
+                        devices,
+                        untolerated,
                     });
                 }
             }
@@ -350,7 +382,7 @@ impl Index {
         selectors: &[DeviceSelector],
         tolerations: &[DeviceToleration],
         cache: &mut CandidateCache,
-    ) -> Result<Vec<(String, String)>, String> {
+    ) -> Result<Candidates, String> {
         let cache_key =
             serde_json::to_string(&(class_name, selectors, tolerations)).unwrap_or_default();
         if let Some(found) = cache.found.get(&cache_key) {
@@ -368,7 +400,7 @@ impl Index {
         selectors: &[DeviceSelector],
         tolerations: &[DeviceToleration],
         cache: &mut CandidateCache,
-    ) -> Result<Vec<(String, String)>, String> {
+    ) -> Result<Candidates, String> {
         let Some(class) = self.dra.class(class_name) else {
             return Err(format!(
                 "{at} names DeviceClass {class_name:?}, which does not exist"
@@ -401,9 +433,9 @@ impl Index {
             compiled.push((format!("{at}.selectors[{i}]"), s));
         }
         let evaluator = cache.evaluator.get_or_insert_with(Evaluator::new);
-        let mut found = Vec::new();
+        let mut found = Candidates::default();
         'devices: for (node, gpu) in self.dra.devices() {
-            if !taints_tolerated(gpu, tolerations) || has_binding_conditions(gpu) {
+            if has_binding_conditions(gpu) {
                 continue;
             }
             for (what, selector) in &compiled {
@@ -418,9 +450,14 @@ impl Index {
                     }
                 }
             }
-            found.push((node.to_string(), gpu.uuid.clone()));
+            let untolerated = untolerated(self.dra.taints_of(gpu), tolerations);
+            if untolerated.is_empty() {
+                found.devices.push((node.to_string(), gpu.uuid.clone()));
+            } else {
+                found.untolerated.extend(untolerated);
+            }
         }
-        found.sort();
+        found.devices.sort();
         Ok(found)
     }
 
@@ -551,14 +588,22 @@ fn has_binding_conditions(gpu: &DraGpu) -> bool {
         .is_some_and(|c| !c.is_empty())
 }
 
-/// Every `NoSchedule`/`NoExecute` taint of the device is tolerated.
-fn taints_tolerated(gpu: &DraGpu, tolerations: &[DeviceToleration]) -> bool {
-    gpu.published
-        .taints
-        .iter()
-        .flatten()
+/// The `NoSchedule`/`NoExecute` taints of a device (its slice's and its
+/// DeviceTaintRules') that no toleration tolerates, as `key=value:effect`;
+/// other effects (`None`, and unknown ones, as the API says) do not keep a
+/// device from a claim.
+fn untolerated<'a>(
+    taints: impl Iterator<Item = &'a DeviceTaint>,
+    tolerations: &[DeviceToleration],
+) -> Vec<String> {
+    taints
         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-        .all(|taint| tolerations.iter().any(|t| tolerates(t, taint)))
+        .filter(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
+        .map(|t| match &t.value {
+            Some(value) => format!("{}={value}:{}", t.key, t.effect),
+            None => format!("{}:{}", t.key, t.effect),
+        })
+        .collect()
 }
 
 /// A device toleration against a device taint, by the rules of pod

@@ -65,7 +65,7 @@ mod tests;
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 
 pub use claim_writes::{Chosen, ClaimWrite};
 pub use dra::PoolProblem;
@@ -423,6 +423,22 @@ impl Index {
     /// Replaces every DeviceClass (after a relist).
     pub fn reset_deviceclasses(&mut self, classes: &[DeviceClass]) {
         self.dra.reset_classes(classes);
+    }
+
+    /// Records a DeviceTaintRule: the taint it puts on the devices it
+    /// selects keeps them from claims that do not tolerate it.
+    pub fn apply_devicetaintrule(&mut self, rule: &DeviceTaintRule) {
+        self.dra.apply_taint_rule(rule);
+    }
+
+    /// Forgets a DeviceTaintRule.
+    pub fn delete_devicetaintrule(&mut self, name: &str) {
+        self.dra.delete_taint_rule(name);
+    }
+
+    /// Replaces every DeviceTaintRule (after a relist).
+    pub fn reset_devicetaintrules(&mut self, rules: &[DeviceTaintRule]) {
+        self.dra.reset_taint_rules(rules);
     }
 
     /// Records a GPUResource as a watch delivers it: its spec (checked) and

@@ -24,6 +24,7 @@ mod counters;
 mod device;
 mod pools;
 pub(crate) mod quantity;
+mod taint_rules;
 
 #[cfg(test)]
 pub(crate) mod tests;
@@ -31,7 +32,7 @@ pub(crate) mod tests;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceSlice, ResourceSliceSpec,
+    DeviceClass, DeviceTaint, DeviceTaintRule, ResourceClaim, ResourceSlice, ResourceSliceSpec,
 };
 use wasmgpu_api::{GpuInfo, MigInstanceInfo};
 
@@ -60,6 +61,8 @@ pub(crate) struct DraInventory {
     key_to_claim: BTreeMap<ObjectKey, ClaimFacts>,
     /// DeviceClass → its compiled selectors and configuration.
     name_to_class: BTreeMap<String, ClassFacts>,
+    /// Taints DeviceTaintRules put on devices.
+    taint_rules: taint_rules::TaintRules,
 }
 
 /// A node's GPUs from DRA, as the GPUNode path lists them.
@@ -284,6 +287,31 @@ impl DraInventory {
     pub fn reset_classes(&mut self, classes: &[DeviceClass]) {
         self.name_to_class.clear();
         classes.iter().for_each(|c| self.apply_class(c));
+    }
+
+    /// Records a DeviceTaintRule (added or changed).
+    pub fn apply_taint_rule(&mut self, rule: &DeviceTaintRule) {
+        self.taint_rules.apply(rule);
+    }
+
+    /// Forgets a DeviceTaintRule.
+    pub fn delete_taint_rule(&mut self, name: &str) {
+        self.taint_rules.delete(name);
+    }
+
+    /// Replaces every DeviceTaintRule (after a relist).
+    pub fn reset_taint_rules(&mut self, rules: &[DeviceTaintRule]) {
+        self.taint_rules.reset(rules);
+    }
+
+    /// Every taint of `gpu`: those its slice publishes, then those
+    /// DeviceTaintRules put on it.
+    pub fn taints_of<'a>(&'a self, gpu: &'a DraGpu) -> impl Iterator<Item = &'a DeviceTaint> {
+        gpu.published
+            .taints
+            .iter()
+            .flatten()
+            .chain(self.taint_rules.taints_of(&gpu.id).map(|(_, taint)| taint))
     }
 
     /// A DeviceClass by name.

@@ -5,8 +5,8 @@
 
 use k8s_openapi::api::resource::v1::{
     CELDeviceSelector, DeviceClaim, DeviceClass, DeviceClassSpec, DeviceConstraint, DeviceRequest,
-    DeviceSelector, DeviceSubRequest, DeviceTaint, DeviceToleration, ExactDeviceRequest,
-    ResourceClaim, ResourceClaimSpec,
+    DeviceSelector, DeviceSubRequest, DeviceTaint, DeviceTaintRule, DeviceTaintRuleSpec,
+    DeviceTaintSelector, DeviceToleration, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use wasmgpu_contract::types::{Ask, Claim};
@@ -321,6 +321,92 @@ fn a_tainted_device_is_a_candidate_only_when_tolerated() {
     let copied = tolerations("q", &tolerant, "GPU-node-a-0").expect("tolerations");
     assert_eq!(copied[0].key.as_deref(), Some("example.com/broken"));
     assert_eq!(tolerations("p", &plain, "GPU-node-a-1"), None);
+}
+
+/// A DeviceTaintRule tainting `device` (all devices of the driver when
+/// `None`) with `effect`.
+fn taint_rule(name: &str, device: Option<&str>, effect: &str) -> DeviceTaintRule {
+    DeviceTaintRule {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: DeviceTaintRuleSpec {
+            device_selector: Some(DeviceTaintSelector {
+                driver: Some("gpu.nvidia.com".into()),
+                pool: device.map(|_| "node-a".into()),
+                device: device.map(Into::into),
+            }),
+            taint: DeviceTaint {
+                key: "example.com/drain".into(),
+                value: Some("maintenance".into()),
+                effect: effect.into(),
+                time_added: None,
+            },
+        },
+        status: None,
+    }
+}
+
+#[test]
+fn a_device_a_taint_rule_taints_is_a_candidate_only_when_tolerated() {
+    let mut index = dra_index();
+    index.apply_devicetaintrule(&taint_rule("drain-gpu-0", Some("gpu-0"), "NoSchedule"));
+    // Effect None only reports: the device stays a candidate.
+    index.apply_devicetaintrule(&taint_rule("note-gpu-1", Some("gpu-1"), "None"));
+    let mut tolerant = exactly("g", 8, &[]);
+    tolerant.exactly.as_mut().unwrap().tolerations = Some(vec![DeviceToleration {
+        key: Some("example.com/drain".into()),
+        operator: Some("Equal".into()),
+        value: Some("maintenance".into()),
+        ..Default::default()
+    }]);
+    index.apply_resourceclaim(&claim("plain", vec![exactly("g", 1, &[])]));
+    index.apply_resourceclaim(&claim("tolerant", vec![tolerant]));
+    index.apply_pod(&pod("ml", "p").claim("g", "plain").build());
+    index.apply_pod(&pod("ml", "q").claim("g", "tolerant").build());
+    let candidates = |index: &Index, pod: &str| {
+        let (claims, host) = claims_of(index, pod);
+        candidate_uuids(&host, claims[0].requests[0].alternatives[0].candidates)
+    };
+    let plain = candidates(&index, "ml/p");
+    assert_eq!(plain.len(), 7);
+    assert!(!plain.contains(&"GPU-node-a-0".to_owned()), "{plain:?}");
+    assert_eq!(candidates(&index, "ml/q").len(), 8);
+
+    // A rule over the whole driver: only the tolerant claim has devices;
+    // the other waits as a claim no node could hold.
+    index.apply_devicetaintrule(&taint_rule("drain-all", None, "NoExecute"));
+    assert_eq!(candidates(&index, "ml/q").len(), 8);
+    let pending: Vec<String> = default_host(&index)
+        .snapshot
+        .pending
+        .into_iter()
+        .map(|r| r.pod)
+        .collect();
+    assert_eq!(
+        pending,
+        ["ml/q"],
+        "a claim whose devices are all tainted waits"
+    );
+    assert!(
+        index.problems().iter().any(|p| matches!(
+            p,
+            Problem::UnsatisfiableClaim { pod, claim, reason }
+                if pod.to_string() == "ml/p"
+                    && claim == "ml/plain"
+                    && reason.contains("taints it does not tolerate (example.com/drain=maintenance:NoExecute, example.com/drain=maintenance:NoSchedule)")
+        )),
+        "{:?}",
+        index.problems()
+    );
+
+    // Rules deleted: every device is back.
+    index.delete_devicetaintrule("drain-all");
+    index.delete_devicetaintrule("drain-gpu-0");
+    assert_eq!(candidates(&index, "ml/p").len(), 8);
+    index.reset_devicetaintrules(&[taint_rule("drain-gpu-0", Some("gpu-0"), "NoSchedule")]);
+    assert_eq!(candidates(&index, "ml/p").len(), 7);
 }
 
 #[test]
