@@ -63,7 +63,7 @@ use tracing::Instrument;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use kube::runtime::events::Reporter as EventReporter;
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -360,7 +360,7 @@ async fn watch_cluster(
         tracing::info!("DRA is turned off (--no-dra): only GPUNodes are read");
     } else if dra_served(client).await {
         tracing::info!(
-            "Watching ResourceSlices, ResourceClaims and DeviceClasses (resource.k8s.io/v1): GPUs a DRA driver publishes are counted with the GPUNodes' (one GPU per UUID), devices any claim holds are held, and pods asking through spec.resourceClaims are placed"
+            "Watching ResourceSlices, ResourceClaims, DeviceClasses and DeviceTaintRules (resource.k8s.io/v1): GPUs a DRA driver publishes are counted with the GPUNodes' (one GPU per UUID), devices any claim holds are held, devices tainted and not tolerated are kept from claims, and pods asking through spec.resourceClaims are placed"
         );
         watches.spawn(feed(
             Api::<ResourceSlice>::all(client.clone()),
@@ -380,6 +380,25 @@ async fn watch_cluster(
             shared.clone(),
             links.link("DeviceClass"),
         ));
+        // Served from Kubernetes 1.37 (resource.k8s.io/v1); before that,
+        // the slices' own taints are all there is.
+        if served(
+            Api::<DeviceTaintRule>::all(client.clone()),
+            "DeviceTaintRules",
+        )
+        .await
+        {
+            watches.spawn(feed(
+                Api::<DeviceTaintRule>::all(client.clone()),
+                watcher::Config::default(),
+                shared.clone(),
+                links.link("DeviceTaintRule"),
+            ));
+        } else {
+            tracing::info!(
+                "The API server does not serve DeviceTaintRules (resource.k8s.io/v1, Kubernetes 1.37+): only the taints ResourceSlices carry keep devices from claims"
+            );
+        }
     } else {
         tracing::info!(
             "The API server does not serve resource.k8s.io/v1 (DRA, Kubernetes 1.34+): only GPUNodes are read"

@@ -2,7 +2,7 @@
 //! loop can feed the index.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 
 use super::Index;
 use wasmgpu_api::{GPUNode, GPUResource, GPUTenant, PodGroup};
@@ -181,5 +181,21 @@ impl IndexResource<DeviceClass> for Index {
 
     fn reset(&mut self, classes: &[DeviceClass]) {
         self.reset_deviceclasses(classes);
+    }
+}
+
+impl IndexResource<DeviceTaintRule> for Index {
+    fn apply(&mut self, rule: &DeviceTaintRule) {
+        self.apply_devicetaintrule(rule);
+    }
+
+    fn delete(&mut self, rule: &DeviceTaintRule) {
+        if let Some(name) = &rule.metadata.name {
+            self.delete_devicetaintrule(name);
+        }
+    }
+
+    fn reset(&mut self, rules: &[DeviceTaintRule]) {
+        self.reset_devicetaintrules(rules);
     }
 }

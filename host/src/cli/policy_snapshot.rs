@@ -4,7 +4,7 @@
 //! ```text
 //!  list Node, GPUNode, GPUResource, Pod (schedulerName=wasmgpu), GPUTenant,
 //!       PodGroup, PodDisruptionBudget, ResourceSlice, ResourceClaim,
-//!       DeviceClass (those the server serves) ──────────────────────▶ Index::reset_*
+//!       DeviceClass, DeviceTaintRule (those the server serves) ─────▶ Index::reset_*
 //!  get the policy ConfigMap (config.json)                             │
 //!                                                 Index::snapshot(policy) ──▶ FILE
 //! ```
@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use kube::api::ListParams;
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
@@ -112,6 +112,7 @@ struct Objects {
     slices: Vec<ResourceSlice>,
     claims: Vec<ResourceClaim>,
     classes: Vec<DeviceClass>,
+    taint_rules: Vec<DeviceTaintRule>,
     policy: Option<ConfigMap>,
 }
 
@@ -173,6 +174,7 @@ fn build(objects: &Objects, policy: &str, default_policy: &str) -> HostSnapshot 
     index.reset_resourceslices(&objects.slices);
     index.reset_resourceclaims(&objects.claims);
     index.reset_deviceclasses(&objects.classes);
+    index.reset_devicetaintrules(&objects.taint_rules);
     index.reset_pods(&objects.pods);
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -204,13 +206,14 @@ async fn list(client: Client, policy: &str, namespace: &str) -> anyhow::Result<O
                 .with_context(|| format!("reading ConfigMap {namespace}/{policy}"))
         },
     )?;
-    let (tenants, groups, budgets, slices, claims, classes) = tokio::try_join!(
+    let (tenants, groups, budgets, slices, claims, classes, taint_rules) = tokio::try_join!(
         served::<GPUTenant>(&client),
         served::<PodGroup>(&client),
         served::<PodDisruptionBudget>(&client),
         served::<ResourceSlice>(&client),
         served::<ResourceClaim>(&client),
         served::<DeviceClass>(&client),
+        served::<DeviceTaintRule>(&client),
     )?;
     Ok(Objects {
         nodes,
@@ -223,6 +226,7 @@ async fn list(client: Client, policy: &str, namespace: &str) -> anyhow::Result<O
         slices,
         claims,
         classes,
+        taint_rules,
         policy,
     })
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Result;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+    DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -440,4 +440,87 @@ async fn a_claim_allocated_before_a_crash_gets_its_pod_bound_where_the_claim_is(
     drop(controller);
     slices.delete(&slice_name, &DeleteParams::default()).await?;
     remove_nodes(&ctx, &[node]).await
+}
+
+#[tokio::test]
+async fn a_device_taint_rule_keeps_its_devices_from_claims_that_do_not_tolerate_it() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("ctl-dra-taints").await?;
+    install_crds(&ctx).await?;
+    nvidia_class(&ctx).await?;
+    let (node, slice_name) = h100_node(&ctx, 2).await?;
+    // The node's whole pool drained, as an operator would before maintenance.
+    let rules: Api<DeviceTaintRule> = ctx.cluster_api();
+    let rule_name = format!("{}-drain", ctx.namespace);
+    let rule: DeviceTaintRule = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": rule_name},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": node},
+            "taint": {"key": "example.com/drain", "value": "maintenance", "effect": "NoSchedule"},
+        },
+    }))?;
+    rules.create(&PostParams::default(), &rule).await?;
+    let controller = Controller::start(&ctx).await?;
+
+    claim(&ctx, "plain", 1, "true", "gpu.nvidia.com").await?;
+    let tolerant: ResourceClaim = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "tolerant"},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+            "deviceClassName": "gpu.nvidia.com",
+            "count": 1,
+            "tolerations": [{"key": "example.com/drain", "operator": "Equal",
+                             "value": "maintenance", "effect": "NoSchedule"}],
+        }}]}},
+    }))?;
+    ctx.api::<ResourceClaim>()
+        .create(&PostParams::default(), &tolerant)
+        .await?;
+    dra_pod(&ctx, "plain", "plain").await?;
+    dra_pod(&ctx, "tolerant", "tolerant").await?;
+
+    // The pod that tolerates the taint gets a device, its tolerations
+    // copied into the result as kube-scheduler copies them.
+    let bound = wait_bound(&ctx, "tolerant").await?;
+    assert_eq!(node_of(&bound).as_deref(), Some(node.as_str()));
+    let claims = ctx.api::<ResourceClaim>();
+    let result = claims.get("tolerant").await?;
+    let results = result
+        .status
+        .and_then(|s| s.allocation)
+        .and_then(|a| a.devices)
+        .and_then(|d| d.results)
+        .expect("allocated");
+    let tolerations = results[0].tolerations.clone().expect("tolerations copied");
+    assert_eq!(tolerations[0].key.as_deref(), Some("example.com/drain"));
+
+    // The other waits, told which taint keeps it and what to do.
+    let note = wait_event(&ctx, "plain", "Unsatisfiable", &controller).await?;
+    assert!(
+        note.contains("example.com/drain=maintenance:NoSchedule")
+            && note.contains("add a toleration"),
+        "{note}"
+    );
+    assert!(allocated(&claims.get("plain").await?).is_empty());
+
+    // The drain ends: the claim gets the device left, the pod is bound.
+    rules.delete(&rule_name, &DeleteParams::default()).await?;
+    let bound = wait_bound(&ctx, "plain").await?;
+    assert_eq!(node_of(&bound).as_deref(), Some(node.as_str()));
+    let mut devices: Vec<String> = allocated(&claims.get("plain").await?);
+    devices.extend(allocated(&claims.get("tolerant").await?));
+    devices.sort();
+    assert_eq!(
+        devices,
+        [format!("{node}/gpu-0"), format!("{node}/gpu-1")],
+        "each device once"
+    );
+    upstream_agrees(&ctx).await?;
+    ctx.cluster_api::<ResourceSlice>()
+        .delete(&slice_name, &DeleteParams::default())
+        .await?;
+    Ok(())
 }
