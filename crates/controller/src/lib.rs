@@ -169,14 +169,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let server = kube.cluster_url.to_string();
-    // Evictions go through a client that does not retry 429: there it is
-    // the answer (a PodDisruptionBudget refuses), not a request to wait.
-    let mut answers_429 = kube.clone();
-    answers_429.default_retry = false;
-    let client = Client::try_from(kube)
-        .with_context(|| format!("cannot make a client for the API server at {server}"))?;
-    let eviction_client = Client::try_from(answers_429)
-        .with_context(|| format!("cannot make a client for the API server at {server}"))?;
+    let (client, eviction_client) = clients(kube)?;
     let engine = Arc::new(Engine::new(config.limits.clone())?);
     let policies = Policies::new(PolicySet::from_files(&engine, &config.policies)?);
     let mut index = Index::new(config.default_policy.clone());
@@ -274,6 +267,39 @@ pub async fn run(
         recorder,
     };
     let mut rounds = tokio::spawn(rounds.run().instrument(tracing::info_span!("rounds")));
+    until_stopped(http, shutdown, &mut watches, &mut rounds).await?;
+    rounds.abort();
+    let _ = rounds.await;
+    shadow_writer.abort();
+    watches.shutdown().await;
+    events_task.abort();
+    leadership.step_down().await;
+    Ok(())
+}
+
+/// The client for every request, and one for evictions that does not
+/// retry 429: there it is the answer (a PodDisruptionBudget refuses), not a
+/// request to wait.
+fn clients(kube: kube::Config) -> anyhow::Result<(Client, Client)> {
+    let server = kube.cluster_url.to_string();
+    let mut answers_429 = kube.clone();
+    answers_429.default_retry = false;
+    let client = Client::try_from(kube)
+        .with_context(|| format!("cannot make a client for the API server at {server}"))?;
+    let eviction_client = Client::try_from(answers_429)
+        .with_context(|| format!("cannot make a client for the API server at {server}"))?;
+    Ok((client, eviction_client))
+}
+
+/// Waits until `shutdown` completes (`Ok`) or a part of the controller
+/// stops: the metrics and health server, a watch, the round loop (`Err`
+/// naming it).
+async fn until_stopped(
+    http: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    shutdown: impl std::future::Future<Output = ()>,
+    watches: &mut tokio::task::JoinSet<&'static str>,
+    rounds: &mut tokio::task::JoinHandle<()>,
+) -> anyhow::Result<()> {
     let http_failed = async {
         match http {
             Some(task) => match task.await {
@@ -292,17 +318,11 @@ pub async fn run(
             Some(Err(error)) => anyhow::bail!("a watch task failed: {error}"),
             None => anyhow::bail!("no watch runs"),
         },
-        result = &mut rounds => {
+        result = rounds => {
             result?;
             anyhow::bail!("the round loop ended unexpectedly");
         }
     }
-    rounds.abort();
-    let _ = rounds.await;
-    shadow_writer.abort();
-    watches.shutdown().await;
-    events_task.abort();
-    leadership.step_down().await;
     Ok(())
 }
 

@@ -478,13 +478,7 @@ impl PolicyCommand {
                 dir,
                 sdk,
                 lang,
-            } => {
-                let example = generated_snapshot(8, 12)?;
-                let message =
-                    super::policy_new::new(&name, dir.as_deref(), sdk.as_deref(), lang, example)?;
-                stdout::print(&message)?;
-                Ok(ExitCode::SUCCESS)
-            }
+            } => new_policy(&name, dir.as_deref(), sdk.as_deref(), lang),
             PolicyCommand::Check { file, output } => check(&file, output),
             PolicyCommand::Publish {
                 file,
@@ -500,19 +494,13 @@ impl PolicyCommand {
                     namespace: super::policy_cluster::namespace(namespace),
                     shadow_of,
                 };
-                target.check()?;
-                match (file, oci) {
-                    (_, Some(reference)) => super::policy_cluster::publish_ref(
-                        &reference,
-                        pull_secret.as_deref(),
-                        config.as_deref(),
-                        &target,
-                    ),
-                    (Some(file), None) => {
-                        super::policy_cluster::publish(&file, config.as_deref(), &target)
-                    }
-                    (None, None) => anyhow::bail!("give FILE or --oci REF"),
-                }
+                publish(
+                    file,
+                    oci,
+                    pull_secret.as_deref(),
+                    config.as_deref(),
+                    &target,
+                )
             }
             PolicyCommand::Push {
                 file,
@@ -551,29 +539,7 @@ impl PolicyCommand {
                 output,
                 render,
                 limits,
-            } => {
-                let engine = limits.engine()?;
-                let snapshot = snapshot_file::read(&snapshot)?;
-                let configs = CompareConfigs::parse(&config)?;
-                let mut rounds = Vec::new();
-                for file in &files {
-                    let policy = load_policy(&engine, file)?;
-                    let mut snapshot = snapshot.clone();
-                    if let Some(text) = configs.of(&policy, file)? {
-                        snapshot.snapshot.config = text;
-                    }
-                    rounds.push((policy, snapshot));
-                }
-                configs.all_used(&rounds, &files)?;
-                policy_run::compare(&rounds, output, &render).map_err(|error| match &configs.all {
-                    Some(all) => error.context(format!(
-                        "--config {} went to every policy; give a policy that takes other \
-                         parameters its own with --config POLICY=FILE",
-                        all.display()
-                    )),
-                    None => error,
-                })
-            }
+            } => compare(&files, &snapshot, &config, output, &render, &limits),
             PolicyCommand::Validate {
                 snapshot,
                 decisions,
@@ -620,14 +586,7 @@ impl PolicyCommand {
                 ))?;
                 Ok(ExitCode::SUCCESS)
             }
-            PolicyCommand::UpgradeSnapshot { file, out } => {
-                let snapshot = snapshot_file::read(&file)?;
-                let json = wasmgpu_contract::snapshot_file::to_json(&snapshot)?;
-                let out = out.unwrap_or(file);
-                std::fs::write(&out, json + "\n")
-                    .with_context(|| format!("writing {}", out.display()))?;
-                Ok(ExitCode::SUCCESS)
-            }
+            PolicyCommand::UpgradeSnapshot { file, out } => upgrade_snapshot(&file, out),
             PolicyCommand::OutputSchema { command } => {
                 stdout::json(&command.schema())?;
                 Ok(ExitCode::SUCCESS)
@@ -636,17 +595,97 @@ impl PolicyCommand {
                 nodes,
                 pods,
                 out: file,
-            } => {
-                let json = generated_snapshot(nodes, pods)?;
-                match file {
-                    Some(path) => std::fs::write(&path, json)
-                        .with_context(|| format!("writing {}", path.display()))?,
-                    None => stdout::println(&json)?,
-                }
-                Ok(ExitCode::SUCCESS)
-            }
+            } => generate_snapshot(nodes, pods, file.as_deref()),
         }
     }
+}
+
+/// `wasmgpu policy new`: a project for a new policy, its tests run on a
+/// generated snapshot.
+fn new_policy(
+    name: &str,
+    dir: Option<&Path>,
+    sdk: Option<&Path>,
+    lang: super::policy_new::Lang,
+) -> anyhow::Result<ExitCode> {
+    let example = generated_snapshot(8, 12)?;
+    let message = super::policy_new::new(name, dir, sdk, lang, example)?;
+    stdout::print(&message)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `wasmgpu policy publish`: a file into a ConfigMap, or a reference to an
+/// OCI artifact.
+fn publish(
+    file: Option<PathBuf>,
+    oci: Option<String>,
+    pull_secret: Option<&str>,
+    config: Option<&Path>,
+    target: &super::policy_cluster::Target,
+) -> anyhow::Result<ExitCode> {
+    target.check()?;
+    match (file, oci) {
+        (_, Some(reference)) => {
+            super::policy_cluster::publish_ref(&reference, pull_secret, config, target)
+        }
+        (Some(file), None) => super::policy_cluster::publish(&file, config, target),
+        (None, None) => anyhow::bail!("give FILE or --oci REF"),
+    }
+}
+
+/// `wasmgpu policy compare`: several policies on one snapshot, each with
+/// its own configuration where given.
+fn compare(
+    files: &[PathBuf],
+    snapshot: &Path,
+    config: &[String],
+    output: Output,
+    render: &super::render::RenderArgs,
+    limits: &LimitArgs,
+) -> anyhow::Result<ExitCode> {
+    let engine = limits.engine()?;
+    let snapshot = snapshot_file::read(snapshot)?;
+    let configs = CompareConfigs::parse(config)?;
+    let mut rounds = Vec::new();
+    for file in files {
+        let policy = load_policy(&engine, file)?;
+        let mut snapshot = snapshot.clone();
+        if let Some(text) = configs.of(&policy, file)? {
+            snapshot.snapshot.config = text;
+        }
+        rounds.push((policy, snapshot));
+    }
+    configs.all_used(&rounds, files)?;
+    policy_run::compare(&rounds, output, render).map_err(|error| match &configs.all {
+        Some(all) => error.context(format!(
+            "--config {} went to every policy; give a policy that takes other \
+             parameters its own with --config POLICY=FILE",
+            all.display()
+        )),
+        None => error,
+    })
+}
+
+/// `wasmgpu policy upgrade-snapshot`: a snapshot file rewritten in the
+/// current format, in place unless `out` is given.
+fn upgrade_snapshot(file: &Path, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let snapshot = snapshot_file::read(file)?;
+    let json = wasmgpu_contract::snapshot_file::to_json(&snapshot)?;
+    let out = out.unwrap_or_else(|| file.to_owned());
+    std::fs::write(&out, json + "\n").with_context(|| format!("writing {}", out.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `wasmgpu policy generate-snapshot`: into `file`, or to standard output.
+fn generate_snapshot(nodes: u32, pods: u32, file: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let json = generated_snapshot(nodes, pods)?;
+    match file {
+        Some(path) => {
+            std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?
+        }
+        None => stdout::println(&json)?,
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The JSON of `generate-snapshot --nodes NODES --pods PODS`.

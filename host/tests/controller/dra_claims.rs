@@ -573,7 +573,7 @@ async fn a_pod_with_two_claims_and_a_claim_two_pods_share_are_placed_as_kube_sch
     assert_eq!(distinct.len(), 3, "{model:?} {workers:?}");
     let two_uid = two.metadata.uid.clone().expect("uid");
     for name in ["model", "workers"] {
-        assert_eq!(reserved_for(&claims.get(name).await?), [two_uid.clone()]);
+        assert_eq!(reserved_for(&claims.get(name).await?), [two_uid.as_str()]);
     }
 
     // A claim two pods share: the first allocates it, the second goes where
