@@ -1,13 +1,17 @@
-//! Chaos, bounded and seeded: random pod creations, deletions and
-//! completions, GPUResource deletions, GPUNode deletions, controller
-//! SIGKILLs and policy swaps; after every burst the test waits for a quiet
+//! Chaos, bounded and seeded: random pod creations (of two priorities),
+//! deletions and completions, GPUResource deletions, GPUNode deletions,
+//! controller SIGKILLs and policy swaps; the test plays the kubelet (pods
+//! evicted by a preemption finish). After every burst it waits for a quiet
 //! point and checks, from the API objects alone, that
 //!
 //! * no GPU is held twice (exclusive twice, or exclusive and shared), and
 //!   shared memory fits;
 //! * every bound live pod carries one allocation equal to its devices
 //!   annotation and its node;
-//! * no pod waits while GPUs that fit it are free.
+//! * no pod waits while GPUs that fit it are free;
+//! * no pod waits while it could preempt: an exclusive pod of the higher
+//!   priority whose count of GPUs on one node are free or held only by pods
+//!   of the lower priority.
 //!
 //! The seed is printed; `WASMGPU_CHAOS_SEED=N` replays one.
 
@@ -26,6 +30,7 @@ use wasmgpu_test_harness::{PodPhase, TestContext, set_pod_phase};
 
 use crate::common::policy_bytes;
 use crate::configmaps::put_policy;
+use crate::preemption::{finish_evicted, pod_of_class, priority_class, remove_priority_classes};
 use crate::support::*;
 
 const NODES: usize = 4;
@@ -46,8 +51,17 @@ fn shape(name: &str) -> (&'static str, u32, Sharing, u64) {
     *SHAPES.iter().find(|s| s.0 == name).expect("a known shape")
 }
 
-/// `(node, GPU uuid)` → (exclusive holders, shared holders, shared MiB).
-type GpuUse = BTreeMap<(String, String), (u32, u32, u64)>;
+/// `(node, GPU uuid)` → (exclusive holders, shared holders, shared MiB,
+/// the highest priority among the holders).
+type GpuUse = BTreeMap<(String, String), (u32, u32, u64, i32)>;
+
+/// The two PriorityClasses' values: most pods are of the lower.
+const LOW: i32 = 100;
+const HIGH: i32 = 1000;
+
+fn priority(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
 
 /// What the API objects say at one moment.
 struct World {
@@ -118,6 +132,7 @@ impl World {
                 let entry = use_
                     .entry((held.node.clone(), device.uuid.clone()))
                     .or_default();
+                entry.3 = entry.3.max(priority(pod));
                 match held.sharing {
                     Sharing::Exclusive => entry.0 += 1,
                     Sharing::Shared => {
@@ -127,7 +142,7 @@ impl World {
                 }
             }
         }
-        for ((node, gpu), (exclusive, shared, mib)) in &use_ {
+        for ((node, gpu), (exclusive, shared, mib, _)) in &use_ {
             if *exclusive > 1 || (*exclusive == 1 && *shared > 0) || *mib > H100_MIB {
                 violations.push(format!(
                     "{gpu} on {node} held twice: {exclusive} exclusive, {shared} shared taking {mib} MiB"
@@ -137,20 +152,33 @@ impl World {
         (use_, violations)
     }
 
-    /// Pods that wait although GPUs that fit them are free now.
+    /// Pods that wait although GPUs that fit them are free now, or
+    /// although they could preempt pods of lower priority for them.
     fn starved(&self, nodes: &[String]) -> Vec<String> {
         let (use_, _) = self.holdings();
+        let held = |node: &str, i: u32| {
+            use_.get(&(node.to_string(), format!("GPU-{node}-{i}")))
+                .copied()
+                .unwrap_or_default()
+        };
         let free = |node: &str, sharing: Sharing, mib: u64| {
             (0..GPUS)
-                .filter(|i| {
-                    let held = use_
-                        .get(&(node.to_string(), format!("GPU-{node}-{i}")))
-                        .copied()
-                        .unwrap_or_default();
+                .filter(|&i| {
+                    let held = held(node, i);
                     match sharing {
-                        Sharing::Exclusive => held == (0, 0, 0),
+                        Sharing::Exclusive => (held.0, held.1) == (0, 0),
                         Sharing::Shared => held.0 == 0 && held.2 + mib <= H100_MIB,
                     }
+                })
+                .count() as u32
+        };
+        // Exclusive requests preempt: GPUs free or held only by pods of
+        // lower priority are theirs to take.
+        let preemptible = |node: &str, priority: i32| {
+            (0..GPUS)
+                .filter(|&i| {
+                    let held = held(node, i);
+                    (held.0, held.1) == (0, 0) || held.3 < priority
                 })
                 .count() as u32
         };
@@ -170,11 +198,22 @@ impl World {
                     return None;
                 }
                 let (_, count, sharing, mib) = shape(&resource);
-                nodes
-                    .iter()
-                    .filter(|n| self.published.contains(*n))
-                    .any(|n| free(n, sharing, mib) >= count)
-                    .then(|| format!("{} ({resource}) waits while GPUs fit it", pod.name_any()))
+                let published = || nodes.iter().filter(|n| self.published.contains(*n));
+                if published().any(|n| free(n, sharing, mib) >= count) {
+                    return Some(format!(
+                        "{} ({resource}) waits while GPUs fit it",
+                        pod.name_any()
+                    ));
+                }
+                let priority = priority(pod);
+                (sharing == Sharing::Exclusive
+                    && published().any(|n| preemptible(n, priority) >= count))
+                .then(|| {
+                    format!(
+                        "{} ({resource}, priority {priority}) waits while it could preempt",
+                        pod.name_any()
+                    )
+                })
             })
             .collect()
     }
@@ -212,6 +251,10 @@ async fn chaos_never_double_books_and_never_starves() -> Result<()> {
     for (name, count, sharing, mib) in SHAPES {
         gpuresource(&ctx, name, count, sharing, mib, None).await?;
     }
+    let classes = [
+        priority_class(&ctx, "low", LOW, false).await?,
+        priority_class(&ctx, "high", HIGH, false).await?,
+    ];
     let (binpack, spread) = (policy_bytes("binpack"), policy_bytes("spread"));
     put_policy(&ctx, "binpack", POLICY_KEY, binpack.clone(), None, None).await?;
     let mut controller = Controller::start(&ctx).await?;
@@ -220,6 +263,7 @@ async fn chaos_never_double_books_and_never_starves() -> Result<()> {
     let mut next_pod = 0usize;
     let mut swapped = false;
     let mut log = Vec::new();
+    let mut evicted = 0;
 
     for burst in 0..BURSTS {
         for _ in 0..rng.random_range(5..14usize) {
@@ -235,9 +279,11 @@ async fn chaos_never_double_books_and_never_starves() -> Result<()> {
                     let resource = SHAPES[rng.random_range(0..SHAPES.len())].0;
                     let name = format!("p-{next_pod:03}");
                     next_pod += 1;
+                    // One pod in four is of the higher priority.
+                    let class = &classes[usize::from(rng.random_range(0..4u8) == 0)];
                     if world.resources.contains(resource) {
-                        create_pod(&ctx, &name, resource).await?;
-                        log.push(format!("create {name} ({resource})"));
+                        pod_of_class(&ctx, &name, resource, class).await?;
+                        log.push(format!("create {name} ({resource}, {class})"));
                     }
                 }
                 45..65 if !bound.is_empty() => {
@@ -299,6 +345,7 @@ async fn chaos_never_double_books_and_never_starves() -> Result<()> {
         let deadline = Instant::now() + SETTLE;
         loop {
             controller.check_alive()?;
+            evicted += finish_evicted(&pods).await?.len();
             let world = World::read(&ctx).await?;
             let (_, violations) = world.holdings();
             if !violations.is_empty() {
@@ -342,10 +389,11 @@ async fn chaos_never_double_books_and_never_starves() -> Result<()> {
         *kinds.entry(kind).or_default() += 1;
     }
     eprintln!(
-        "chaos seed {seed}: {} operations {kinds:?}, {:?}",
+        "chaos seed {seed}: {} operations {kinds:?}, {evicted} pods evicted by preemptions, {:?}",
         log.len(),
         started.elapsed()
     );
     drop(controller);
+    remove_priority_classes(&ctx, classes).await?;
     remove_nodes(&ctx, &nodes).await
 }
