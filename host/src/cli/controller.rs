@@ -114,13 +114,14 @@ pub struct ControllerCommand {
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = humantime::parse_duration)]
     min_runtime: Duration,
 
-    /// Read only GPUNodes, never DRA's ResourceSlices, ResourceClaims and
-    /// DeviceClasses. By default they are read wherever the API server
-    /// serves `resource.k8s.io/v1`: GPUs a DRA driver publishes count with
-    /// the GPUNodes' (the same UUID is one GPU), devices any claim's
-    /// allocation holds stay held, and pods asking through
-    /// `spec.resourceClaims` are placed and their claims allocated (see
-    /// docs/DRA.md).
+    /// Read only GPUNodes, never DRA's ResourceSlices, ResourceClaims,
+    /// DeviceClasses and DeviceTaintRules. By default they are read wherever
+    /// the API server serves `resource.k8s.io/v1` (DeviceTaintRules where
+    /// served, 1.37+): GPUs a DRA driver publishes count with the GPUNodes'
+    /// (the same UUID is one GPU), devices any claim's allocation holds stay
+    /// held, tainted devices go only to claims that tolerate the taint, and
+    /// pods asking through `spec.resourceClaims` are placed and their claims
+    /// allocated (see docs/DRA.md).
     #[arg(long)]
     no_dra: bool,
 
