@@ -3,7 +3,7 @@
 //! Reads the node's GPUs and keeps its `GPUNode` status current.
 //!
 //! ```text
-//!  GpuSource ── Reading (raw facts) ──▶ convert::to_status ──▶ Publisher
+//!  GpuSource ── Reading (raw facts) ──▶ convert::to_status ──▶ StatusPublisher
 //!   nvml: NVML queries                     NVLink peers,          server-side
 //!   file: --inventory FILE                 health rules,          apply of
 //!     │                                    conditions             GPUNode/<node>
@@ -31,7 +31,7 @@ pub mod run;
 pub mod source;
 
 pub use health::{APPLICATION_XIDS, HealthRules};
-pub use publish::{FIELD_MANAGER, PublishError, Publisher};
+pub use publish::{FIELD_MANAGER, PublishError, StatusPublisher};
 pub use run::Agent;
 pub use source::{GpuSource, Reading, SourceError};
 

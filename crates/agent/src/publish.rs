@@ -37,7 +37,7 @@ impl PublishError {
 }
 
 /// Writes one node's `GPUNode` status.
-pub struct Publisher {
+pub struct StatusPublisher {
     api: Api<GPUNode>,
     node: String,
     /// The uid of the `GPUNode` last read or written: another uid, or none,
@@ -46,7 +46,7 @@ pub struct Publisher {
     published: Option<GPUNodeStatus>,
 }
 
-impl Publisher {
+impl StatusPublisher {
     /// Ensures `GPUNode/<node>` exists (creating it by server-side apply) and
     /// remembers its current status, so that an unchanged status is not
     /// written again after a restart.

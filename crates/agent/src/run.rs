@@ -10,7 +10,7 @@ use tokio::time::MissedTickBehavior;
 use super::Error;
 use super::convert::{self, Context};
 use super::health::{Faults, HealthRules};
-use super::publish::Publisher;
+use super::publish::StatusPublisher;
 use super::source::{GpuSource, Reading, Signal};
 use wasmgpu_api::GPUNodeStatus;
 
@@ -76,7 +76,11 @@ impl Agent {
 
     /// Publishes through `publisher` every `interval`, and at once on a
     /// health event or a changed source, until SIGTERM or Ctrl-C.
-    pub async fn run(mut self, mut publisher: Publisher, interval: Duration) -> Result<(), Error> {
+    pub async fn run(
+        mut self,
+        mut publisher: StatusPublisher,
+        interval: Duration,
+    ) -> Result<(), Error> {
         let (signals, mut received) = mpsc::unbounded_channel();
         self.source.watch(signals).map_err(Error::Source)?;
         let mut ticker = tokio::time::interval(interval);

@@ -26,7 +26,7 @@ pub const SUMMARY_EVERY: Duration = Duration::from_secs(30);
 
 /// Why a watch failed, as an operator needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Cause {
+pub enum WatchFailure {
     /// 401: the API server refuses the controller's credentials.
     Unauthorized(String),
     /// 403: the controller may not list or watch the kind.
@@ -36,9 +36,9 @@ pub enum Cause {
     Failed(String),
 }
 
-// === impl Cause ===
+// === impl WatchFailure ===
 
-impl Cause {
+impl WatchFailure {
     /// Classifies a watch error.
     pub fn of(error: &watcher::Error) -> Self {
         let status = match error {
@@ -85,7 +85,7 @@ enum State {
     /// Its last list or watch succeeded.
     Connected,
     /// Failing since `since`, last because of `cause`.
-    Failing { since: Instant, cause: Cause },
+    Failing { since: Instant, cause: WatchFailure },
 }
 
 /// Every watch's state, by kind.
@@ -161,7 +161,7 @@ struct Failing {
     /// Failures since the last line logged.
     unlogged: u64,
     logged_at: Instant,
-    cause: Cause,
+    cause: WatchFailure,
 }
 
 impl fmt::Debug for Link {
@@ -180,7 +180,7 @@ impl Link {
 
     /// The list or watch failed with `error`; it is retried.
     pub fn failed(&mut self, error: &watcher::Error) {
-        let cause = Cause::of(error);
+        let cause = WatchFailure::of(error);
         let kind = self.kind;
         let server = &self.links.server;
         let now = Instant::now();
@@ -253,12 +253,13 @@ mod tests {
 
     #[test]
     fn names_the_server_and_the_fix_of_bad_credentials() {
-        let cause = Cause::of(&api_error(401, "Unauthorized"));
-        assert_eq!(cause, Cause::Unauthorized("Unauthorized".into()));
+        let cause = WatchFailure::of(&api_error(401, "Unauthorized"));
+        assert_eq!(cause, WatchFailure::Unauthorized("Unauthorized".into()));
         let text = cause.describe("https://api:6443", "Pod");
         assert!(text.contains("https://api:6443"), "{text}");
         assert!(text.contains("401 Unauthorized"), "{text}");
-        let text = Cause::of(&api_error(403, "pods is forbidden")).describe("https://api", "Pod");
+        let text =
+            WatchFailure::of(&api_error(403, "pods is forbidden")).describe("https://api", "Pod");
         assert!(text.contains("403 Forbidden: pods is forbidden"), "{text}");
         assert!(text.contains("deploy/rbac/controller.yaml"), "{text}");
     }
@@ -267,8 +268,8 @@ mod tests {
     fn a_failure_keeps_the_causes_of_its_sources() {
         let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
         let error = watcher::Error::InitialListFailed(kube::Error::Service(Box::new(refused)));
-        let Cause::Failed(text) = Cause::of(&error) else {
-            panic!("not a failure: {:?}", Cause::of(&error));
+        let WatchFailure::Failed(text) = WatchFailure::of(&error) else {
+            panic!("not a failure: {:?}", WatchFailure::of(&error));
         };
         assert!(text.ends_with("ServiceError: refused"), "{text}");
     }

@@ -15,7 +15,7 @@ use super::table::Table;
 use wasmgpu_agent::deviceplugin::{self, DeviceOptions, NodePods, ResponseOptions, Strategy};
 use wasmgpu_agent::file::FileSource;
 use wasmgpu_agent::nvml::NvmlSource;
-use wasmgpu_agent::{Agent, GpuSource, HealthRules, Publisher};
+use wasmgpu_agent::{Agent, GpuSource, HealthRules, StatusPublisher};
 use wasmgpu_api::{GPUNodeStatus, GpuInfo};
 
 /// Publish this node's GPUs (read through NVML) as the status of the
@@ -165,7 +165,7 @@ impl AgentCommand {
             let client = kube::Client::try_default()
                 .await
                 .context("connecting to the API server")?;
-            let publisher = Publisher::start(client.clone(), &node).await?;
+            let publisher = StatusPublisher::start(client.clone(), &node).await?;
             if !self.no_device_plugin {
                 let (statuses, received) = tokio::sync::watch::channel(None);
                 agent.report_to(statuses);
