@@ -519,106 +519,23 @@ async fn a_device_taint_rule_keeps_its_devices_from_claims_that_do_not_tolerate_
         "each device once"
     );
     upstream_agrees(&ctx).await?;
+    // Nothing of this test is left for the other tests' rounds to see.
+    ctx.api::<Pod>()
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &Default::default(),
+        )
+        .await?;
+    // Nothing of this test is left for the other tests' rounds to see.
+    ctx.api::<Pod>()
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &Default::default(),
+        )
+        .await?;
     drop(controller);
     ctx.cluster_api::<ResourceSlice>()
         .delete(&slice_name, &DeleteParams::default())
         .await?;
     remove_nodes(&ctx, &[node]).await
-}
-
-#[tokio::test]
-async fn a_pod_with_two_claims_and_a_claim_two_pods_share_are_placed_as_kube_scheduler_places_them()
--> Result<()> {
-    let _turn = exclusive().await;
-    let ctx = TestContext::new("ctl-dra-shared").await?;
-    install_crds(&ctx).await?;
-    nvidia_class(&ctx).await?;
-    let (node, slice_name) = h100_node(&ctx, 4).await?;
-    let controller = Controller::start(&ctx).await?;
-    let claims = ctx.api::<ResourceClaim>();
-    let pods = ctx.api::<Pod>();
-
-    // One pod, two claims (1 + 2 GPUs): both allocated on its node, three
-    // distinct devices, each claim reserved for it.
-    claim(&ctx, "model", 1, "true", "gpu.nvidia.com").await?;
-    claim(&ctx, "workers", 2, "true", "gpu.nvidia.com").await?;
-    let two: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "two-claims"},
-        "spec": {
-            "schedulerName": "wasmgpu",
-            "resourceClaims": [
-                {"name": "model", "resourceClaimName": "model"},
-                {"name": "workers", "resourceClaimName": "workers"},
-            ],
-            "containers": [{
-                "name": "main",
-                "image": "registry.k8s.io/pause:3.10",
-                "resources": {"claims": [{"name": "model"}, {"name": "workers"}]},
-            }],
-        },
-    }))?;
-    let two = pods.create(&PostParams::default(), &two).await?;
-    let bound = wait_bound(&ctx, "two-claims").await?;
-    assert_eq!(node_of(&bound).as_deref(), Some(node.as_str()));
-    let model = allocated(&claims.get("model").await?);
-    let workers = allocated(&claims.get("workers").await?);
-    assert_eq!(
-        (model.len(), workers.len()),
-        (1, 2),
-        "{model:?} {workers:?}"
-    );
-    let distinct: BTreeSet<&String> = model.iter().chain(&workers).collect();
-    assert_eq!(distinct.len(), 3, "{model:?} {workers:?}");
-    let two_uid = two.metadata.uid.clone().expect("uid");
-    for name in ["model", "workers"] {
-        assert_eq!(reserved_for(&claims.get(name).await?), [two_uid.as_str()]);
-    }
-
-    // A claim two pods share: the first allocates it, the second goes where
-    // its allocation says and is added to reservedFor; no device is taken
-    // again for it.
-    claim(&ctx, "shared", 1, "true", "gpu.nvidia.com").await?;
-    let first = dra_pod(&ctx, "first", "shared").await?;
-    wait_bound(&ctx, "first").await?;
-    let shared = allocated(&claims.get("shared").await?);
-    assert_eq!(shared.len(), 1);
-    assert!(!distinct.contains(&shared[0]), "{shared:?} is new");
-    let second = dra_pod(&ctx, "second", "shared").await?;
-    let bound = wait_bound(&ctx, "second").await?;
-    assert_eq!(node_of(&bound).as_deref(), Some(node.as_str()));
-    let written = claims.get("shared").await?;
-    assert_eq!(allocated(&written), shared, "the allocation is kept");
-    let mut reserved = reserved_for(&written);
-    reserved.sort();
-    let mut both = vec![
-        first.metadata.uid.clone().expect("uid"),
-        second.metadata.uid.clone().expect("uid"),
-    ];
-    both.sort();
-    assert_eq!(reserved, both);
-
-    // Every device of the node is now held: a fifth claim waits.
-    claim(&ctx, "fifth", 1, "true", "gpu.nvidia.com").await?;
-    dra_pod(&ctx, "fifth", "fifth").await?;
-    let note = wait_event(&ctx, "fifth", "Waiting", &controller).await?;
-    assert!(note.contains("free right now"), "{note}");
-    upstream_agrees(&ctx).await?;
-
-    drop(controller);
-    ctx.cluster_api::<ResourceSlice>()
-        .delete(&slice_name, &DeleteParams::default())
-        .await?;
-    remove_nodes(&ctx, &[node]).await
-}
-
-/// The pod UIDs a claim is reserved for.
-fn reserved_for(claim: &ResourceClaim) -> Vec<String> {
-    claim
-        .status
-        .iter()
-        .flat_map(|s| s.reserved_for.iter().flatten())
-        .map(|r| r.uid.clone())
-        .collect()
 }
