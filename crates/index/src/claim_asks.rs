@@ -318,22 +318,15 @@ impl Index {
                         "{at}.exactly.capacity (consumable capacity) is not supported by wasmgpu"
                     ));
                 }
-                let Candidates {
-                    devices,
-                    untolerated,
-                } = self.candidates(
+                alternatives.push(self.alternative(
                     &at,
+                    None,
+                    count_of(&at, exactly.allocation_mode.as_deref(), exactly.count)?,
                     &exactly.device_class_name,
                     exactly.selectors.as_deref().unwrap_or_default(),
                     exactly.tolerations.as_deref().unwrap_or_default(),
                     cache,
-                )?;
-                alternatives.push(PendingAlternative {
-                    subrequest: None,
-                    count: count_of(&at, exactly.allocation_mode.as_deref(), exactly.count)?,
-                    devices,
-                    untolerated,
-                });
+                )?);
             }
             (None, Some(subrequests)) if !subrequests.is_empty() => {
                 for (s, sub) in subrequests.iter().enumerate() {
@@ -343,22 +336,15 @@ impl Index {
                             "{at}.capacity (consumable capacity) is not supported by wasmgpu"
                         ));
                     }
-                    let Candidates {
-                        devices,
-                        untolerated,
-                    } = self.candidates(
+                    alternatives.push(self.alternative(
                         &at,
+                        Some(sub.name.clone()),
+                        count_of(&at, sub.allocation_mode.as_deref(), sub.count)?,
                         &sub.device_class_name,
                         sub.selectors.as_deref().unwrap_or_default(),
                         sub.tolerations.as_deref().unwrap_or_default(),
                         cache,
-                    )?;
-                    alternatives.push(PendingAlternative {
-                        subrequest: Some(sub.name.clone()),
-                        count: count_of(&at, sub.allocation_mode.as_deref(), sub.count)?,
-                        devices,
-                        untolerated,
-                    });
+                    )?);
                 }
             }
             _ => {
@@ -370,6 +356,31 @@ impl Index {
         Ok(PendingRequest {
             name: request.name.clone(),
             alternatives,
+        })
+    }
+
+    /// One way to serve a request (`exactly`, or an entry of
+    /// `firstAvailable`): how many devices, and which may serve it.
+    #[allow(clippy::too_many_arguments)]
+    fn alternative(
+        &self,
+        at: &str,
+        subrequest: Option<String>,
+        count: Count,
+        class_name: &str,
+        selectors: &[DeviceSelector],
+        tolerations: &[DeviceToleration],
+        cache: &mut CandidateCache,
+    ) -> Result<PendingAlternative, String> {
+        let Candidates {
+            devices,
+            untolerated,
+        } = self.candidates(at, class_name, selectors, tolerations, cache)?;
+        Ok(PendingAlternative {
+            subrequest,
+            count,
+            devices,
+            untolerated,
         })
     }
 
