@@ -86,19 +86,32 @@ async fn claim(
     Ok(())
 }
 
-/// A pending pod of wasmgpu using the claim `claim` (by name).
+/// A pending pod of wasmgpu using the claim `claim` (by name), restricted
+/// to the test's nodes.
 async fn dra_pod(ctx: &TestContext, name: &str, claim: &str) -> Result<Pod> {
+    dra_pod_with(ctx, name, &[("gpus", claim)]).await
+}
+
+/// A pending pod of wasmgpu using `claims` (pod-level name, ResourceClaim
+/// name), its one container using them all, restricted to the test's
+/// nodes: a pod another test leaves pending never lands on this test's.
+async fn dra_pod_with(ctx: &TestContext, name: &str, claims: &[(&str, &str)]) -> Result<Pod> {
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
             "schedulerName": "wasmgpu",
-            "resourceClaims": [{"name": "gpus", "resourceClaimName": claim}],
+            "nodeSelector": {GROUP_LABEL: ctx.namespace},
+            "resourceClaims": claims.iter()
+                .map(|(name, claim)| json!({"name": name, "resourceClaimName": claim}))
+                .collect::<Vec<_>>(),
             "containers": [{
                 "name": "main",
                 "image": "registry.k8s.io/pause:3.10",
-                "resources": {"claims": [{"name": "gpus"}]},
+                "resources": {"claims": claims.iter()
+                    .map(|(name, _)| json!({"name": name}))
+                    .collect::<Vec<_>>()},
             }],
         },
     }))?;
@@ -296,6 +309,7 @@ async fn a_claim_from_a_template_is_allocated_for_its_pod() -> Result<()> {
         "metadata": {"name": "worker"},
         "spec": {
             "schedulerName": "wasmgpu",
+            "nodeSelector": {GROUP_LABEL: ctx.namespace},
             "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}],
             "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
                 "resources": {"claims": [{"name": "gpus"}]}}],
@@ -349,6 +363,72 @@ async fn a_claim_from_a_template_is_allocated_for_its_pod() -> Result<()> {
 
     drop(controller);
     slices.delete(&slice_name, &DeleteParams::default()).await?;
+    remove_nodes(&ctx, &[node]).await
+}
+
+#[tokio::test]
+async fn a_pod_with_two_claims_and_a_claim_two_pods_share_are_placed_as_kube_scheduler_places_them()
+-> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("ctl-dra-shared").await?;
+    install_crds(&ctx).await?;
+    nvidia_class(&ctx).await?;
+    let (node, slice_name) = h100_node(&ctx, 4).await?;
+    let controller = Controller::start(&ctx).await?;
+    let claims = ctx.api::<ResourceClaim>();
+    let pods = ctx.api::<Pod>();
+
+    // One pod, two claims: 1 + 2 devices, all on its node, none twice.
+    claim(&ctx, "one", 1, "true", "gpu.nvidia.com").await?;
+    claim(&ctx, "two", 2, "true", "gpu.nvidia.com").await?;
+    dra_pod_with(&ctx, "both", &[("small", "one"), ("large", "two")]).await?;
+    let bound = wait_bound(&ctx, "both").await?;
+    assert_eq!(node_of(&bound).as_deref(), Some(node.as_str()));
+    let one = allocated(&claims.get("one").await?);
+    let two = allocated(&claims.get("two").await?);
+    assert_eq!((one.len(), two.len()), (1, 2), "{one:?} {two:?}");
+
+    // One claim, two pods: the first allocates it, the second joins it on
+    // the node its allocation names; both are in reservedFor.
+    claim(&ctx, "shared", 1, "true", "gpu.nvidia.com").await?;
+    let first = dra_pod(&ctx, "first", "shared").await?;
+    wait_bound(&ctx, "first").await?;
+    let second = dra_pod(&ctx, "second", "shared").await?;
+    let bound = wait_bound(&ctx, "second").await?;
+    assert_eq!(node_of(&bound).as_deref(), Some(node.as_str()));
+    let written = claims.get("shared").await?;
+    let shared = allocated(&written);
+    assert_eq!(shared.len(), 1, "{shared:?}");
+    let mut reserved: Vec<String> = written
+        .status
+        .iter()
+        .flat_map(|s| s.reserved_for.iter().flatten())
+        .map(|r| r.uid.clone())
+        .collect();
+    reserved.sort();
+    let mut expected = vec![first.metadata.uid.unwrap(), second.metadata.uid.unwrap()];
+    expected.sort();
+    assert_eq!(reserved, expected);
+    let all: BTreeSet<&String> = one.iter().chain(&two).chain(&shared).collect();
+    assert_eq!(all.len(), 4, "no device twice: {one:?} {two:?} {shared:?}");
+
+    // The node is full: a fifth device waits, named.
+    claim(&ctx, "fifth", 1, "true", "gpu.nvidia.com").await?;
+    dra_pod(&ctx, "fifth", "fifth").await?;
+    let note = wait_event(&ctx, "fifth", "Waiting", &controller).await?;
+    assert!(note.contains("/fifth request \"gpus\""), "{note}");
+    assert!(node_of(&pods.get("fifth").await?).is_none());
+    upstream_agrees(&ctx).await?;
+
+    pods.delete_collection(
+        &DeleteParams::default().grace_period(0),
+        &Default::default(),
+    )
+    .await?;
+    drop(controller);
+    ctx.cluster_api::<ResourceSlice>()
+        .delete(&slice_name, &DeleteParams::default())
+        .await?;
     remove_nodes(&ctx, &[node]).await
 }
 
@@ -519,13 +599,6 @@ async fn a_device_taint_rule_keeps_its_devices_from_claims_that_do_not_tolerate_
         "each device once"
     );
     upstream_agrees(&ctx).await?;
-    // Nothing of this test is left for the other tests' rounds to see.
-    ctx.api::<Pod>()
-        .delete_collection(
-            &DeleteParams::default().grace_period(0),
-            &Default::default(),
-        )
-        .await?;
     // Nothing of this test is left for the other tests' rounds to see.
     ctx.api::<Pod>()
         .delete_collection(
