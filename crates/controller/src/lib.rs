@@ -37,6 +37,7 @@
 mod apply;
 mod configmaps;
 mod connection;
+mod error;
 mod events;
 mod http;
 mod leader;
@@ -61,7 +62,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
-use anyhow::Context;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use kube::runtime::events::Reporter as EventReporter;
@@ -70,8 +70,9 @@ use kube::{Api, Client};
 
 pub use apply::{FIELD_MANAGER, WriteSettings};
 pub use configmaps::fingerprint;
+pub use error::Error;
 pub use events::Reason;
-pub use leader::{Leadership, LeaseConfig};
+pub use leader::{Leadership, LeaseConfig, LeaseError};
 pub use metrics::Metrics;
 pub use payload::{ComponentSource, MAX_POLICY_BYTES, Payload, RejectError, canary_snapshot};
 pub use policies::{ActivePolicy, LoadError, Policies, PolicySet, PolicySource};
@@ -162,25 +163,23 @@ where
 }
 
 /// Runs the controller against the API server of `kube` until `shutdown`
-/// completes or a watch ends.
+/// completes or a part of it stops.
 pub async fn run(
     kube: kube::Config,
     config: Config,
     shutdown: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
     let server = kube.cluster_url.to_string();
     let (client, eviction_client) = clients(kube)?;
-    let engine = Arc::new(Engine::new(config.limits.clone())?);
+    let engine = Arc::new(Engine::new(config.limits.clone()).map_err(Error::Engine)?);
     let policies = Policies::new(PolicySet::from_files(&engine, &config.policies)?);
     let mut index = Index::new(config.default_policy.clone());
     index.set_min_runtime(config.min_runtime);
-    let shared = WatchedIndex::new(index);
     let metrics = Metrics::new();
     let leadership = match &config.lease {
         Some(lease) => Leadership::elect(client.clone(), lease).await?,
         None => Leadership::always(),
     };
-    let links = Links::new(server, metrics.clone());
     let (events, events_task) = EventSink::start(
         client.clone(),
         EventReporter {
@@ -190,105 +189,158 @@ pub async fn run(
         metrics.clone(),
         config.allocated_events_per_second,
     );
-    // Tracked, not detached: on shutdown they stop before the Lease is
-    // released (the loader holds a leadership receiver).
-    let mut watches = tokio::task::JoinSet::new();
-    watch_cluster(&client, &shared, &links, config.dra, &mut watches).await;
     let (shadows, shadow_writer) = Shadows::new(
         Api::<ConfigMap>::namespaced(client.clone(), &config.policy_namespace),
         metrics.clone(),
         leadership.subscribe(),
     );
+    let parts = Parts {
+        links: Links::new(server, metrics.clone()),
+        shared: WatchedIndex::new(index),
+        recorder: recorder::Recorder::new(),
+        client,
+        metrics,
+        events,
+        policies,
+        shadows,
+    };
     let shadow_writer = tokio::spawn(
         shadow_writer
             .run()
             .instrument(tracing::info_span!("shadow_writer")),
     );
-    let recorder = recorder::Recorder::new();
-    let loader = Loader {
-        api: Api::<ConfigMap>::namespaced(client.clone(), &config.policy_namespace),
-        engine,
-        policies: Arc::clone(&policies),
-        shared: shared.clone(),
-        events: events.clone(),
-        name_to_tried: HashMap::new(),
-        name_to_status: HashMap::new(),
-        metrics: metrics.clone(),
-        leader: leadership.subscribe(),
-        puller: registry::Puller::new(
-            client.clone(),
-            &config.policy_namespace,
-            config.registry.clone(),
-            metrics.clone(),
-        ),
-        recorder: Arc::clone(&recorder),
-        shadows: shadows.clone(),
-    };
-    tracing::info!(namespace = %config.policy_namespace, "Watching policy ConfigMaps");
+    // Tracked, not detached: on shutdown they stop before the Lease is
+    // released (the loader holds a leadership receiver).
+    let mut watches = tokio::task::JoinSet::new();
+    watch_cluster(&parts, config.dra, &mut watches).await;
     let span = tracing::info_span!("policy_loader", namespace = %config.policy_namespace);
-    watches.spawn(loader.run(links.link("ConfigMap")).instrument(span));
-    let watched_kinds = watches.len();
+    let loader = parts.loader(&config, engine, leadership.subscribe());
+    tracing::info!(namespace = %config.policy_namespace, "Watching policy ConfigMaps");
+    watches.spawn(loader.run(parts.links.link("ConfigMap")).instrument(span));
     // Every watch has its link: `/readyz` waits for all of them.
     let http = config.http_address.map(|address| {
-        let serve = http::serve(address, metrics.clone(), links, Arc::clone(&recorder));
+        let serve = http::serve(
+            address,
+            parts.metrics.clone(),
+            Arc::clone(&parts.links),
+            Arc::clone(&parts.recorder),
+        );
         tokio::spawn(serve.instrument(tracing::info_span!("http", %address)))
     });
-    let applier = Applier::new(
-        client.clone(),
-        eviction_client,
-        shared.clone(),
-        events.clone(),
-        metrics.clone(),
-        config.writes,
-    );
-    let status = StatusWriter::start(applier.status_api());
-    let tenant_status = StatusWriter::start(applier.tenant_status_api());
-    let rounds = Rounds {
-        watched_kinds,
-        reporter: Reporter::new(
-            shared.clone(),
-            events.clone(),
-            status,
-            tenant_status,
-            metrics.clone(),
-        ),
-        applier,
-        shared: shared.clone(),
-        events,
-        policies,
-        shadows,
-        on_failure: config.on_policy_failure,
-        default_policy: config.default_policy.clone(),
-        gather_window: config.gather_window,
-        resync: config.resync,
-        metrics,
-        leader: leadership.subscribe(),
-        waits_told: Default::default(),
-        recorder,
-    };
+    let rounds = parts.rounds(&config, eviction_client, watches.len(), &leadership);
     let mut rounds = tokio::spawn(rounds.run().instrument(tracing::info_span!("rounds")));
-    until_stopped(http, shutdown, &mut watches, &mut rounds).await?;
+    let stopped = until_stopped(http, shutdown, &mut watches, &mut rounds).await;
     rounds.abort();
     let _ = rounds.await;
     shadow_writer.abort();
     watches.shutdown().await;
     events_task.abort();
     leadership.step_down().await;
-    Ok(())
+    stopped
+}
+
+/// What the controller's long-lived tasks share.
+struct Parts {
+    client: Client,
+    shared: Arc<WatchedIndex>,
+    links: Arc<Links>,
+    metrics: Metrics,
+    events: EventSink,
+    policies: Arc<Policies>,
+    shadows: Shadows,
+    recorder: Arc<recorder::Recorder>,
+}
+
+impl Parts {
+    /// The loader of the policy ConfigMaps of `config.policy_namespace`.
+    fn loader(
+        &self,
+        config: &Config,
+        engine: Arc<Engine>,
+        leader: tokio::sync::watch::Receiver<bool>,
+    ) -> Loader {
+        let api = Api::<ConfigMap>::namespaced(self.client.clone(), &config.policy_namespace);
+        Loader {
+            api,
+            engine,
+            policies: Arc::clone(&self.policies),
+            shared: self.shared.clone(),
+            events: self.events.clone(),
+            name_to_tried: HashMap::new(),
+            name_to_status: HashMap::new(),
+            metrics: self.metrics.clone(),
+            leader,
+            puller: registry::Puller::new(
+                self.client.clone(),
+                &config.policy_namespace,
+                config.registry.clone(),
+                self.metrics.clone(),
+            ),
+            recorder: Arc::clone(&self.recorder),
+            shadows: self.shadows.clone(),
+        }
+    }
+
+    /// The round loop, which starts once `watched_kinds` watches listed;
+    /// its applier and its status writers.
+    fn rounds(
+        self,
+        config: &Config,
+        eviction_client: Client,
+        watched_kinds: usize,
+        leadership: &Leadership,
+    ) -> Rounds {
+        let applier = Applier::new(
+            self.client,
+            eviction_client,
+            self.shared.clone(),
+            self.events.clone(),
+            self.metrics.clone(),
+            config.writes,
+        );
+        let status = StatusWriter::start(applier.status_api());
+        let tenant_status = StatusWriter::start(applier.tenant_status_api());
+        let reporter = Reporter::new(
+            self.shared.clone(),
+            self.events.clone(),
+            status,
+            tenant_status,
+            self.metrics.clone(),
+        );
+        Rounds {
+            watched_kinds,
+            reporter,
+            applier,
+            shared: self.shared,
+            events: self.events,
+            policies: self.policies,
+            shadows: self.shadows,
+            on_failure: config.on_policy_failure,
+            default_policy: config.default_policy.clone(),
+            gather_window: config.gather_window,
+            resync: config.resync,
+            metrics: self.metrics,
+            leader: leadership.subscribe(),
+            waits_told: Default::default(),
+            recorder: self.recorder,
+        }
+    }
 }
 
 /// The client for every request, and one for evictions that does not
 /// retry 429: there it is the answer (a PodDisruptionBudget refuses), not a
 /// request to wait.
-fn clients(kube: kube::Config) -> anyhow::Result<(Client, Client)> {
+fn clients(kube: kube::Config) -> Result<(Client, Client), Error> {
     let server = kube.cluster_url.to_string();
     let mut answers_429 = kube.clone();
     answers_429.default_retry = false;
-    let client = Client::try_from(kube)
-        .with_context(|| format!("cannot make a client for the API server at {server}"))?;
-    let eviction_client = Client::try_from(answers_429)
-        .with_context(|| format!("cannot make a client for the API server at {server}"))?;
-    Ok((client, eviction_client))
+    let client = |kube| {
+        Client::try_from(kube).map_err(|source| Error::Client {
+            server: server.clone(),
+            source,
+        })
+    };
+    Ok((client(kube)?, client(answers_429)?))
 }
 
 /// Waits until `shutdown` completes (`Ok`) or a part of the controller
@@ -299,44 +351,49 @@ async fn until_stopped(
     shutdown: impl std::future::Future<Output = ()>,
     watches: &mut tokio::task::JoinSet<&'static str>,
     rounds: &mut tokio::task::JoinHandle<()>,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
     let http_failed = async {
         match http {
             Some(task) => match task.await {
-                Ok(Err(error)) => error.to_string(),
-                Ok(Ok(())) => "it stopped".to_string(),
-                Err(error) => error.to_string(),
+                Ok(Err(error)) => Error::Serve(error),
+                Ok(Ok(())) => Error::Serve(std::io::Error::other("it stopped")),
+                Err(source) => Error::Task {
+                    task: "http",
+                    source,
+                },
             },
             None => std::future::pending().await,
         }
     };
     tokio::select! {
-        error = http_failed => anyhow::bail!("cannot serve metrics and health: {error}"),
-        () = shutdown => tracing::info!("Shutting down"),
-        ended = watches.join_next() => match ended {
-            Some(Ok(kind)) => anyhow::bail!("the {kind} watch ended unexpectedly"),
-            Some(Err(error)) => anyhow::bail!("a watch task failed: {error}"),
-            None => anyhow::bail!("no watch runs"),
-        },
-        result = rounds => {
-            result?;
-            anyhow::bail!("the round loop ended unexpectedly");
+        error = http_failed => Err(error),
+        () = shutdown => {
+            tracing::info!("Shutting down");
+            Ok(())
         }
+        ended = watches.join_next() => Err(match ended {
+            Some(Ok(kind)) => Error::WatchEnded(kind),
+            Some(Err(source)) => Error::Task { task: "watch", source },
+            None => Error::WatchEnded("every"),
+        }),
+        result = rounds => Err(match result {
+            Ok(()) => Error::RoundsEnded,
+            Err(source) => Error::Task { task: "rounds", source },
+        }),
     }
-    Ok(())
 }
 
 /// Starts the watches that feed the index: Nodes, GPUNodes, GPUResources,
 /// GPUTenants, the pods of this scheduler, PodDisruptionBudgets; and, when
 /// the API server serves them, ResourceSlices and ResourceClaims (DRA) and
 /// PodGroups.
-async fn watch_cluster(
-    client: &Client,
-    shared: &Arc<WatchedIndex>,
-    links: &Arc<Links>,
-    dra: bool,
-    watches: &mut tokio::task::JoinSet<&'static str>,
-) {
+async fn watch_cluster(parts: &Parts, dra: bool, watches: &mut tokio::task::JoinSet<&'static str>) {
+    let Parts {
+        client,
+        shared,
+        links,
+        ..
+    } = parts;
     let pods = watcher::Config::default().fields(&format!("spec.schedulerName={SCHEDULER_NAME}"));
     watches.spawn(feed(
         Api::<Node>::all(client.clone()),

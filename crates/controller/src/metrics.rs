@@ -120,13 +120,15 @@ impl Registrar {
         }
     }
 
-    fn register(&mut self, name: &str, help: &str, metric: impl Metric) {
+    /// Registers `metric` and hands it back, to be kept and updated.
+    fn add<M: Metric + Clone>(&mut self, name: &str, help: &str, metric: M) -> M {
         let suffix = match metric.metric_type() {
             MetricType::Counter => "_total",
             _ => "",
         };
         self.names.push(format!("{PREFIX}_{name}{suffix}"));
-        self.registry.register(name, help, metric);
+        self.registry.register(name, help, metric.clone());
+        metric
     }
 }
 
@@ -136,28 +138,45 @@ pub struct Metrics {
     registry: Arc<Registry>,
     /// Every metric registered, as scraped: `wasmgpu_rounds_total`.
     names: Arc<[String]>,
+    round: RoundMetrics,
+    policy: PolicyMetrics,
+    api: ApiMetrics,
+}
+/// What rounds decide and how long they take.
+#[derive(Clone)]
+struct RoundMetrics {
     rounds: Counter,
     decisions: Family<OutcomeLabels, Counter>,
     pods_bound: Counter,
     preemption_backoffs: Counter,
+    phases: Family<PhaseLabels, Histogram>,
+    binding: Histogram,
+    pods_waiting: Family<WaitingLabels, Gauge>,
+    oldest_waiting: Family<PolicyLabels, Gauge<f64, AtomicU64>>,
+    gpus: Family<GpuLabels, Gauge>,
+    tenant_gpus: Family<TenantLabels, Gauge>,
+}
+
+/// Policies: calls, failures, loads and pulls, shadows.
+#[derive(Clone)]
+struct PolicyMetrics {
     policy_call: Family<PolicyLabels, Histogram>,
     policy_failures: Family<FailureLabels, Counter>,
     policy_loads: Family<LoadLabels, Counter>,
     component_pulls: Family<LoadLabels, Counter>,
-    gpus: Family<GpuLabels, Gauge>,
-    tenant_gpus: Family<TenantLabels, Gauge>,
-    pods_waiting: Family<WaitingLabels, Gauge>,
-    oldest_waiting: Family<PolicyLabels, Gauge<f64, AtomicU64>>,
-    leader: Gauge,
-    writes: Family<WriteLabels, Counter>,
-    phases: Family<PhaseLabels, Histogram>,
-    binding: Histogram,
-    watch_connected: Family<KindLabels, Gauge>,
-    watch_failures: Family<KindLabels, Counter>,
-    events_unsent: Family<UnsentEventLabels, Counter>,
     shadow_placements: Family<ShadowOutcomeLabels, Counter>,
     shadow_rounds: Family<ShadowResultLabels, Counter>,
     shadow_call: Family<ShadowLabels, Histogram>,
+}
+
+/// The API server: leadership, writes, watches, Events.
+#[derive(Clone)]
+struct ApiMetrics {
+    leader: Gauge,
+    writes: Family<WriteLabels, Counter>,
+    watch_connected: Family<KindLabels, Gauge>,
+    watch_failures: Family<KindLabels, Counter>,
+    events_unsent: Family<UnsentEventLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -171,158 +190,16 @@ impl Default for Metrics {
 impl Metrics {
     /// Every metric, registered and at zero.
     pub fn new() -> Self {
-        let mut registry = Registrar::new(Registry::with_prefix(PREFIX));
-        let rounds = Counter::default();
-        registry.register("rounds", "Scheduling rounds run", rounds.clone());
-        let decisions = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
-            "decisions",
-            "Policy decisions by outcome after the host's check",
-            decisions.clone(),
-        );
-        let pods_bound = Counter::default();
-        registry.register("pods_bound", "Pods bound to a node", pods_bound.clone());
-        let preemption_backoffs = Counter::default();
-        registry.register(
-            "preemption_backoffs",
-            "Preemptions dropped because a victim's eviction was refused; the preemptor then preempts no one for a while (10 s, doubling up to 5 min)",
-            preemption_backoffs.clone(),
-        );
-        let policy_call = Family::<PolicyLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
-        });
-        registry.register(
-            "policy_call_seconds",
-            "Time of one allocate call (instantiate, marshal, run)",
-            policy_call.clone(),
-        );
-        let policy_failures = Family::<FailureLabels, Counter>::default();
-        registry.register(
-            "policy_failures",
-            "Policy calls that failed, by kind",
-            policy_failures.clone(),
-        );
-        let policy_loads = Family::<LoadLabels, Counter>::default();
-        registry.register(
-            "policy_loads",
-            "Policy versions loaded or rejected",
-            policy_loads.clone(),
-        );
-        let component_pulls = Family::<LoadLabels, Counter>::default();
-        registry.register(
-            "component_pulls",
-            "Policy components named by OCI reference: where each came from, or why it could not be pulled",
-            component_pulls.clone(),
-        );
-        let gpus = Family::<GpuLabels, Gauge>::default();
-        registry.register("gpus", "GPUs by node, model and state", gpus.clone());
-        let tenant_gpus = Family::<TenantLabels, Gauge>::default();
-        registry.register(
-            "tenant_gpus",
-            "GPUs per GPUTenant: holding, waiting (asked by pending pods), quota and limit (when set)",
-            tenant_gpus.clone(),
-        );
-        let pods_waiting = Family::<WaitingLabels, Gauge>::default();
-        registry.register(
-            "pods_waiting",
-            "Pods still pending after the latest round, by policy and why: policy-wait, gang, rejected, refused, preempting (its victims still going), unmentioned, policy-failed, no-policy",
-            pods_waiting.clone(),
-        );
-        let oldest_waiting = Family::<PolicyLabels, Gauge<f64, AtomicU64>>::default();
-        registry.register(
-            "pod_wait_oldest_seconds",
-            "Age of the oldest pod still pending after the latest round, by policy",
-            oldest_waiting.clone(),
-        );
-        let leader = Gauge::default();
-        registry.register(
-            "leader",
-            "1 while this replica leads and applies decisions",
-            leader.clone(),
-        );
-        let writes = Family::<WriteLabels, Counter>::default();
-        registry.register(
-            "api_writes",
-            "API writes by kind and result (ok, HTTP status, timeout, error)",
-            writes.clone(),
-        );
-        let phases = Family::<PhaseLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
-        });
-        registry.register(
-            "round_phase_seconds",
-            "Time of each phase of a round: snapshot build, policy call, validation, writes started",
-            phases.clone(),
-        );
-        let binding = Histogram::new(exponential_buckets(0.000_5, 2.0, 16));
-        registry.register(
-            "binding_seconds",
-            "Time from a decision's validation to its binding's answer",
-            binding.clone(),
-        );
-        let watch_connected = Family::<KindLabels, Gauge>::default();
-        registry.register(
-            "watch_connected",
-            "1 while the watch of the kind is connected (its last list or watch succeeded)",
-            watch_connected.clone(),
-        );
-        let watch_failures = Family::<KindLabels, Counter>::default();
-        registry.register(
-            "watch_failures",
-            "Failed lists and watches, by kind",
-            watch_failures.clone(),
-        );
-        let events_unsent = Family::<UnsentEventLabels, Counter>::default();
-        registry.register(
-            "events_unsent",
-            "Events not sent, by reason and why (rate-limited: over --allocated-events-per-second; queue-full)",
-            events_unsent.clone(),
-        );
-        let shadow_placements = Family::<ShadowOutcomeLabels, Counter>::default();
-        registry.register(
-            "shadow_placements",
-            "Pods a shadow policy decided, by how its decision compared with its primary's",
-            shadow_placements.clone(),
-        );
-        let shadow_rounds = Family::<ShadowResultLabels, Counter>::default();
-        registry.register(
-            "shadow_rounds",
-            "Rounds of a shadow policy: compared, failed, or skipped (its previous call still ran)",
-            shadow_rounds.clone(),
-        );
-        let shadow_call = Family::<ShadowLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
-        });
-        registry.register(
-            "shadow_call_seconds",
-            "Time of one allocate call of a shadow policy (off the round's path)",
-            shadow_call.clone(),
-        );
+        let mut registrar = Registrar::new(Registry::with_prefix(PREFIX));
+        let round = RoundMetrics::register(&mut registrar);
+        let policy = PolicyMetrics::register(&mut registrar);
+        let api = ApiMetrics::register(&mut registrar);
         Self {
-            names: registry.names.into(),
-            registry: Arc::new(registry.registry),
-            shadow_placements,
-            shadow_rounds,
-            shadow_call,
-            writes,
-            phases,
-            binding,
-            rounds,
-            decisions,
-            pods_bound,
-            preemption_backoffs,
-            policy_call,
-            policy_failures,
-            policy_loads,
-            component_pulls,
-            gpus,
-            tenant_gpus,
-            pods_waiting,
-            oldest_waiting,
-            leader,
-            watch_connected,
-            watch_failures,
-            events_unsent,
+            names: registrar.names.into(),
+            registry: Arc::new(registrar.registry),
+            round,
+            policy,
+            api,
         }
     }
 
@@ -343,17 +220,18 @@ impl Metrics {
 
     /// A round ran.
     pub fn round(&self) {
-        self.rounds.inc();
+        self.round.rounds.inc();
     }
 
     /// A preemptor backs off: a victim's eviction was refused.
     pub fn preemption_backoff(&self) {
-        self.preemption_backoffs.inc();
+        self.round.preemption_backoffs.inc();
     }
 
     /// A policy call took `elapsed`.
     pub fn policy_call(&self, policy: &str, elapsed: Duration) {
-        self.policy_call
+        self.policy
+            .policy_call
             .get_or_create(&PolicyLabels {
                 policy: policy.into(),
             })
@@ -362,7 +240,8 @@ impl Metrics {
 
     /// A policy call failed with an error of `kind`.
     pub fn policy_failure(&self, policy: &str, kind: &'static str) {
-        self.policy_failures
+        self.policy
+            .policy_failures
             .get_or_create(&FailureLabels {
                 policy: policy.into(),
                 kind,
@@ -372,7 +251,8 @@ impl Metrics {
 
     /// `count` decisions of `policy` ended as `outcome`.
     pub fn decisions(&self, policy: &str, outcome: &'static str, count: usize) {
-        self.decisions
+        self.round
+            .decisions
             .get_or_create(&OutcomeLabels {
                 policy: policy.into(),
                 outcome,
@@ -382,12 +262,13 @@ impl Metrics {
 
     /// `count` pods were bound.
     pub fn pods_bound(&self, count: usize) {
-        self.pods_bound.inc_by(count as u64);
+        self.round.pods_bound.inc_by(count as u64);
     }
 
     /// A version of `policy` was loaded (`loaded`) or refused (`rejected`).
     pub fn policy_load(&self, policy: &str, result: &'static str) {
-        self.policy_loads
+        self.policy
+            .policy_loads
             .get_or_create(&LoadLabels {
                 policy: policy.into(),
                 result,
@@ -398,7 +279,8 @@ impl Metrics {
     /// The component of `policy` came from `result` (`registry`, `disk`,
     /// `memory`), or could not be pulled for that reason.
     pub fn component_pull(&self, policy: &str, result: &'static str) {
-        self.component_pulls
+        self.policy
+            .component_pulls
             .get_or_create(&LoadLabels {
                 policy: policy.into(),
                 result,
@@ -408,9 +290,10 @@ impl Metrics {
 
     /// Replaces the GPU gauges with `states`.
     pub fn gpus(&self, states: &[GpuState]) {
-        self.gpus.clear();
+        self.round.gpus.clear();
         for state in states {
-            self.gpus
+            self.round
+                .gpus
                 .get_or_create(&GpuLabels {
                     node: state.node.clone(),
                     model: state.model.clone(),
@@ -422,7 +305,7 @@ impl Metrics {
 
     /// Replaces the tenant gauges with `tenants`.
     pub fn tenants(&self, tenants: &[TenantView]) {
-        self.tenant_gpus.clear();
+        self.round.tenant_gpus.clear();
         for t in tenants {
             let states = [
                 ("holding", Some(t.holding)),
@@ -432,7 +315,8 @@ impl Metrics {
             ];
             for (state, value) in states {
                 if let Some(value) = value {
-                    self.tenant_gpus
+                    self.round
+                        .tenant_gpus
                         .get_or_create(&TenantLabels {
                             tenant: t.name.clone(),
                             state,
@@ -451,11 +335,12 @@ impl Metrics {
         &self,
         per_policy: impl IntoIterator<Item = (&'a str, &'a [(&'static str, usize)], Option<u64>)>,
     ) {
-        self.pods_waiting.clear();
-        self.oldest_waiting.clear();
+        self.round.pods_waiting.clear();
+        self.round.oldest_waiting.clear();
         for (policy, by_reason, oldest_ms) in per_policy {
             for &(reason, pods) in by_reason {
-                self.pods_waiting
+                self.round
+                    .pods_waiting
                     .get_or_create(&WaitingLabels {
                         policy: policy.into(),
                         reason,
@@ -463,7 +348,8 @@ impl Metrics {
                     .set(i64::try_from(pods).unwrap_or(i64::MAX));
             }
             if let Some(ms) = oldest_ms {
-                self.oldest_waiting
+                self.round
+                    .oldest_waiting
                     .get_or_create(&PolicyLabels {
                         policy: policy.into(),
                     })
@@ -475,7 +361,8 @@ impl Metrics {
     /// An API write of `kind` ended with `result` (`ok`, an HTTP status
     /// code, `timeout`, `error`).
     pub fn write(&self, kind: &'static str, result: impl Into<String>) {
-        self.writes
+        self.api
+            .writes
             .get_or_create(&WriteLabels {
                 kind,
                 result: result.into(),
@@ -485,31 +372,34 @@ impl Metrics {
 
     /// An Event of `reason` was not sent: `rate-limited` or `queue-full`.
     pub fn event_unsent(&self, reason: &'static str, why: &'static str) {
-        self.events_unsent
+        self.api
+            .events_unsent
             .get_or_create(&UnsentEventLabels { reason, why })
             .inc();
     }
 
     /// A phase of a round took `elapsed`.
     pub fn phase(&self, phase: &'static str, elapsed: Duration) {
-        self.phases
+        self.round
+            .phases
             .get_or_create(&PhaseLabels { phase })
             .observe(elapsed.as_secs_f64());
     }
 
     /// A binding was answered `elapsed` after its decision was validated.
     pub fn binding(&self, elapsed: Duration) {
-        self.binding.observe(elapsed.as_secs_f64());
+        self.round.binding.observe(elapsed.as_secs_f64());
     }
 
     /// Whether this replica leads.
     pub fn leader(&self, leading: bool) {
-        self.leader.set(i64::from(leading));
+        self.api.leader.set(i64::from(leading));
     }
 
     /// Whether the watch of `kind` is connected.
     pub fn watch_connected(&self, kind: &'static str, connected: bool) {
-        self.watch_connected
+        self.api
+            .watch_connected
             .get_or_create(&KindLabels { kind })
             .set(i64::from(connected));
     }
@@ -523,7 +413,8 @@ impl Metrics {
         outcome: &'static str,
         count: u64,
     ) {
-        self.shadow_placements
+        self.policy
+            .shadow_placements
             .get_or_create(&ShadowOutcomeLabels {
                 shadow: shadow.into(),
                 primary: primary.into(),
@@ -535,7 +426,8 @@ impl Metrics {
     /// A round of shadow `shadow` of `primary` was `compared`, `failed` or
     /// `skipped`.
     pub fn shadow_round(&self, shadow: &str, primary: &str, result: &'static str) {
-        self.shadow_rounds
+        self.policy
+            .shadow_rounds
             .get_or_create(&ShadowResultLabels {
                 shadow: shadow.into(),
                 primary: primary.into(),
@@ -546,7 +438,8 @@ impl Metrics {
 
     /// A call of shadow `shadow` of `primary` took `elapsed`.
     pub fn shadow_call(&self, shadow: &str, primary: &str, elapsed: Duration) {
-        self.shadow_call
+        self.policy
+            .shadow_call
             .get_or_create(&ShadowLabels {
                 shadow: shadow.into(),
                 primary: primary.into(),
@@ -556,9 +449,147 @@ impl Metrics {
 
     /// A list or watch of `kind` failed.
     pub fn watch_failure(&self, kind: &'static str) {
-        self.watch_failures
+        self.api
+            .watch_failures
             .get_or_create(&KindLabels { kind })
             .inc();
+    }
+}
+
+impl RoundMetrics {
+    fn register(registrar: &mut Registrar) -> Self {
+        Self {
+            rounds: registrar.add(
+                "rounds",
+                "Scheduling rounds run",
+                Counter::default(),
+            ),
+            decisions: registrar.add(
+                "decisions",
+                "Policy decisions by outcome after the host's check",
+                Family::<OutcomeLabels, Counter>::default(),
+            ),
+            pods_bound: registrar.add(
+                "pods_bound",
+                "Pods bound to a node",
+                Counter::default(),
+            ),
+            preemption_backoffs: registrar.add(
+                "preemption_backoffs",
+                "Preemptions dropped because a victim's eviction was refused; the preemptor then preempts no one for a while (10 s, doubling up to 5 min)",
+                Counter::default(),
+            ),
+            phases: registrar.add(
+                "round_phase_seconds",
+                "Time of each phase of a round: snapshot build, policy call, validation, writes started",
+                Family::<PhaseLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
+        }),
+            ),
+            binding: registrar.add(
+                "binding_seconds",
+                "Time from a decision's validation to its binding's answer",
+                Histogram::new(exponential_buckets(0.000_5, 2.0, 16)),
+            ),
+            pods_waiting: registrar.add(
+                "pods_waiting",
+                "Pods still pending after the latest round, by policy and why: policy-wait, gang, rejected, refused, preempting (its victims still going), unmentioned, policy-failed, no-policy",
+                Family::<WaitingLabels, Gauge>::default(),
+            ),
+            oldest_waiting: registrar.add(
+                "pod_wait_oldest_seconds",
+                "Age of the oldest pod still pending after the latest round, by policy",
+                Family::<PolicyLabels, Gauge<f64, AtomicU64>>::default(),
+            ),
+            gpus: registrar.add(
+                "gpus",
+                "GPUs by node, model and state",
+                Family::<GpuLabels, Gauge>::default(),
+            ),
+            tenant_gpus: registrar.add(
+                "tenant_gpus",
+                "GPUs per GPUTenant: holding, waiting (asked by pending pods), quota and limit (when set)",
+                Family::<TenantLabels, Gauge>::default(),
+            ),
+        }
+    }
+}
+
+impl PolicyMetrics {
+    fn register(registrar: &mut Registrar) -> Self {
+        Self {
+            policy_call: registrar.add(
+                "policy_call_seconds",
+                "Time of one allocate call (instantiate, marshal, run)",
+                Family::<PolicyLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+        }),
+            ),
+            policy_failures: registrar.add(
+                "policy_failures",
+                "Policy calls that failed, by kind",
+                Family::<FailureLabels, Counter>::default(),
+            ),
+            policy_loads: registrar.add(
+                "policy_loads",
+                "Policy versions loaded or rejected",
+                Family::<LoadLabels, Counter>::default(),
+            ),
+            component_pulls: registrar.add(
+                "component_pulls",
+                "Policy components named by OCI reference: where each came from, or why it could not be pulled",
+                Family::<LoadLabels, Counter>::default(),
+            ),
+            shadow_placements: registrar.add(
+                "shadow_placements",
+                "Pods a shadow policy decided, by how its decision compared with its primary's",
+                Family::<ShadowOutcomeLabels, Counter>::default(),
+            ),
+            shadow_rounds: registrar.add(
+                "shadow_rounds",
+                "Rounds of a shadow policy: compared, failed, or skipped (its previous call still ran)",
+                Family::<ShadowResultLabels, Counter>::default(),
+            ),
+            shadow_call: registrar.add(
+                "shadow_call_seconds",
+                "Time of one allocate call of a shadow policy (off the round's path)",
+                Family::<ShadowLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+        }),
+            ),
+        }
+    }
+}
+
+impl ApiMetrics {
+    fn register(registrar: &mut Registrar) -> Self {
+        Self {
+            leader: registrar.add(
+                "leader",
+                "1 while this replica leads and applies decisions",
+                Gauge::default(),
+            ),
+            writes: registrar.add(
+                "api_writes",
+                "API writes by kind and result (ok, HTTP status, timeout, error)",
+                Family::<WriteLabels, Counter>::default(),
+            ),
+            watch_connected: registrar.add(
+                "watch_connected",
+                "1 while the watch of the kind is connected (its last list or watch succeeded)",
+                Family::<KindLabels, Gauge>::default(),
+            ),
+            watch_failures: registrar.add(
+                "watch_failures",
+                "Failed lists and watches, by kind",
+                Family::<KindLabels, Counter>::default(),
+            ),
+            events_unsent: registrar.add(
+                "events_unsent",
+                "Events not sent, by reason and why (rate-limited: over --allocated-events-per-second; queue-full)",
+                Family::<UnsentEventLabels, Counter>::default(),
+            ),
+        }
     }
 }
 

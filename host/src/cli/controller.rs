@@ -258,7 +258,7 @@ impl ControllerCommand {
             let kube = kube::Config::infer().await.context(
                 "cannot find how to reach the Kubernetes API (set KUBECONFIG, or run in a pod)",
             )?;
-            controller::run(kube, config, shutdown_signal()).await
+            Ok::<(), anyhow::Error>(controller::run(kube, config, shutdown_signal()).await?)
         })?;
         Ok(ExitCode::SUCCESS)
     }
