@@ -63,6 +63,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use kube::runtime::events::Reporter as EventReporter;
 use kube::runtime::watcher;
@@ -251,7 +252,32 @@ struct Parts {
     recorder: Arc<recorder::Recorder>,
 }
 
+/// The tasks feeding the index, each returning its kind when it ends.
+type Watches = tokio::task::JoinSet<&'static str>;
+
 impl Parts {
+    /// Starts feeding the index with the objects of `kind` that `config`
+    /// selects, cluster-wide.
+    fn watch<K>(&self, watches: &mut Watches, kind: &'static str, config: watcher::Config)
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+        Index: wasmgpu_index::IndexResource<K>,
+    {
+        let api = Api::<K>::all(self.client.clone());
+        watches.spawn(feed(
+            api,
+            config,
+            self.shared.clone(),
+            self.links.link(kind),
+        ));
+    }
+
     /// The loader of the policy ConfigMaps of `config.policy_namespace`.
     fn loader(
         &self,
@@ -349,7 +375,7 @@ fn clients(kube: kube::Config) -> Result<(Client, Client), Error> {
 async fn until_stopped(
     http: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     shutdown: impl std::future::Future<Output = ()>,
-    watches: &mut tokio::task::JoinSet<&'static str>,
+    watches: &mut Watches,
     rounds: &mut tokio::task::JoinHandle<()>,
 ) -> Result<(), Error> {
     let http_failed = async {
@@ -387,90 +413,31 @@ async fn until_stopped(
 /// GPUTenants, the pods of this scheduler, PodDisruptionBudgets; and, when
 /// the API server serves them, ResourceSlices and ResourceClaims (DRA) and
 /// PodGroups.
-async fn watch_cluster(parts: &Parts, dra: bool, watches: &mut tokio::task::JoinSet<&'static str>) {
-    let Parts {
-        client,
-        shared,
-        links,
-        ..
-    } = parts;
-    let pods = watcher::Config::default().fields(&format!("spec.schedulerName={SCHEDULER_NAME}"));
-    watches.spawn(feed(
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default(),
-        shared.clone(),
-        links.link("Node"),
-    ));
-    watches.spawn(feed(
-        Api::<GPUNode>::all(client.clone()),
-        watcher::Config::default(),
-        shared.clone(),
-        links.link("GPUNode"),
-    ));
-    watches.spawn(feed(
-        Api::<GPUResource>::all(client.clone()),
-        watcher::Config::default(),
-        shared.clone(),
-        links.link("GPUResource"),
-    ));
-    watches.spawn(feed(
-        Api::<Pod>::all(client.clone()),
-        pods,
-        shared.clone(),
-        links.link("Pod"),
-    ));
+async fn watch_cluster(parts: &Parts, dra: bool, watches: &mut Watches) {
+    let all = watcher::Config::default;
+    parts.watch::<Node>(watches, "Node", all());
+    parts.watch::<GPUNode>(watches, "GPUNode", all());
+    parts.watch::<GPUResource>(watches, "GPUResource", all());
+    let pods = all().fields(&format!("spec.schedulerName={SCHEDULER_NAME}"));
+    parts.watch::<Pod>(watches, "Pod", pods);
     // Which namespaces share a quota (`snapshot.tenants`).
-    watches.spawn(feed(
-        Api::<GPUTenant>::all(client.clone()),
-        watcher::Config::default(),
-        shared.clone(),
-        links.link("GPUTenant"),
-    ));
+    parts.watch::<GPUTenant>(watches, "GPUTenant", all());
     // Which running pods a preemption may evict now (`running.evictable`).
-    watches.spawn(feed(
-        Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::all(client.clone()),
-        watcher::Config::default(),
-        shared.clone(),
-        links.link("PodDisruptionBudget"),
-    ));
+    parts.watch::<PodDisruptionBudget>(watches, "PodDisruptionBudget", all());
     if !dra {
         tracing::info!("DRA is turned off (--no-dra): only GPUNodes are read");
-    } else if dra_served(client).await {
+    } else if dra_served(&parts.client).await {
         tracing::info!(
             "Watching ResourceSlices, ResourceClaims, DeviceClasses and DeviceTaintRules (resource.k8s.io/v1): GPUs a DRA driver publishes are counted with the GPUNodes' (one GPU per UUID), devices any claim holds are held, devices tainted and not tolerated are kept from claims, and pods asking through spec.resourceClaims are placed"
         );
-        watches.spawn(feed(
-            Api::<ResourceSlice>::all(client.clone()),
-            watcher::Config::default(),
-            shared.clone(),
-            links.link("ResourceSlice"),
-        ));
-        watches.spawn(feed(
-            Api::<ResourceClaim>::all(client.clone()),
-            watcher::Config::default(),
-            shared.clone(),
-            links.link("ResourceClaim"),
-        ));
-        watches.spawn(feed(
-            Api::<DeviceClass>::all(client.clone()),
-            watcher::Config::default(),
-            shared.clone(),
-            links.link("DeviceClass"),
-        ));
+        parts.watch::<ResourceSlice>(watches, "ResourceSlice", all());
+        parts.watch::<ResourceClaim>(watches, "ResourceClaim", all());
+        parts.watch::<DeviceClass>(watches, "DeviceClass", all());
         // Served from Kubernetes 1.37 (resource.k8s.io/v1); before that,
         // the slices' own taints are all there is.
-        if served(
-            Api::<DeviceTaintRule>::all(client.clone()),
-            "DeviceTaintRules",
-        )
-        .await
-        {
-            watches.spawn(feed(
-                Api::<DeviceTaintRule>::all(client.clone()),
-                watcher::Config::default(),
-                shared.clone(),
-                links.link("DeviceTaintRule"),
-            ));
+        let rules = Api::<DeviceTaintRule>::all(parts.client.clone());
+        if served(rules, "DeviceTaintRules").await {
+            parts.watch::<DeviceTaintRule>(watches, "DeviceTaintRule", all());
         } else {
             tracing::info!(
                 "The API server does not serve DeviceTaintRules (resource.k8s.io/v1, Kubernetes 1.37+): only the taints ResourceSlices carry keep devices from claims"
@@ -481,16 +448,11 @@ async fn watch_cluster(parts: &Parts, dra: bool, watches: &mut tokio::task::Join
             "The API server does not serve resource.k8s.io/v1 (DRA, Kubernetes 1.34+): only GPUNodes are read"
         );
     }
-    if podgroups_served(client).await {
+    if podgroups_served(&parts.client).await {
         tracing::info!(
             "Watching PodGroups (scheduling.x-k8s.io/v1alpha1): gangs are placed all or nothing"
         );
-        watches.spawn(feed(
-            Api::<PodGroup>::all(client.clone()),
-            watcher::Config::default(),
-            shared.clone(),
-            links.link("PodGroup"),
-        ));
+        parts.watch::<PodGroup>(watches, "PodGroup", all());
     } else {
         tracing::info!(
             "The API server does not serve PodGroups (scheduling.x-k8s.io/v1alpha1): pods labelled {POD_GROUP_LABEL} wait (PodGroupNotFound) until the CRD is installed and the controller restarted"

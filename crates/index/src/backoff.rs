@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use super::ObjectKey;
+use super::key::ObjectKey;
 
 /// The first back-off after a blocked preemption.
 pub const FIRST_MS: u64 = 10_000;

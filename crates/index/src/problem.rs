@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::ObjectKey;
+use super::key::ObjectKey;
 use wasmgpu_api::InvalidSpec;
 
 /// Something a user must fix before a pod can get GPUs. The index only

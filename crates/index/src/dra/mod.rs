@@ -36,7 +36,7 @@ use k8s_openapi::api::resource::v1::{
 };
 use wasmgpu_api::{GpuInfo, MigInstanceInfo};
 
-use crate::ObjectKey;
+use crate::key::ObjectKey;
 pub(crate) use cel::{Evaluator, compile};
 pub(crate) use claims::{ClaimFacts, ClassFacts};
 pub(crate) use counters::NodeCounters;
