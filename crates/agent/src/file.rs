@@ -649,7 +649,7 @@ gpus:
     /// status the agent would publish.
     fn read_and_convert(text: &str) {
         if let Ok(reading) = parsed(text) {
-            let rules = crate::HealthRules::ignoring([13]);
+            let rules = crate::health::HealthRules::ignoring([13]);
             let faults = crate::health::Faults::default();
             crate::convert::to_status(
                 &reading,

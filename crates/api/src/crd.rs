@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use super::{GPUNode, GPUResource, GPUTenant};
+use crate::gpunode::GPUNode;
+use crate::gpuresource::GPUResource;
+use crate::gputenant::GPUTenant;
 
 /// First line of every generated file.
 const HEADER: &str =

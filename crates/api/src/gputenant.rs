@@ -134,21 +134,21 @@ impl GPUTenantSpec {
 
     /// Checks what the controller relies on, whether or not the API server
     /// enforced the schema (an object stored before the CRD's rules were).
-    pub fn check(&self) -> Result<(), crate::InvalidSpec> {
+    pub fn check(&self) -> Result<(), crate::gpuresource::InvalidSpec> {
         if self.namespaces.is_empty() {
-            return Err(crate::InvalidSpec {
+            return Err(crate::gpuresource::InvalidSpec {
                 field: "namespaces",
                 reason: "name at least one namespace or glob, e.g. \"team-a-*\"".into(),
             });
         }
         if let Some(k) = self.namespaces.iter().position(|n| n.trim().is_empty()) {
-            return Err(crate::InvalidSpec {
+            return Err(crate::gpuresource::InvalidSpec {
                 field: "namespaces",
                 reason: format!("namespaces[{k}] is empty; give a namespace or a glob"),
             });
         }
         if self.weight == 0 {
-            return Err(crate::InvalidSpec {
+            return Err(crate::gpuresource::InvalidSpec {
                 field: "weight",
                 reason: "must be 1 or more".into(),
             });
@@ -156,7 +156,7 @@ impl GPUTenantSpec {
         if let Some(limit) = self.limit
             && self.quota > limit
         {
-            return Err(crate::InvalidSpec {
+            return Err(crate::gpuresource::InvalidSpec {
                 field: "quota",
                 reason: format!(
                     "{} is above limit {limit}: a tenant cannot be guaranteed more GPUs than it may hold",

@@ -16,7 +16,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::PodAllocation;
+use crate::allocation::PodAllocation;
 
 /// The label a pod names its gang (a PodGroup in its namespace) with.
 pub const POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";

@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::HostSnapshot;
+use crate::host_snapshot::HostSnapshot;
 use crate::types::{Ask, Gpu, GpuShape, Node, Request, Sharing, Snapshot};
 use crate::{MAX_COUNT, NAME_BYTES};
 
@@ -575,8 +575,8 @@ fn fail(at: String, reason: impl fmt::Display) -> Result<(), SnapshotError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Sharing as S;
     use crate::testing::{namespace, node, refresh_tables, request, shape, snapshot};
+    use crate::types::Sharing as S;
 
     fn valid() -> Snapshot {
         let mut a = node("a", 4, "NVIDIA H100 80GB HBM3", 81920);
@@ -601,10 +601,10 @@ mod tests {
         name: &str,
         min_member: u32,
         members: &[u32],
-        change: impl FnOnce(&mut crate::Gang),
+        change: impl FnOnce(&mut crate::types::Gang),
     ) {
         let g = s.gangs.len() as u32;
-        let mut gang = crate::Gang {
+        let mut gang = crate::types::Gang {
             name: name.into(),
             min_member,
             bound: 0,
@@ -722,7 +722,7 @@ mod tests {
             ),
             (
                 Box::new(|s| {
-                    s.nodes[1].gpus[1].mig = Some(crate::MigInstance {
+                    s.nodes[1].gpus[1].mig = Some(crate::types::MigInstance {
                         parent: 1,
                         profile: 0,
                     })
@@ -745,7 +745,7 @@ mod tests {
                 Box::new(|s| {
                     s.nodes[1].gpus[0].healthy = false;
                     s.mig_profiles = vec!["1g.5gb".into()];
-                    s.nodes[1].gpus[1].mig = Some(crate::MigInstance {
+                    s.nodes[1].gpus[1].mig = Some(crate::types::MigInstance {
                         parent: 0,
                         profile: 0,
                     });

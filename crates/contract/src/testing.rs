@@ -9,10 +9,18 @@
 
 use std::sync::Mutex;
 
-use crate::{
-    Ask, Gang, Gpu, GpuShape, MigInstance, Node, PreemptionPolicy, Publisher, Request, Running,
-    Sharing, Snapshot,
-};
+use crate::types::Ask;
+use crate::types::Gang;
+use crate::types::Gpu;
+use crate::types::GpuShape;
+use crate::types::MigInstance;
+use crate::types::Node;
+use crate::types::PreemptionPolicy;
+use crate::types::Publisher;
+use crate::types::Request;
+use crate::types::Running;
+use crate::types::Sharing;
+use crate::types::Snapshot;
 
 /// The controller's own validator: the rules it applies to every decision a
 /// policy returns ([`crate::validate`]). `validate(&snapshot, &decisions)` gives
@@ -237,12 +245,12 @@ pub fn running_on_each_gpu(snapshot: &mut Snapshot, node: u32, prefix: &str, pri
 /// GPUs named as in the module docs. Positions out of range read as `?`.
 pub fn assigned(
     snapshot: &Snapshot,
-    decisions: &[crate::Decision],
+    decisions: &[crate::types::Decision],
 ) -> Vec<(String, String, Vec<String>)> {
     decisions
         .iter()
         .filter_map(|d| match d {
-            crate::Decision::Assign(a) => {
+            crate::types::Decision::Assign(a) => {
                 let pod = snapshot
                     .pending
                     .get(a.pod as usize)
@@ -270,9 +278,9 @@ pub fn assigned(
 /// The decision about pod `pod` (`namespace/name`), if any.
 pub fn decision_for<'d>(
     snapshot: &Snapshot,
-    decisions: &'d [crate::Decision],
+    decisions: &'d [crate::types::Decision],
     pod: &str,
-) -> Option<&'d crate::Decision> {
+) -> Option<&'d crate::types::Decision> {
     let position = snapshot.pending.iter().position(|r| r.pod == pod)? as u32;
     decisions.iter().find(|d| d.pod() == position)
 }
@@ -476,7 +484,9 @@ pub fn large(nodes: u32, pods: u32) -> Snapshot {
 /// each NVLink mode (`config` empty, `{"nvlink": "require"}`, `{"nvlink":
 /// "ignore"}`), and asserts that the controller's validator refuses none
 /// of its decisions, holds none back, and that it places over 100 pods.
-pub fn assert_host_accepts_a_large_round(allocate: impl Fn(&Snapshot) -> Vec<crate::Decision>) {
+pub fn assert_host_accepts_a_large_round(
+    allocate: impl Fn(&Snapshot) -> Vec<crate::types::Decision>,
+) {
     let mut snap = large(120, 400);
     gang(&mut snap, "team-1/train", 3, &[1, 8, 15]);
     for config in ["", r#"{"nvlink": "require"}"#, r#"{"nvlink": "ignore"}"#] {
@@ -490,7 +500,7 @@ pub fn assert_host_accepts_a_large_round(allocate: impl Fn(&Snapshot) -> Vec<cra
         );
         let assigned = decisions
             .iter()
-            .filter(|d| matches!(d, crate::Decision::Assign(_)))
+            .filter(|d| matches!(d, crate::types::Decision::Assign(_)))
             .count();
         assert!(assigned > 100, "{config}: {assigned} assigned");
         assert_eq!(verdict.accepted.len(), assigned, "{config}: none held back");
@@ -543,7 +553,7 @@ pub fn first_form(today: &str) -> String {
 /// `nvlinkPeers` positions, requests with their shape at the top, namespaces
 /// by name, `usage`): what tests of the upgrade read. Only what 0.2 could
 /// say survives: running pods, tenants and DRA claims are left out.
-pub fn previous_form(today: &crate::HostSnapshot) -> String {
+pub fn previous_form(today: &crate::host_snapshot::HostSnapshot) -> String {
     use serde_json::{Value, json};
     let mut value: Value =
         serde_json::to_value(crate::snapshot_file::SnapshotFile::of(today)).expect("JSON");

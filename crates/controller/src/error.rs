@@ -7,7 +7,8 @@
 //! Event). Those that stop it at start — a policy file, the Lease — are
 //! this error's sources.
 
-use crate::{LoadError, leader::LeaseError};
+use crate::leader::LeaseError;
+use crate::policies::LoadError;
 
 /// Why the controller stopped (or could not start).
 #[derive(Debug, thiserror::Error)]

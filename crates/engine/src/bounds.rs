@@ -14,7 +14,7 @@
 //!   Events cut their notes. A cut name matches no pod, node or GPU, so the
 //!   validator refuses the decision; it can still be shown whole.
 
-use super::types::{Decision, Info};
+use wasmgpu_contract::types::{Decision, Info};
 
 /// Longest reason kept from a `wait` or `reject` decision, in bytes.
 pub const REASON_BYTES: usize = 1024;

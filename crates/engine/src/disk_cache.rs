@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use wasmtime::component::Component;
 
-use crate::Digest;
+use crate::policy::Digest;
 
 /// Files kept; more are removed, oldest use first.
 const ENTRIES: usize = 32;

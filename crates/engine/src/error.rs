@@ -73,7 +73,7 @@ pub enum PolicyError {
     /// The component does not implement the `wasmgpu:policy` world: an export
     /// is missing or has another type, or it imports something the sandbox
     /// does not provide.
-    #[error("not a {contract} component: {0}", contract = super::CONTRACT)]
+    #[error("not a {contract} component: {0}", contract = wasmgpu_contract::CONTRACT)]
     WrongWorld(#[source] Cause),
     /// The component was built for another version of the contract.
     #[error(

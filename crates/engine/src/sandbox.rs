@@ -18,8 +18,8 @@ use wasmtime_wasi::{
     HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
 };
 
-use super::Limits;
 use super::guest_log::GuestLog;
+use crate::limits::Limits;
 
 /// Store data for one call.
 pub(crate) struct Sandbox {

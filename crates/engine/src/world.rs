@@ -11,7 +11,7 @@ use wasmtime::component::{ComponentExportIndex, InstancePre, TypedFunc};
 use wasmtime::{Store, format_err};
 
 use super::sandbox::Sandbox;
-use super::types::{Decision, Info, Snapshot};
+use wasmgpu_contract::types::{Decision, Info, Snapshot};
 
 /// A component that does not export what the world says, or exports it
 /// with other types: it was built against another contract (or is not a

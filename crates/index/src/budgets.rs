@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use super::{Index, ObjectKey};
+use super::Index;
+use crate::key::ObjectKey;
 
 /// What the index keeps of a budget.
 #[derive(Clone, Debug, PartialEq)]

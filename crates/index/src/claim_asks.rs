@@ -26,9 +26,11 @@ use k8s_openapi::api::resource::v1::{
     DeviceToleration, ResourceClaim,
 };
 
+use super::Index;
 use super::dra::{ClaimFacts, DraGpu, Evaluator};
 use super::pod::{ClaimSource, PodFacts};
-use super::{Index, ObjectKey, Problem};
+use crate::key::ObjectKey;
+use crate::problem::Problem;
 
 /// The most pods a claim may be reserved for (`status.reservedFor`).
 const MAX_RESERVED: usize = 256;

@@ -11,8 +11,9 @@ use k8s_openapi::api::resource::v1::{
 };
 use wasmgpu_contract::types::Claim;
 
+use super::Index;
 use super::pod::ClaimSource;
-use super::{Index, ObjectKey};
+use crate::key::ObjectKey;
 
 /// One claim's part of a DRA pod's binding.
 #[derive(Clone, Debug, PartialEq)]

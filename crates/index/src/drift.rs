@@ -5,8 +5,9 @@
 
 use std::collections::BTreeMap;
 
+use super::Index;
 use super::holdings::{FastMap, Holdings};
-use super::{Index, ObjectKey};
+use crate::key::ObjectKey;
 use wasmgpu_api::{PodAllocation, Sharing};
 
 /// A pod holding a GPU its agent reports unhealthy.

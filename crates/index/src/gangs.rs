@@ -20,9 +20,11 @@ use std::collections::BTreeMap;
 
 use wasmgpu_contract::types::{Gang, Running};
 
+use crate::Index;
 use crate::holdings::Holdings;
+use crate::key::ObjectKey;
+use crate::problem::Problem;
 use crate::snapshot::Waiting;
-use crate::{Index, ObjectKey, Problem};
 
 // === impl Index ===
 

@@ -14,7 +14,8 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
-use super::{Index, ObjectKey};
+use super::Index;
+use crate::key::ObjectKey;
 use wasmgpu_api::{Allocation, Device, PodAllocation, Sharing};
 
 /// A ledger entry, written by an earlier version, that the controller
@@ -65,7 +66,7 @@ pub struct PendingBinding {
     /// What it gets.
     pub allocation: PodAllocation,
     /// For a DRA pod: what its claims get, written before the binding.
-    pub claims: Vec<crate::ClaimWrite>,
+    pub claims: Vec<crate::claim_writes::ClaimWrite>,
 }
 
 /// A victim of a nomination to evict.
@@ -86,7 +87,7 @@ pub(crate) struct InFlight {
     pub uid: String,
     pub allocation: PodAllocation,
     /// A DRA pod's claim writes, sent again with the binding.
-    pub claims: Vec<crate::ClaimWrite>,
+    pub claims: Vec<crate::claim_writes::ClaimWrite>,
     /// The binding's outcome is unknown (timeout, unreadable pod): send it
     /// again (binding the same pod to the same node twice is refused, not
     /// applied twice).

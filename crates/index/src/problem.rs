@@ -87,7 +87,7 @@ pub enum Problem {
         /// The pool, as `pool "<name>" of driver <driver>`.
         pool: String,
         /// Why.
-        problem: crate::PoolProblem,
+        problem: crate::dra::PoolProblem,
     },
     /// A DRA pod's claim cannot be used as it is: missing, being deleted,
     /// naming a missing DeviceClass, a CEL selector that does not compile

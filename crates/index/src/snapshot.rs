@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use wasmgpu_contract::glob_match;
 
+use super::Index;
 use super::claim_asks::{CandidateCache, DraAsk};
 use super::claim_records::{CandidateSets, NodesView, claims_record};
 use super::eligibility;
@@ -14,7 +15,8 @@ use super::inventory::NodeInventory;
 use super::node::NodeFacts;
 use super::pod::PodFacts;
 use super::tenants::TenantTable;
-use super::{Index, ObjectKey, Problem};
+use crate::key::ObjectKey;
+use crate::problem::Problem;
 use wasmgpu_api::{GPUResourceSpec, Sharing as ApiSharing};
 use wasmgpu_contract::types::{
     Ask, Gpu, GpuShape, MigInstance, Node, PreemptionPolicy, Request, Running, Sharing, Snapshot,

@@ -9,9 +9,10 @@ use oci_client::manifest::{OciDescriptor, OciImageManifest};
 
 use super::cache::Kind;
 use super::{
-    Access, ComponentCache, ComponentRef, LEGACY_WASM_LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE,
-    MAX_MANIFEST_BYTES, OciError, WASM_LAYER_MEDIA_TYPE, sha256,
+    Access, ComponentRef, LEGACY_WASM_LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, MAX_MANIFEST_BYTES,
+    OciError, WASM_LAYER_MEDIA_TYPE, sha256,
 };
+use crate::cache::ComponentCache;
 
 /// A pulled component.
 #[derive(Clone, Debug)]

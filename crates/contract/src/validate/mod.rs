@@ -26,7 +26,7 @@ mod preempt;
 
 pub use invalid::Invalid;
 
-use crate::glob_match;
+use crate::glob::glob_match;
 use crate::host_snapshot::{HostNode, HostSnapshot, SharedCounters, made_up_uuid};
 use crate::types::{Ask, Assignment, Decision, Gpu, GpuShape, Node, Request, Sharing, Snapshot};
 
@@ -401,7 +401,7 @@ impl<'s> Replay<'s> {
             if a.gpus[..k].contains(&g) {
                 return Err(Invalid::DuplicateGpu { gpu: gpu() });
             }
-            if info.published_by == crate::Publisher::DraDriver {
+            if info.published_by == crate::types::Publisher::DraDriver {
                 return Err(Invalid::NotFromAgent { gpu: gpu() });
             }
             check_gpu(self.snapshot, node, shape, info, left, g).map_err(|reason| reason(gpu()))?;

@@ -1,10 +1,10 @@
 //! The rules, one case each, on the contract's snapshot builders.
 
 use super::*;
-use crate::Sharing as S;
+use crate::decision::wait;
 use crate::testing::{gang, node, request, restrict, shape, snapshot, with_mig};
+use crate::types::Sharing as S;
 use crate::types::{Assignment, Decision, Deferral, Snapshot};
-use crate::wait;
 
 fn assign(pod: u32, node: u32, gpus: &[u32]) -> Decision {
     Decision::Assign(Assignment {
@@ -241,7 +241,7 @@ fn a_refused_assignment_still_counts_as_the_decision() {
 
 /// Node "m": GPU 0 whole, GPU 1 with instances at positions 2 and 3
 /// (`1g.10gb`) and 4 (`2g.20gb`).
-fn mig_snapshot(pending: Vec<crate::Request>) -> Snapshot {
+fn mig_snapshot(pending: Vec<crate::types::Request>) -> Snapshot {
     let node = with_mig(
         node("m", 2, "NVIDIA A100 80GB PCIe", 81920),
         1,
@@ -250,7 +250,7 @@ fn mig_snapshot(pending: Vec<crate::Request>) -> Snapshot {
     snapshot(vec![node], pending)
 }
 
-fn mig(pod: &str, profile: &str) -> crate::Request {
+fn mig(pod: &str, profile: &str) -> crate::types::Request {
     let mut r = request(pod, 1, S::Exclusive, 0);
     shape(&mut r).mig_profile = Some(profile.into());
     r

@@ -123,7 +123,7 @@ fn a_broken_pool_is_reported_and_its_gpus_are_gone() {
     );
     assert_eq!(
         problems[0].subject(),
-        crate::Subject::ResourceSlice("node-d-gpu.nvidia.com-1-2")
+        crate::problem::Subject::ResourceSlice("node-d-gpu.nvidia.com-1-2")
     );
     assert!(
         index.problems().contains(&problems[0]),

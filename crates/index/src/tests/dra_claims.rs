@@ -12,8 +12,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use wasmgpu_contract::types::{Ask, Claim};
 
 use super::*;
+use crate::claim_writes::Chosen;
 use crate::dra::tests::{allocated_claim, h100_slice, nvidia_gpu, slice};
-use crate::{Chosen, ObjectKey, Problem};
+use crate::key::ObjectKey;
+use crate::problem::Problem;
 
 const DRIVER: &str = "gpu.nvidia.com";
 

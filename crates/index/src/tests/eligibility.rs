@@ -19,7 +19,10 @@ fn eligible(nodes: Vec<TestNode>, pod: TestPod) -> Vec<String> {
     if snapshot.pending.is_empty() {
         let problems = index.problems();
         assert!(
-            matches!(problems.as_slice(), [crate::Problem::Unsatisfiable { .. }]),
+            matches!(
+                problems.as_slice(),
+                [crate::problem::Problem::Unsatisfiable { .. }]
+            ),
             "{problems:?}"
         );
         return Vec::new();

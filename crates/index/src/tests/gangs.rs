@@ -6,7 +6,7 @@ use wasmgpu_contract::types::{Assignment, Decision, Gang};
 use wasmgpu_contract::validate::validate;
 
 use super::*;
-use crate::Problem;
+use crate::problem::Problem;
 
 /// Node `n` of 8 GPUs, GPUResource ml/r of one GPU (policy `policy`), and
 /// gang ml/train of `min_member`.

@@ -2,7 +2,9 @@
 //! GPUs until the pod watch shows them; nothing but the pod frees a GPU.
 
 use super::*;
-use crate::{ObjectKey, PendingBinding, PodCounts};
+use crate::PodCounts;
+use crate::holdings::PendingBinding;
+use crate::key::ObjectKey;
 use wasmgpu_api::PodAllocation;
 
 fn owner(index: &Index, uuid: &str) -> Option<String> {

@@ -2,7 +2,10 @@
 //! hold, which are stale, and which move onto their pods.
 
 use super::*;
-use crate::{ObjectKey, PodCounts, Release, ReleaseReason};
+use crate::PodCounts;
+use crate::holdings::Release;
+use crate::holdings::ReleaseReason;
+use crate::key::ObjectKey;
 
 fn gpu<'a>(
     snapshot: &'a wasmgpu_contract::HostSnapshot,

@@ -1,7 +1,9 @@
 //! Errors users can act on, and objects the index skips.
 
 use super::*;
-use crate::{ObjectKey, Problem, Subject};
+use crate::key::ObjectKey;
+use crate::problem::Problem;
+use crate::problem::Subject;
 
 #[test]
 fn a_pod_without_annotation_or_with_a_missing_resource_is_reported() {

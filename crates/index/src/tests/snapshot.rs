@@ -164,7 +164,7 @@ fn resets_replace_everything_of_their_kind() {
     index.apply_pod(&pod("ml", "p").resource("r").build());
     assert!(matches!(
         index.problems()[0],
-        crate::Problem::MissingResource { .. }
+        crate::problem::Problem::MissingResource { .. }
     ));
 }
 
@@ -218,9 +218,9 @@ fn nvlink_peers_are_positions_in_the_node() {
 /// What a generic watch loop does with the events of one kind.
 fn feed<K>(index: &mut Index, listed: &[K], deleted: &K)
 where
-    Index: crate::IndexResource<K>,
+    Index: crate::watch::IndexResource<K>,
 {
-    use crate::IndexResource;
+    use crate::watch::IndexResource;
     index.reset(listed);
     index.delete(deleted);
 }
@@ -269,7 +269,7 @@ fn a_preemptor_backing_off_may_not_preempt_until_its_wait_is_over() {
     add_gpu_node(&mut index, "node-a", 1);
     index.apply_gpuresource(&gpuresource("ml", "r").build());
     index.apply_pod(&pod("ml", "big").resource("r").build());
-    let key = crate::ObjectKey::new("ml", "big");
+    let key = crate::key::ObjectKey::new("ml", "big");
     let preemption = |index: &Index, now_ms: u64| {
         index.snapshot(DEFAULT_POLICY, 1, now_ms).snapshot.pending[0].preemption
     };
