@@ -23,6 +23,7 @@
 
 pub mod convert;
 pub mod deviceplugin;
+mod error;
 pub mod file;
 pub mod health;
 pub mod nvml;
@@ -35,30 +36,4 @@ pub use publish::{FIELD_MANAGER, PublishError, StatusPublisher};
 pub use run::Agent;
 pub use source::{GpuSource, Reading, SourceError};
 
-/// What can stop the agent.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The GPU source failed.
-    #[error(transparent)]
-    Source(#[from] SourceError),
-    /// Writing the GPUNode failed.
-    #[error(transparent)]
-    Publish(#[from] PublishError),
-    /// Signal handlers could not be installed.
-    #[error("cannot install signal handlers: {0}")]
-    Signal(std::io::Error),
-}
-
-impl Error {
-    /// A short, stable label for logs and metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Error::Source(error) => error.kind(),
-            Error::Publish(error) => error.kind(),
-            Error::Signal(_) => "signal",
-        }
-    }
-}
-
-/// `Result` with the agent's [`Error`].
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub use error::{Error, Result};

@@ -7,11 +7,11 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
 
-use super::Error;
 use super::convert::{self, Context};
 use super::health::{Faults, HealthRules};
 use super::publish::StatusPublisher;
 use super::source::{GpuSource, Reading, Signal};
+use crate::error::Error;
 use wasmgpu_api::GPUNodeStatus;
 
 /// One node's GPUs as the agent knows them: the source, the health rules and

@@ -94,9 +94,7 @@ impl Nomination {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpuresource::Device;
-    use crate::gpuresource::PolicyRef;
-    use crate::gpuresource::Sharing;
+    use crate::gpuresource::{Device, PolicyRef, Sharing};
 
     #[test]
     fn a_nomination_round_trips_and_an_empty_one_is_none() {

@@ -9,18 +9,10 @@
 
 use std::sync::Mutex;
 
-use crate::types::Ask;
-use crate::types::Gang;
-use crate::types::Gpu;
-use crate::types::GpuShape;
-use crate::types::MigInstance;
-use crate::types::Node;
-use crate::types::PreemptionPolicy;
-use crate::types::Publisher;
-use crate::types::Request;
-use crate::types::Running;
-use crate::types::Sharing;
-use crate::types::Snapshot;
+use crate::types::{
+    Ask, Gang, Gpu, GpuShape, MigInstance, Node, PreemptionPolicy, Publisher, Request, Running,
+    Sharing, Snapshot,
+};
 
 /// The controller's own validator: the rules it applies to every decision a
 /// policy returns ([`crate::validate`]). `validate(&snapshot, &decisions)` gives

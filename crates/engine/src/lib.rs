@@ -46,7 +46,7 @@ pub use error::{Cause, PolicyError, Result};
 pub use limits::{EPOCH_TICK, Limits};
 pub use policy::{Digest, LoadedPolicy, Round, RoundStats};
 
-use sandbox::Sandbox;
+use sandbox::EngineCore;
 
 /// The contract's types (`wasmgpu_contract::types`), as guests get them.
 pub use wasmgpu_contract::types;
@@ -69,13 +69,6 @@ pub struct Engine {
     clock: Mutex<u64>,
     disk: Option<disk_cache::DiskCache>,
     _ticker: Ticker,
-}
-
-/// What every loaded policy needs from its engine.
-struct EngineCore {
-    engine: wasmtime::Engine,
-    linker: Linker<Sandbox>,
-    limits: Limits,
 }
 
 // === impl Engine ===

@@ -8,13 +8,13 @@ use sha2::{Digest as _, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap};
 
-use super::EngineCore;
 use super::bounds::{self, CALL_BYTES};
 use super::error::{PolicyError, Result};
 use super::sandbox::{LimitExceeded, Sandbox};
 use super::world::{Policy, PolicyPre, WorldMismatch};
 use crate::error::Cause;
 use crate::limits::Limits;
+use crate::sandbox::EngineCore;
 use wasmgpu_contract::types::{Decision, Info, Snapshot};
 
 /// A component's sha256, written `sha256:<hex>`.

@@ -181,3 +181,11 @@ impl wasmtime::ResourceLimiter for Limiter {
         Ok(true)
     }
 }
+
+/// What every loaded policy needs from its engine: the compiled-code
+/// engine, the sandbox's linker, the limits of each call.
+pub(crate) struct EngineCore {
+    pub(crate) engine: wasmtime::Engine,
+    pub(crate) linker: Linker<Sandbox>,
+    pub(crate) limits: Limits,
+}

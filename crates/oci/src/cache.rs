@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::sha256;
+use crate::reference::sha256;
 
 /// What a file on disk holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,11 +8,13 @@ use std::task::{Context, Poll};
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
 
 use super::cache::Kind;
-use super::{
-    Access, ComponentRef, LEGACY_WASM_LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, MAX_MANIFEST_BYTES,
-    OciError, WASM_LAYER_MEDIA_TYPE, sha256,
-};
+use crate::access::Access;
 use crate::cache::ComponentCache;
+use crate::error::OciError;
+use crate::reference::{
+    ComponentRef, LEGACY_WASM_LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, MAX_MANIFEST_BYTES,
+    WASM_LAYER_MEDIA_TYPE, sha256,
+};
 
 /// A pulled component.
 #[derive(Clone, Debug)]

@@ -8,9 +8,10 @@ use http::HeaderValue;
 use oci_client::RegistryOperation;
 use serde_json::json;
 
-use super::{
-    Access, ComponentRef, MANIFEST_MEDIA_TYPE, OciError, WASM_CONFIG_MEDIA_TYPE,
-    WASM_LAYER_MEDIA_TYPE, sha256,
+use crate::access::Access;
+use crate::error::OciError;
+use crate::reference::{
+    ComponentRef, MANIFEST_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, sha256,
 };
 
 /// The annotation naming a layer's file (ORAS writes the layer to it on pull).

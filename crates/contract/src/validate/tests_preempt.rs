@@ -1,8 +1,7 @@
 //! The preemption, tenant-limit and DRA-choice rules, one case each.
 
 use super::*;
-use crate::decision::assign;
-use crate::decision::preempt;
+use crate::decision::{assign, preempt};
 use crate::testing::{gang, node, request, running_on_each_gpu, snapshot};
 use crate::types::Sharing as S;
 use crate::types::{

@@ -3,8 +3,7 @@
 
 use super::*;
 use crate::PodCounts;
-use crate::holdings::Release;
-use crate::holdings::ReleaseReason;
+use crate::holdings::{Release, ReleaseReason};
 use crate::key::ObjectKey;
 
 fn gpu<'a>(

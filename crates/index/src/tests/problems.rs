@@ -2,8 +2,7 @@
 
 use super::*;
 use crate::key::ObjectKey;
-use crate::problem::Problem;
-use crate::problem::Subject;
+use crate::problem::{Problem, Subject};
 
 #[test]
 fn a_pod_without_annotation_or_with_a_missing_resource_is_reported() {

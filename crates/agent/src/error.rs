@@ -1,0 +1,32 @@
+//! What can stop the agent: the one error its run returns.
+
+use crate::publish::PublishError;
+use crate::source::SourceError;
+
+/// What can stop the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The GPU source failed.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// Writing the GPUNode failed.
+    #[error(transparent)]
+    Publish(#[from] PublishError),
+    /// Signal handlers could not be installed.
+    #[error("cannot install signal handlers: {0}")]
+    Signal(std::io::Error),
+}
+
+impl Error {
+    /// A short, stable label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Source(error) => error.kind(),
+            Error::Publish(error) => error.kind(),
+            Error::Signal(_) => "signal",
+        }
+    }
+}
+
+/// `Result` with the agent's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
