@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bits;
+mod bounds;
 mod decision;
 mod glob;
 pub mod host_snapshot;
@@ -32,6 +33,7 @@ pub mod types;
 mod upgrade;
 pub mod validate;
 
+pub use bounds::{CONTRACT, MAX_COUNT, NAME_BYTES};
 pub use decision::{assign, info, preempt, reject, wait};
 pub use glob::glob_match;
 pub use host_snapshot::{HostNode, HostSnapshot, SharedCounters};
@@ -44,13 +46,3 @@ pub use validate::{
     Deferred, Invalid, Placement, Preempting, Refused, Verdict, describe, describe_host,
     validate_host,
 };
-
-/// The contract this crate describes, as components and snapshot files name it.
-pub const CONTRACT: &str = "wasmgpu:policy@0.3.0";
-
-/// The most GPUs (or MIG instances) one request may ask for, all on one node.
-pub const MAX_COUNT: u32 = 16;
-
-/// Longest pod, node or GPU name the host keeps from a decision, in bytes (a
-/// `namespace/name` is at most 317); snapshot files hold names to it too.
-pub const NAME_BYTES: usize = 512;

@@ -19,9 +19,9 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use crate::bounds::{MAX_COUNT, NAME_BYTES};
 use crate::host_snapshot::HostSnapshot;
 use crate::types::{Ask, Gpu, GpuShape, Node, Request, Sharing, Snapshot};
-use crate::{MAX_COUNT, NAME_BYTES};
 
 /// The most memory of one GPU (or one request on it) a snapshot may name:
 /// 16 TiB, two orders of magnitude past the largest GPU made.

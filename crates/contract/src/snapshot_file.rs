@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::CONTRACT;
 use crate::bits;
+pub use crate::bounds::CONTRACT;
 use crate::host_snapshot::{HostNode, HostSnapshot, SharedCounters};
 use crate::types::{
     Gang, Gpu, GpuRef, MigInstance, Node, Publisher, Request, Running, Snapshot, Tenant,

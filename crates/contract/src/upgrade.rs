@@ -80,7 +80,7 @@ pub(crate) fn previous_to_current(value: &mut Value) {
         return;
     };
     if top.contains_key("contract") {
-        top.insert("contract".into(), json!(crate::CONTRACT));
+        top.insert("contract".into(), json!(crate::bounds::CONTRACT));
     }
     top.remove("usage");
     if let Some(Value::Array(nodes)) = top.get_mut("nodes") {
