@@ -35,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 mod apply;
+mod clock;
 mod configmaps;
 mod connection;
 mod error;

@@ -5,8 +5,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::jiff::Timestamp;
-
 use super::apply::{StatusApi, TenantStatusApi};
 use super::events::{EventSink, Reason, gpuresource_ref, pod_ref, resourceslice_ref};
 use super::metrics::Metrics;
@@ -15,6 +13,7 @@ use super::status::StatusWriter;
 use super::wanted_status::WantedStatus;
 use super::wanted_tenant_status::WantedTenantStatus;
 use super::watch::WatchedIndex;
+use crate::clock::now_ms;
 use wasmgpu_index::{
     ObjectKey, PodCounts, Problem, ResourceView, RoundReport, Subject, TenantView, UnhealthyHolding,
 };
@@ -220,9 +219,4 @@ impl Reporter {
         }
         self.unhealthy_reported = reported;
     }
-}
-
-/// Milliseconds since the Unix epoch, by this machine's clock.
-pub(crate) fn now_ms() -> u64 {
-    u64::try_from(Timestamp::now().as_millisecond()).unwrap_or(0)
 }

@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::apply::Applier;
+use super::clock::now_ms;
 use super::events::{EventSink, Reason, pod_ref};
 use super::metrics::Metrics;
 use super::policies::{ActivePolicy, Policies};
-use super::report::{Reporter, RoundOutcome, now_ms};
+use super::report::{Reporter, RoundOutcome};
 use super::round_plan::{
     PodEvent, failure_message, plan_all_waiting, plan_verdict, plan_waiting, resources_of,
 };

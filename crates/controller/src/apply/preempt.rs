@@ -200,7 +200,7 @@ impl Writer {
                 let backoff = self
                     .shared
                     .index()
-                    .preemption_blocked(preemptor, crate::report::now_ms());
+                    .preemption_blocked(preemptor, crate::clock::now_ms());
                 self.metrics.preemption_backoff();
                 let why = format!(
                     "evicting {} was refused: {} (a PodDisruptionBudget forbids it now); the \
