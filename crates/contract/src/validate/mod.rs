@@ -784,6 +784,3 @@ fn check_gpu(
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod tests_preempt;

@@ -533,3 +533,5 @@ fn a_gpu_consumes_its_dra_counters_once_however_many_share_it() {
     let verdict = validate_host(&fresh, &decisions);
     assert_eq!(verdict.accepted.len(), 2, "{:?}", reasons(&verdict));
 }
+
+mod preempt;

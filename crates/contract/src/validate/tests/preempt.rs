@@ -1,6 +1,5 @@
 //! The preemption, tenant-limit and DRA-choice rules, one case each.
 
-use super::*;
 use crate::decision::{assign, preempt};
 use crate::testing::{gang, node, request, running_on_each_gpu, snapshot};
 use crate::types::Sharing as S;
@@ -8,6 +7,7 @@ use crate::types::{
     Alternative, Ask, AttributeValue, Claim, ClaimChoice, ClaimRequest, Constraint, GpuRef,
     PreemptionPolicy, Tenant,
 };
+use crate::validate::*;
 
 /// One node "n" of 8 GPUs, each held by a pod of priority 100 (running 0–7,
 /// started 0–7), and a pending pod of priority 1000 asking 4.
