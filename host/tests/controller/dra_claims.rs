@@ -157,6 +157,27 @@ async fn wait_event(
     }
 }
 
+/// Leaves nothing of the test for the other tests' rounds to see: its pods,
+/// then (its controller stopped) its node's slice and its node.
+async fn clean_up(
+    ctx: &TestContext,
+    controller: Controller,
+    slice_name: &str,
+    node: String,
+) -> Result<()> {
+    ctx.api::<Pod>()
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &Default::default(),
+        )
+        .await?;
+    drop(controller);
+    ctx.cluster_api::<ResourceSlice>()
+        .delete(slice_name, &DeleteParams::default())
+        .await?;
+    remove_nodes(ctx, &[node]).await
+}
+
 #[tokio::test]
 async fn dra_pods_get_the_devices_their_claims_select_and_are_bound_as_kube_scheduler_binds()
 -> Result<()> {
@@ -165,7 +186,6 @@ async fn dra_pods_get_the_devices_their_claims_select_and_are_bound_as_kube_sche
     install_crds(&ctx).await?;
     nvidia_class(&ctx).await?;
     let (node, slice_name) = h100_node(&ctx, 8).await?;
-    let slices: Api<ResourceSlice> = ctx.cluster_api();
     let controller = Controller::start(&ctx).await?;
     let claims = ctx.api::<ResourceClaim>();
     let pods = ctx.api::<Pod>();
@@ -288,9 +308,7 @@ async fn dra_pods_get_the_devices_their_claims_select_and_are_bound_as_kube_sche
         "{note}"
     );
 
-    drop(controller);
-    slices.delete(&slice_name, &DeleteParams::default()).await?;
-    remove_nodes(&ctx, &[node]).await
+    clean_up(&ctx, controller, &slice_name, node).await
 }
 
 #[tokio::test]
@@ -300,7 +318,6 @@ async fn a_claim_from_a_template_is_allocated_for_its_pod() -> Result<()> {
     install_crds(&ctx).await?;
     nvidia_class(&ctx).await?;
     let (node, slice_name) = h100_node(&ctx, 4).await?;
-    let slices: Api<ResourceSlice> = ctx.cluster_api();
     let controller = Controller::start(&ctx).await?;
     let pods = ctx.api::<Pod>();
     let pod: Pod = serde_json::from_value(json!({
@@ -361,9 +378,7 @@ async fn a_claim_from_a_template_is_allocated_for_its_pod() -> Result<()> {
     set_pod_phase(&pods, "worker", PodPhase::Succeeded).await?;
     wait_for(&claims, &made, ACT, "the claim deleted", |c| c.is_none()).await?;
 
-    drop(controller);
-    slices.delete(&slice_name, &DeleteParams::default()).await?;
-    remove_nodes(&ctx, &[node]).await
+    clean_up(&ctx, controller, &slice_name, node).await
 }
 
 #[tokio::test]
@@ -420,16 +435,7 @@ async fn a_pod_with_two_claims_and_a_claim_two_pods_share_are_placed_as_kube_sch
     assert!(node_of(&pods.get("fifth").await?).is_none());
     upstream_agrees(&ctx).await?;
 
-    pods.delete_collection(
-        &DeleteParams::default().grace_period(0),
-        &Default::default(),
-    )
-    .await?;
-    drop(controller);
-    ctx.cluster_api::<ResourceSlice>()
-        .delete(&slice_name, &DeleteParams::default())
-        .await?;
-    remove_nodes(&ctx, &[node]).await
+    clean_up(&ctx, controller, &slice_name, node).await
 }
 
 /// Upstream's judgement of every allocated claim of the test's namespace
@@ -465,7 +471,6 @@ async fn a_claim_allocated_before_a_crash_gets_its_pod_bound_where_the_claim_is(
     install_crds(&ctx).await?;
     nvidia_class(&ctx).await?;
     let (node, slice_name) = h100_node(&ctx, 4).await?;
-    let slices: Api<ResourceSlice> = ctx.cluster_api();
     let claims = ctx.api::<ResourceClaim>();
 
     // What a controller killed between the claim's status update and the
@@ -517,9 +522,7 @@ async fn a_claim_allocated_before_a_crash_gets_its_pod_bound_where_the_claim_is(
     assert_eq!(after, [format!("{node}/gpu-0"), format!("{node}/gpu-1")]);
     upstream_agrees(&ctx).await?;
 
-    drop(controller);
-    slices.delete(&slice_name, &DeleteParams::default()).await?;
-    remove_nodes(&ctx, &[node]).await
+    clean_up(&ctx, controller, &slice_name, node).await
 }
 
 #[tokio::test]
@@ -599,16 +602,5 @@ async fn a_device_taint_rule_keeps_its_devices_from_claims_that_do_not_tolerate_
         "each device once"
     );
     upstream_agrees(&ctx).await?;
-    // Nothing of this test is left for the other tests' rounds to see.
-    ctx.api::<Pod>()
-        .delete_collection(
-            &DeleteParams::default().grace_period(0),
-            &Default::default(),
-        )
-        .await?;
-    drop(controller);
-    ctx.cluster_api::<ResourceSlice>()
-        .delete(&slice_name, &DeleteParams::default())
-        .await?;
-    remove_nodes(&ctx, &[node]).await
+    clean_up(&ctx, controller, &slice_name, node).await
 }
