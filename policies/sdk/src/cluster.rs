@@ -11,9 +11,10 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{
-    Ask, Claim, Decision, GpuShape, Nvlink, Request, Sharing, Snapshot, assign, glob_match, nvlink,
-    reason, reject, wait,
+use crate::nvlink::Nvlink;
+use crate::{nvlink, reason};
+use wasmgpu_contract::{
+    Ask, Claim, Decision, GpuShape, Request, Sharing, Snapshot, assign, glob_match, reject, wait,
 };
 
 mod claims;
@@ -371,7 +372,8 @@ impl<'s> Cluster<'s> {
                         shares: g.shared_owners,
                         // A GPU only a DRA driver publishes is not for a
                         // GPUResource request: these helpers never give it.
-                        healthy: g.healthy && g.published_by != crate::Publisher::DraDriver,
+                        healthy: g.healthy
+                            && g.published_by != wasmgpu_contract::Publisher::DraDriver,
                         group: groups.find(i) as u32,
                         mig: g
                             .mig
@@ -1052,7 +1054,7 @@ impl<'s> Cluster<'s> {
         if held.saturating_add(needs) <= limit {
             return None;
         }
-        Some(crate::wait(
+        Some(wasmgpu_contract::wait(
             want.position,
             format!(
                 "tenant {} holds {held} of its limit {limit} GPUs (GPUTenant {}: spec.limit); this pod needs {} more",

@@ -20,7 +20,7 @@
 
 use serde::Deserialize;
 
-use crate::Node;
+use wasmgpu_contract::Node;
 
 /// How [`Cluster::pick_gpus`](crate::Cluster::pick_gpus) (and everything that
 /// places through it) uses NVLink for an exclusive request of more than one
@@ -76,7 +76,7 @@ pub(crate) fn linked(node: &Node, a: usize, b: usize) -> bool {
 /// `nvlink` set.
 pub(crate) fn peer_positions<'n>(
     node: &'n Node,
-    gpu: &'n crate::Gpu,
+    gpu: &'n wasmgpu_contract::Gpu,
 ) -> impl Iterator<Item = usize> + 'n {
     node.gpus.iter().enumerate().filter_map(move |(p, other)| {
         (gpu.mig.is_none()

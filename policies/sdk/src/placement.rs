@@ -3,9 +3,11 @@
 
 use serde::Deserialize;
 
-use crate::{
-    Cluster, Decision, Fit, Nvlink, PreemptionPolicy, Snapshot, Want, fail, parse_config, reason,
-};
+use crate::cluster::{Cluster, Fit, Want};
+use crate::config::parse_config;
+use crate::nvlink::Nvlink;
+use crate::{fail, reason};
+use wasmgpu_contract::{Decision, PreemptionPolicy, Snapshot};
 
 /// Parameters understood by [`place_each`] (`config.json`, all optional):
 ///
@@ -73,7 +75,7 @@ pub fn place_each(snapshot: &Snapshot, fit: Fit) -> Vec<Decision> {
     let mut decisions = Vec::with_capacity(snapshot.pending.len());
     let mut gang_served = vec![false; snapshot.gangs.len()];
     for request in cluster.all_pending_in_order() {
-        let dra = crate::shape_of(request).is_none();
+        let dra = crate::cluster::shape_of(request).is_none();
         if let Some(gang) = request.gang
             && let Some(served) = gang_served.get_mut(gang as usize)
         {
@@ -143,8 +145,10 @@ fn place_claims<'s>(
 
 #[cfg(test)]
 mod tests {
+    use crate::cluster::Fit;
+    use crate::place_each;
     use crate::testing::{node, request, snapshot, validate};
-    use crate::{Decision, Fit, Sharing, Tenant, place_each};
+    use wasmgpu_contract::{Decision, Sharing, Tenant};
 
     #[test]
     fn a_pod_whose_tenant_is_at_its_limit_waits_saying_so() {

@@ -18,7 +18,7 @@
 //! The wording is for people; match on [`Shortfall`](crate::Shortfall), not
 //! on these strings.
 
-use crate::{Ask, Request, Sharing};
+use wasmgpu_contract::{Ask, Request, Sharing};
 
 /// What `request` asks for, in words: `2 GPU(s) matching "NVIDIA H100*" with
 /// at least 40960 MiB each`, `1 GPU(s) with 8192 MiB to share`, `1 MIG

@@ -17,7 +17,7 @@
 
 pub use wasmgpu_contract::testing::*;
 
-use crate::{Alternative, Ask, Claim, ClaimRequest, GpuRef, Request, Sharing, Snapshot};
+use wasmgpu_contract::{Alternative, Ask, Claim, ClaimRequest, GpuRef, Request, Sharing, Snapshot};
 
 /// A pending pod asking through DRA `claims`, otherwise as [`request`]
 /// builds one (namespace from `pod`, priority 0, created at 0, eligible

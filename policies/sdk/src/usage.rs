@@ -1,7 +1,7 @@
 //! What each namespace holds, counted from the snapshot's running pods: the
 //! shape fair-share policies weigh tenants by.
 
-use crate::Snapshot;
+use wasmgpu_contract::Snapshot;
 
 /// GPUs currently held by one namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

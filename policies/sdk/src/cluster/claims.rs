@@ -24,9 +24,9 @@
 //! ```
 
 use super::{Cluster, Shortfall, Want};
-use crate::{
-    Assignment, Claim, ClaimChoice, Constraint, Decision, Fit, GpuRef, Request, reason, reject,
-    wait,
+use crate::{Fit, reason};
+use wasmgpu_contract::{
+    Assignment, Claim, ClaimChoice, Constraint, Decision, GpuRef, Request, reject, wait,
 };
 
 /// Search steps (one device tried for one slot, or one combination of
@@ -546,7 +546,7 @@ impl<'s> Cluster<'s> {
                         && !taken.iter().any(|&t| self.clash(node, t, g))
                         && bounds.iter().all(|b| !b.binds[r] || b.value(g).is_some())
                 };
-                let on = |a: &crate::Alternative| self.candidates_on(a.candidates, node);
+                let on = |a: &wasmgpu_contract::Alternative| self.candidates_on(a.candidates, node);
                 let alternatives = request.alternatives.iter();
                 alternatives
                     .map(|a| on(a).iter().map(|g| g.gpu).filter(|&g| ok(g)).collect())

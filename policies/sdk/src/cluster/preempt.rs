@@ -23,7 +23,9 @@
 //! `Never`.
 
 use super::{Cluster, GpuState, Want};
-use crate::{Decision, Fit, Nvlink, PreemptionPolicy, Running, preempt};
+use crate::Fit;
+use crate::nvlink::Nvlink;
+use wasmgpu_contract::{Decision, PreemptionPolicy, Running, preempt};
 
 /// One node's best preemption: `(victims, sum of their priorities, node,
 /// GPUs)`.
@@ -314,7 +316,7 @@ fn release(gpus: &mut [GpuState], pod: &Running) {
 
 /// Whether `pod` holds one of `picked` (positions on the node), the parent
 /// of a picked MIG instance, or an instance of a picked whole GPU.
-fn touches(node: &[crate::Gpu], pod: &Running, picked: &[usize]) -> bool {
+fn touches(node: &[wasmgpu_contract::Gpu], pod: &Running, picked: &[usize]) -> bool {
     let parent_of = |g: usize| {
         node.get(g)
             .and_then(|gpu| gpu.mig)
@@ -330,12 +332,14 @@ fn touches(node: &[crate::Gpu], pod: &Running, picked: &[usize]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use crate::nvlink::Nvlink;
     use crate::testing::{node, request, running, running_on_each_gpu, snapshot, validate};
-    use crate::{Cluster, Decision, Fit, Nvlink, Sharing, preempt};
+    use crate::{Cluster, Fit};
+    use wasmgpu_contract::{Decision, Sharing, preempt};
 
     /// Node "n": 8 GPUs each held by a pod of priority 100 (started 0–7);
     /// node "m": 4 GPUs, two held by priority-10 pods.
-    fn full() -> crate::Snapshot {
+    fn full() -> wasmgpu_contract::Snapshot {
         let mut snap = snapshot(
             vec![
                 node("n", 8, "NVIDIA H100", 81920),
@@ -348,14 +352,14 @@ mod tests {
         snap
     }
 
-    fn decide(snap: &crate::Snapshot) -> Option<Decision> {
+    fn decide(snap: &wasmgpu_contract::Snapshot) -> Option<Decision> {
         let mut cluster = Cluster::new(snap);
         let want = cluster.want(&snap.pending[0]);
         cluster.preempt(&want, Fit::Tightest, Nvlink::Ignore)
     }
 
     /// Makes running pods `members` gang `batch/g`.
-    fn gang_of(snap: &mut crate::Snapshot, members: &[u32]) {
+    fn gang_of(snap: &mut wasmgpu_contract::Snapshot, members: &[u32]) {
         crate::testing::gang(snap, "batch/g", members.len() as u32, &[]);
         let g = snap.gangs.len() as u32 - 1;
         for &r in members {
@@ -416,7 +420,7 @@ mod tests {
         snap.pending[0].priority = 100;
         assert_eq!(decide(&snap), None);
         let mut snap = full();
-        snap.pending[0].preemption = crate::PreemptionPolicy::Never;
+        snap.pending[0].preemption = wasmgpu_contract::PreemptionPolicy::Never;
         assert_eq!(decide(&snap), None);
         let mut snap = full();
         for r in &mut snap.running[..6] {

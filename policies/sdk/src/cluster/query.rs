@@ -7,7 +7,8 @@
 use std::collections::BTreeMap;
 
 use super::{Cluster, Want};
-use crate::{glob_match, nvlink};
+use crate::nvlink;
+use wasmgpu_contract::glob_match;
 
 /// One GPU (or MIG instance) of a node as the round stands: what the
 /// snapshot said, less what placements committed in this round took.
@@ -218,10 +219,11 @@ impl<'s> Cluster<'s> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Fit;
     use crate::testing::{
         node, request, restrict, shape, snapshot, with_labels, with_mig, with_nvlink,
     };
-    use crate::{Fit, Sharing};
+    use wasmgpu_contract::Sharing;
 
     const ZONE: &str = "topology.kubernetes.io/zone";
 

@@ -2,7 +2,7 @@
 //! and each node's lowest priority, so that preemption by priority passes
 //! over nodes where it could evict nothing.
 
-use crate::Snapshot;
+use wasmgpu_contract::Snapshot;
 
 /// Per node, the positions in `snapshot.running` of the pods there (one
 /// flat list cut at `start`: two allocations, not one per node) and the

@@ -131,7 +131,7 @@ fn nvlink_groups_are_preferred() {
 /// Node "ring": 4 GPUs linked 0-1-2-3-0 (one group, no three mutual
 /// peers); node "pairs": 4 GPUs in two NVLink pairs (0-1, 2-3);
 /// node "hgx": 8 GPUs all linked.
-fn nvlink_nodes() -> Vec<crate::Node> {
+fn nvlink_nodes() -> Vec<wasmgpu_contract::Node> {
     use crate::testing::{with_full_nvlink, with_nvlink};
     vec![
         with_nvlink(
@@ -207,7 +207,7 @@ fn require_waits_or_rejects_saying_nvlink_is_required() {
         .push(request("ns/ring", 3, Sharing::Exclusive, 0));
     restrict(&mut snap, 3, &[0, 1]);
     snap.config = r#"{"nvlink": "require"}"#.into();
-    let decisions = crate::place_each(&snap, Fit::Tightest);
+    let decisions = crate::placement::place_each(&snap, Fit::Tightest);
     let of = |pod: &str| crate::testing::decision_for(&snap, &decisions, pod).unwrap();
     // `three` waits (HGX busy); `two` takes a pair, not two ring GPUs
     // picked for a group; `nine` never fits; `ring` (ring and pairs only)
@@ -235,7 +235,7 @@ fn require_waits_or_rejects_saying_nvlink_is_required() {
     // With Prefer, `ring` takes three GPUs of the ring (one group), as
     // before.
     snap.config = r#"{"preferNvlink": true}"#.into();
-    let decisions = crate::place_each(&snap, Fit::Tightest);
+    let decisions = crate::placement::place_each(&snap, Fit::Tightest);
     assert!(
         matches!(
             crate::testing::decision_for(&snap, &decisions, "ns/ring"),
@@ -254,7 +254,7 @@ fn require_holds_for_every_assignment_of_a_large_round() {
             if n % 4 == 0 {
                 for (i, gpu) in node.gpus.iter_mut().enumerate() {
                     let i = i as u32;
-                    gpu.nvlink = crate::bits::nvlink_of([(i + 7) % 8, (i + 1) % 8]);
+                    gpu.nvlink = wasmgpu_contract::bits::nvlink_of([(i + 7) % 8, (i + 1) % 8]);
                 }
             }
         }
@@ -263,7 +263,7 @@ fn require_holds_for_every_assignment_of_a_large_round() {
         for snap in [snap, gang_snap] {
             let mut snap = snap;
             snap.config = r#"{"nvlink": "require"}"#.into();
-            let decisions = crate::place_each(&snap, fit);
+            let decisions = crate::placement::place_each(&snap, fit);
             let cluster = Cluster::new(&snap);
             let mut multi = 0;
             for d in &decisions {
@@ -291,7 +291,7 @@ fn require_holds_for_every_assignment_of_a_large_round() {
 #[test]
 fn placement_params_read_nvlink_and_the_older_bool() {
     let read = |json: &str| {
-        crate::parse_config::<crate::PlacementParams>(json)
+        crate::config::parse_config::<crate::placement::PlacementParams>(json)
             .unwrap()
             .nvlink()
     };
@@ -302,7 +302,9 @@ fn placement_params_read_nvlink_and_the_older_bool() {
         read(r#"{"nvlink": "ignore", "preferNvlink": true}"#),
         Nvlink::Ignore
     );
-    let err = crate::parse_config::<crate::PlacementParams>(r#"{"nvlink": "always"}"#).unwrap_err();
+    let err =
+        crate::config::parse_config::<crate::placement::PlacementParams>(r#"{"nvlink": "always"}"#)
+            .unwrap_err();
     assert!(err.contains("require"), "{err}");
 }
 
@@ -343,7 +345,7 @@ fn unhealthy_gpus_never_fit_and_order_is_priority_then_age() {
 
 /// A node with one whole GPU (0) and one GPU (1) carved into three
 /// `1g.10gb` instances (positions 2-4).
-fn mig_node() -> crate::Node {
+fn mig_node() -> wasmgpu_contract::Node {
     crate::testing::with_mig(
         node("m", 2, "NVIDIA A100 80GB PCIe", 81920),
         1,
@@ -371,7 +373,7 @@ fn mig_requests_take_instances_and_whole_requests_keep_off_their_parent() {
             mig_request("ns/m3", 1),
         ],
     );
-    let decisions = crate::place_each(&snap, Fit::Tightest);
+    let decisions = crate::placement::place_each(&snap, Fit::Tightest);
     let placed: Vec<(u32, Vec<u32>)> = decisions
         .iter()
         .filter_map(|d| match d {
@@ -428,7 +430,7 @@ fn a_gang_is_placed_whole_or_not_at_all() {
     let members = |n| (0..n).map(|i| request(&format!("ns/w-{i}"), 2, Sharing::Exclusive, 0));
     let mut snap = snapshot(nodes(), members(3).collect());
     crate::testing::gang(&mut snap, "ns/train", 3, &[0, 1, 2]);
-    let decisions = crate::place_each(&snap, Fit::Tightest);
+    let decisions = crate::placement::place_each(&snap, Fit::Tightest);
     assert!(
         decisions.iter().all(|d| matches!(d, Decision::Assign(_))),
         "{decisions:?}"
@@ -443,7 +445,7 @@ fn a_gang_is_placed_whole_or_not_at_all() {
     });
     let mut snap = snapshot(nodes(), pending);
     crate::testing::gang(&mut snap, "ns/train", 5, &[0, 1, 2, 3, 4]);
-    let decisions = crate::place_each(&snap, Fit::Tightest);
+    let decisions = crate::placement::place_each(&snap, Fit::Tightest);
     let waits: Vec<&Decision> = decisions
         .iter()
         .filter(|d| matches!(d, Decision::Wait(_)))
@@ -461,7 +463,7 @@ fn a_gang_is_placed_whole_or_not_at_all() {
     // With two members already bound, three more are enough.
     snap.gangs[0].bound = 2;
     snap.gangs[0].min_member = 5;
-    let decisions = crate::place_each(&snap, Fit::Tightest);
+    let decisions = crate::placement::place_each(&snap, Fit::Tightest);
     let assigned = decisions
         .iter()
         .filter(|d| matches!(d, Decision::Assign(_)))
@@ -482,7 +484,7 @@ fn a_gang_member_that_can_never_fit_rejects_the_gang() {
         ],
     );
     crate::testing::gang(&mut snap, "ns/train", 2, &[0, 1]);
-    let decisions = crate::place_each(&snap, Fit::Tightest);
+    let decisions = crate::placement::place_each(&snap, Fit::Tightest);
     assert!(
         decisions
             .iter()
@@ -506,7 +508,7 @@ fn a_member_that_can_never_fit_is_rejected_alone_when_the_rest_reach_min_member(
     ];
     let mut snap = snapshot(vec![node("a", 4, "NVIDIA H100", 81920)], pending);
     crate::testing::gang(&mut snap, "ns/train", 2, &[0, 1, 2]);
-    let decisions = crate::place_each(&snap, Fit::Tightest);
+    let decisions = crate::placement::place_each(&snap, Fit::Tightest);
     let assigned: Vec<u32> = decisions
         .iter()
         .filter(|d| matches!(d, Decision::Assign(_)))
@@ -522,7 +524,7 @@ fn a_member_that_can_never_fit_is_rejected_alone_when_the_rest_reach_min_member(
     // Not room for both now: they wait, the impossible one is rejected.
     snap.nodes[0].gpus[0].held = true;
     snap.nodes[0].gpus[0].allocated_mib = 81920;
-    let decisions = crate::place_each(&snap, Fit::Tightest);
+    let decisions = crate::placement::place_each(&snap, Fit::Tightest);
     let kinds: Vec<(&str, u32)> = decisions
         .iter()
         .map(|d| match d {
@@ -539,8 +541,8 @@ fn a_member_that_can_never_fit_is_rejected_alone_when_the_rest_reach_min_member(
     );
 }
 
-fn gpu_less_node() -> crate::Node {
-    crate::Node {
+fn gpu_less_node() -> wasmgpu_contract::Node {
+    wasmgpu_contract::Node {
         name: "cpu".into(),
         labels: vec![],
         gpus: vec![],
@@ -614,7 +616,9 @@ fn reference(snapshot: &Snapshot, fit: Fit, prefer_nvlink: bool) -> Vec<Decision
             .eligible_sets
             .get(r.eligible_set as usize)
             .map_or(vec![], |set| {
-                crate::bits::indices(set).map(|n| n as usize).collect()
+                wasmgpu_contract::bits::indices(set)
+                    .map(|n| n as usize)
+                    .collect()
             })
             .into_iter()
             .filter(|&n| n < nodes.len())
@@ -733,7 +737,7 @@ fn varied_large(nodes: u32, pods: u32) -> Snapshot {
     snap.eligible_sets.push(vec![]);
     let len = snap.nodes.len();
     snap.eligible_sets
-        .push(crate::bits::from_indices(len, [2, 5, 9, 40]));
+        .push(wasmgpu_contract::bits::from_indices(len, [2, 5, 9, 40]));
     let empty = snap.eligible_sets.len() as u32 - 2;
     for (p, r) in snap.pending.iter_mut().enumerate() {
         match p % 23 {
@@ -763,7 +767,7 @@ fn place_each_agrees_with_the_reference_on_a_large_snapshot() {
                 if !nvlink {
                     snap.config = r#"{"preferNvlink": false}"#.into();
                 }
-                let got = crate::place_each(&snap, fit);
+                let got = crate::placement::place_each(&snap, fit);
                 let want = reference(&snap, fit, nvlink);
                 assert_eq!(got.len(), want.len());
                 for (g, w) in got.iter().zip(&want) {

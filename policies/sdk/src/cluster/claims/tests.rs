@@ -1,11 +1,13 @@
 //! DRA placement, each round held to the host's validator.
 
+use crate::placement::place_each;
 use crate::testing::{
     candidate_set, claim, dra_request, node, request, restrict, snapshot, validate, with_mig,
 };
-use crate::{
-    Alternative, AttributeValue, Claim, ClaimChoice, Cluster, Constraint, Decision, Fit, GpuRef,
-    Publisher, Request, Sharing, Snapshot, Tenant, place_each,
+use crate::{Cluster, Fit};
+use wasmgpu_contract::{
+    Alternative, AttributeValue, Claim, ClaimChoice, Constraint, Decision, GpuRef, Publisher,
+    Request, Sharing, Snapshot, Tenant,
 };
 
 /// Decides the round with `place_each` and holds it to the host's rules.
@@ -52,7 +54,7 @@ fn one_claim(pod: &str, requests: &[(&str, u32, u32)]) -> Request {
     dra_request(pod, vec![claim(pod, requests)])
 }
 
-fn h100(name: &str, gpus: u32) -> crate::Node {
+fn h100(name: &str, gpus: u32) -> wasmgpu_contract::Node {
     node(name, gpus, "NVIDIA H100", 81920)
 }
 
@@ -179,7 +181,7 @@ fn match_attribute_tries_each_value_where_taking_the_first_devices_would_break_i
     assert_eq!(chosen[1].gpus, [4]);
     // Bound by position, across the two requests only.
     let mut snap = snap.clone();
-    if let crate::Ask::Claims(claims) = &mut snap.pending[0].ask {
+    if let wasmgpu_contract::Ask::Claims(claims) = &mut snap.pending[0].ask {
         claims[0].constraints[0].requests = vec![0, 1];
     }
     assert_eq!(choices(&decide(&snap, Fit::Tightest)[0]).1[1].gpus, [4]);
@@ -230,11 +232,11 @@ fn a_request_asking_more_than_its_candidates_is_rejected_and_one_whose_candidate
     ));
     // Its two candidates held: it waits.
     let mut held = snap.clone();
-    if let crate::Ask::Claims(claims) = &mut held.pending[0].ask {
+    if let wasmgpu_contract::Ask::Claims(claims) = &mut held.pending[0].ask {
         claims[0].requests[0].alternatives[0].count = 2;
     }
     held.nodes[0].gpus[1].held = true;
-    held.pending[0].preemption = crate::PreemptionPolicy::Never;
+    held.pending[0].preemption = wasmgpu_contract::PreemptionPolicy::Never;
     let decisions = decide(&held, Fit::Tightest);
     assert!(matches!(decisions[0], Decision::Wait(_)));
     assert_eq!(
@@ -376,7 +378,7 @@ fn the_tenant_limit_counts_dra_devices() {
     snap.pending.truncate(1);
     snap.nodes[0].gpus[0].held = true;
     let zero = candidate_set(&mut snap, [(0, 0)]);
-    if let crate::Ask::Claims(claims) = &mut snap.pending[0].ask {
+    if let wasmgpu_contract::Ask::Claims(claims) = &mut snap.pending[0].ask {
         let alternatives = &mut claims[0].requests[0].alternatives;
         alternatives[0] = Alternative {
             subrequest: Some("one".into()),
