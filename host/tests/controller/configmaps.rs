@@ -477,7 +477,8 @@ async fn broken_and_hostile_versions_are_rejected_and_the_active_one_stays() -> 
     let waiting = wait_resource(&ctx, "guarded", "PolicyNotFound", |r| {
         condition(r, "PolicyError").is_some_and(|c| c.reason == "PolicyNotFound")
     })
-    .await?;
+    .await
+    .with_context(|| controller.log_tail())?;
     assert!(
         condition(&waiting, "PolicyError")
             .is_some_and(|c| c.status == "True" && c.message.contains("guarded")),
