@@ -401,7 +401,7 @@ async fn until_stopped(
         ended = watches.join_next() => Err(match ended {
             Some(Ok(kind)) => Error::WatchEnded(kind),
             Some(Err(source)) => Error::Task { task: "watch", source },
-            None => Error::WatchEnded("every"),
+            None => Error::WatchEnded("last"),
         }),
         result = rounds => Err(match result {
             Ok(()) => Error::RoundsEnded,
