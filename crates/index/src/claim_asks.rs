@@ -26,9 +26,9 @@ use k8s_openapi::api::resource::v1::{
     DeviceToleration, ResourceClaim,
 };
 
-use super::Index;
 use super::dra::{ClaimFacts, DraGpu, Evaluator};
-use super::pod::{ClaimSource, PodFacts};
+use crate::facts::pod::{ClaimSource, PodFacts};
+use crate::index::Index;
 use crate::key::ObjectKey;
 use crate::problem::Problem;
 

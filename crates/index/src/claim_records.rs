@@ -12,7 +12,7 @@ use wasmgpu_contract::types::{
 
 use super::claim_asks::{Count, DraAsk, PendingAlternative};
 use super::eligibility::term_matches;
-use super::node::NodeFacts;
+use crate::facts::node::NodeFacts;
 
 /// The snapshot's candidate sets, each stored once.
 #[derive(Default)]

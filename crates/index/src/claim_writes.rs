@@ -11,22 +11,10 @@ use k8s_openapi::api::resource::v1::{
 };
 use wasmgpu_contract::types::Claim;
 
-use super::Index;
-use super::pod::ClaimSource;
+use crate::facts::binding::ClaimWrite;
+use crate::facts::pod::ClaimSource;
+use crate::index::Index;
 use crate::key::ObjectKey;
-
-/// One claim's part of a DRA pod's binding.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ClaimWrite {
-    /// The claim.
-    pub claim: ObjectKey,
-    /// Its UID when it was decided on: the write is for this claim, not a
-    /// namesake made since.
-    pub uid: String,
-    /// The allocation to write; `None` when the claim is allocated already
-    /// and the pod is only added to `status.reservedFor`.
-    pub allocation: Option<AllocationResult>,
-}
 
 /// A device chosen for one request: the result's request name
 /// (`request` or `request/subrequest`) and the device's UUID.

@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use super::Index;
 use super::holdings::{FastMap, Holdings};
+use crate::index::Index;
 use crate::key::ObjectKey;
 use wasmgpu_api::{PodAllocation, Sharing};
 

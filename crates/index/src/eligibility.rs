@@ -9,8 +9,8 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
 
-use super::node::NodeFacts;
-use super::pod::PodFacts;
+use crate::facts::node::NodeFacts;
+use crate::facts::pod::PodFacts;
 
 /// Why a pod may not run on a node.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 
 use wasmgpu_contract::types::{Gang, Running};
 
-use crate::Index;
 use crate::holdings::Holdings;
+use crate::index::Index;
 use crate::key::ObjectKey;
 use crate::problem::Problem;
 use crate::snapshot::Waiting;
@@ -155,5 +155,27 @@ impl Index {
             });
         }
         gangs
+    }
+}
+
+// === what the controller clears ===
+
+impl Index {
+    /// Gangs whose reservation can go: every reserved member is bound (it
+    /// carries its allocation), gone, finished or recreated.
+    pub fn reservations_to_clear(&self) -> Vec<ObjectKey> {
+        self.key_to_gang
+            .iter()
+            .filter_map(|(key, gang)| {
+                let reservation = gang.reservation.as_ref()?;
+                let done = reservation.members.iter().all(|(pod, member)| {
+                    let pod = ObjectKey::new(&key.namespace, pod);
+                    self.key_to_pod
+                        .get(&pod)
+                        .is_none_or(|p| p.uid != member.uid || !p.unplaced())
+                });
+                (done && self.pods_listed).then(|| key.clone())
+            })
+            .collect()
     }
 }

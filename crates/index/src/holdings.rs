@@ -14,7 +14,8 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
-use super::Index;
+use crate::facts::binding::{InFlight, PendingBinding};
+use crate::index::Index;
 use crate::key::ObjectKey;
 use wasmgpu_api::{Allocation, Device, PodAllocation, Sharing};
 
@@ -56,19 +57,6 @@ impl fmt::Display for ReleaseReason {
     }
 }
 
-/// A pod to bind (again) with a known allocation.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PendingBinding {
-    /// The pod.
-    pub pod: ObjectKey,
-    /// The pod's UID the allocation is for.
-    pub uid: String,
-    /// What it gets.
-    pub allocation: PodAllocation,
-    /// For a DRA pod: what its claims get, written before the binding.
-    pub claims: Vec<crate::claim_writes::ClaimWrite>,
-}
-
 /// A victim of a nomination to evict.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Eviction {
@@ -78,20 +66,6 @@ pub struct Eviction {
     pub victim: ObjectKey,
     /// Its UID (the eviction is for this pod, not a namesake).
     pub uid: String,
-}
-
-/// A binding this controller sent whose result the pod watch has not shown
-/// yet. It holds its GPUs meanwhile.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct InFlight {
-    pub uid: String,
-    pub allocation: PodAllocation,
-    /// A DRA pod's claim writes, sent again with the binding.
-    pub claims: Vec<crate::claim_writes::ClaimWrite>,
-    /// The binding's outcome is unknown (timeout, unreadable pod): send it
-    /// again (binding the same pod to the same node twice is refused, not
-    /// applied twice).
-    pub retry: bool,
 }
 
 /// Where a holding was read from.

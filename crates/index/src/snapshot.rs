@@ -6,15 +6,15 @@ use std::collections::BTreeMap;
 
 use wasmgpu_contract::glob_match;
 
-use super::Index;
 use super::claim_asks::{CandidateCache, DraAsk};
 use super::claim_records::{CandidateSets, NodesView, claims_record};
 use super::eligibility;
 use super::holdings::{FastMap, GpuUse, Holdings, Source};
 use super::inventory::NodeInventory;
-use super::node::NodeFacts;
-use super::pod::PodFacts;
 use super::tenants::TenantTable;
+use crate::facts::node::NodeFacts;
+use crate::facts::pod::PodFacts;
+use crate::index::Index;
 use crate::key::ObjectKey;
 use crate::problem::Problem;
 use wasmgpu_api::{GPUResourceSpec, Sharing as ApiSharing};

@@ -12,21 +12,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use wasmgpu_api::{GPUTenant, GPUTenantSpec, InvalidSpec};
+use wasmgpu_api::GPUTenant;
 use wasmgpu_contract::types::{Ask, Tenant};
 
-use super::Index;
-use super::holdings::Holdings;
-
-/// What the index keeps of a GPUTenant.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct TenantFacts {
-    spec: GPUTenantSpec,
-    /// Why the spec is unusable, if it is.
-    error: Option<InvalidSpec>,
-    /// `metadata.generation`.
-    generation: Option<i64>,
-}
+use crate::facts::tenant::TenantFacts;
+use crate::holdings::Holdings;
+use crate::index::Index;
 
 /// Most namespaces a tenant's status lists.
 const MAX_NAMESPACES_SEEN: usize = 100;

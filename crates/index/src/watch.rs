@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 
-use super::Index;
+use crate::index::Index;
 use wasmgpu_api::{GPUNode, GPUResource, GPUTenant, PodGroup};
 
 /// How watch events of kind `K` reach the index. A watcher's `Apply` and

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::PodCounts;
-use crate::holdings::PendingBinding;
+use crate::facts::binding::PendingBinding;
 use crate::key::ObjectKey;
 use wasmgpu_api::PodAllocation;
 
