@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceClassConfiguration, ResourceClaim};
 
-use super::DeviceId;
+use super::pools::DeviceId;
 use super::cel::{self, Selector};
 
 /// A ResourceClaim as watched, and the devices its allocation holds.

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::{DeviceTaint, DeviceTaintRule, DeviceTaintSelector};
 
-use super::DeviceId;
+use super::pools::DeviceId;
 
 /// The DeviceTaintRules that select some device, by name.
 #[derive(Debug, Default)]
