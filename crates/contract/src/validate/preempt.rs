@@ -8,118 +8,123 @@
 //! With the victims gone the assignment is valid, and without any one of
 //! the victims on the node it is not (none is needless).
 
-use super::{GpuLeft, Invalid, Placement, Replay};
+use super::gpu_fit::{GpuLeft, Holder};
+use super::invalid::Invalid;
+use super::replay::Replay;
+use super::verdict::Placement;
 use crate::types::{Ask, Preemption, PreemptionPolicy, Request, Running};
 
-/// Checks a preemption; its placement and the victims' positions.
-pub(super) fn check(
-    replay: &Replay<'_>,
-    p: &Preemption,
-    request: &Request,
-) -> Result<(Placement, Vec<usize>), Invalid> {
-    let snapshot = replay.snapshot;
-    let a = &p.assignment;
-    if request.preemption == PreemptionPolicy::Never {
-        return Err(Invalid::NeverPreempts);
-    }
-    if request.gang.is_some() {
-        return Err(Invalid::GangPreemptor);
-    }
-    if p.victims.is_empty() {
-        return Err(Invalid::NoVictims);
-    }
-    if snapshot.nodes.get(a.node as usize).is_none() {
-        return Err(Invalid::UnknownNode { node: a.node });
-    }
-    let mut victims: Vec<usize> = Vec::with_capacity(p.victims.len());
-    // GPUs each tenant loses: to earlier decisions of the round, then to
-    // the victims of this one checked so far.
-    let mut lost = replay.tenant_lost.clone();
-    for &v in &p.victims {
-        let Some(running) = snapshot.running.get(v as usize) else {
-            return Err(Invalid::UnknownVictim { victim: v });
-        };
-        let name = || running.pod.clone();
-        if victims.contains(&(v as usize)) || replay.victim[v as usize] {
-            return Err(Invalid::VictimTwice { victim: name() });
+impl Replay<'_> {
+    /// Checks a preemption; its placement and the victims' positions.
+    pub(super) fn check_preemption(
+        &self,
+        p: &Preemption,
+        request: &Request,
+    ) -> Result<(Placement, Vec<usize>), Invalid> {
+        let snapshot = self.snapshot;
+        let a = &p.assignment;
+        if request.preemption == PreemptionPolicy::Never {
+            return Err(Invalid::NeverPreempts);
         }
-        victims.push(v as usize);
-        if running.protected_ms > 0 {
-            return Err(Invalid::VictimProtected {
-                victim: name(),
-                left_ms: running.protected_ms,
-            });
+        if request.gang.is_some() {
+            return Err(Invalid::GangPreemptor);
         }
-        if !running.evictable {
-            return Err(Invalid::VictimNotEvictable { victim: name() });
+        if p.victims.is_empty() {
+            return Err(Invalid::NoVictims);
         }
-        if running.priority >= request.priority && !reclaimable(replay, request, running, &lost) {
-            return Err(Invalid::VictimNotLower {
-                victim: name(),
-                priority: running.priority,
-                preemptor: request.priority,
-            });
+        if snapshot.nodes.get(a.node as usize).is_none() {
+            return Err(Invalid::UnknownNode { node: a.node });
         }
-        if let Some(t) = running.tenant
-            && let Some(lost) = lost.get_mut(t as usize)
-        {
-            *lost = lost.saturating_add(running.gpus.len() as u32);
+        let mut victims: Vec<usize> = Vec::with_capacity(p.victims.len());
+        // GPUs each tenant loses: to earlier decisions of the round, then to
+        // the victims of this one checked so far.
+        let mut lost = self.tenant_lost.clone();
+        for &v in &p.victims {
+            let Some(running) = snapshot.running.get(v as usize) else {
+                return Err(Invalid::UnknownVictim { victim: v });
+            };
+            let name = || running.pod.clone();
+            if victims.contains(&(v as usize)) || self.victim[v as usize] {
+                return Err(Invalid::VictimTwice { victim: name() });
+            }
+            victims.push(v as usize);
+            if running.protected_ms > 0 {
+                return Err(Invalid::VictimProtected {
+                    victim: name(),
+                    left_ms: running.protected_ms,
+                });
+            }
+            if !running.evictable {
+                return Err(Invalid::VictimNotEvictable { victim: name() });
+            }
+            if running.priority >= request.priority && !reclaimable(self, request, running, &lost) {
+                return Err(Invalid::VictimNotLower {
+                    victim: name(),
+                    priority: running.priority,
+                    preemptor: request.priority,
+                });
+            }
+            if let Some(t) = running.tenant
+                && let Some(lost) = lost.get_mut(t as usize)
+            {
+                *lost = lost.saturating_add(running.gpus.len() as u32);
+            }
         }
+        for &v in &victims {
+            let running = &snapshot.running[v];
+            if let Some(g) = running.gang
+                && let Some(gang) = snapshot.gangs.get(g as usize)
+                && let Some(&missing) = gang
+                    .running
+                    .iter()
+                    .find(|&&m| !victims.contains(&(m as usize)))
+            {
+                return Err(Invalid::GangSplit {
+                    gang: gang.name.clone(),
+                    missing: snapshot.running_names(&[missing]).remove(0),
+                });
+            }
+        }
+        let here: Vec<usize> = victims
+            .iter()
+            .copied()
+            .filter(|&v| snapshot.running[v].node == a.node)
+            .collect();
+        for &v in &victims {
+            let running = &snapshot.running[v];
+            let mate_here = running.gang.is_some()
+                && here
+                    .iter()
+                    .any(|&h| snapshot.running[h].gang == running.gang);
+            if running.node != a.node && !mate_here {
+                return Err(Invalid::VictimElsewhere {
+                    victim: running.pod.clone(),
+                });
+            }
+        }
+        let placement = self.check(a, request, &released(self, a.node, &here, &[]))?;
+        // Without any one victim (a gang: without all of its members here) the
+        // preemptor must not fit.
+        for &v in &here {
+            let kept: Vec<usize> = match snapshot.running[v].gang {
+                Some(g) => here
+                    .iter()
+                    .copied()
+                    .filter(|&h| snapshot.running[h].gang == Some(g))
+                    .collect(),
+                None => vec![v],
+            };
+            if self
+                .check(a, request, &released(self, a.node, &here, &kept))
+                .is_ok()
+            {
+                return Err(Invalid::NeedlessVictim {
+                    victim: snapshot.running[v].pod.clone(),
+                });
+            }
+        }
+        Ok((placement, victims))
     }
-    for &v in &victims {
-        let running = &snapshot.running[v];
-        if let Some(g) = running.gang
-            && let Some(gang) = snapshot.gangs.get(g as usize)
-            && let Some(&missing) = gang
-                .running
-                .iter()
-                .find(|&&m| !victims.contains(&(m as usize)))
-        {
-            return Err(Invalid::GangSplit {
-                gang: gang.name.clone(),
-                missing: snapshot.running_names(&[missing]).remove(0),
-            });
-        }
-    }
-    let here: Vec<usize> = victims
-        .iter()
-        .copied()
-        .filter(|&v| snapshot.running[v].node == a.node)
-        .collect();
-    for &v in &victims {
-        let running = &snapshot.running[v];
-        let mate_here = running.gang.is_some()
-            && here
-                .iter()
-                .any(|&h| snapshot.running[h].gang == running.gang);
-        if running.node != a.node && !mate_here {
-            return Err(Invalid::VictimElsewhere {
-                victim: running.pod.clone(),
-            });
-        }
-    }
-    let placement = replay.check(a, request, &released(replay, a.node, &here, &[]))?;
-    // Without any one victim (a gang: without all of its members here) the
-    // preemptor must not fit.
-    for &v in &here {
-        let kept: Vec<usize> = match snapshot.running[v].gang {
-            Some(g) => here
-                .iter()
-                .copied()
-                .filter(|&h| snapshot.running[h].gang == Some(g))
-                .collect(),
-            None => vec![v],
-        };
-        if replay
-            .check(a, request, &released(replay, a.node, &here, &kept))
-            .is_ok()
-        {
-            return Err(Invalid::NeedlessVictim {
-                victim: snapshot.running[v].pod.clone(),
-            });
-        }
-    }
-    Ok((placement, victims))
 }
 
 /// Whether `running` may be reclaimed for `request` although its priority
@@ -179,7 +184,7 @@ fn released(replay: &Replay<'_>, node: u32, here: &[usize], kept: &[usize]) -> V
             };
             let slot = &mut left[g as usize];
             if running.shared_mib == 0 {
-                if slot.held == Some(super::Holder::Before) {
+                if slot.held == Some(Holder::Before) {
                     slot.held = None;
                     slot.free_mib = info.memory_mib;
                     if let Some(mig) = &info.mig

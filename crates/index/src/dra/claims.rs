@@ -3,8 +3,8 @@
 use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceClassConfiguration, ResourceClaim};
 
-use super::pools::DeviceId;
 use super::cel::{self, Selector};
+use super::pools::DeviceId;
 
 /// A ResourceClaim as watched, and the devices its allocation holds.
 #[derive(Clone, Debug)]

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::decision::wait;
+use crate::host_snapshot::{HostSnapshot, SharedCounters};
 use crate::testing::{gang, node, request, restrict, shape, snapshot, with_mig};
 use crate::types::Sharing as S;
 use crate::types::{Assignment, Decision, Deferral, Snapshot};

@@ -4,8 +4,8 @@ use crate::decision::{assign, preempt};
 use crate::testing::{gang, node, request, running_on_each_gpu, snapshot};
 use crate::types::Sharing as S;
 use crate::types::{
-    Alternative, Ask, AttributeValue, Claim, ClaimChoice, ClaimRequest, Constraint, GpuRef,
-    PreemptionPolicy, Tenant,
+    Alternative, Ask, Assignment, AttributeValue, Claim, ClaimChoice, ClaimRequest, Constraint,
+    GpuRef, PreemptionPolicy, Tenant,
 };
 use crate::validate::*;
 
