@@ -107,8 +107,11 @@
 
 extern crate self as wasmgpu_policy_sdk;
 
+#[allow(missing_docs, unsafe_code, clippy::all)]
+pub mod bindings;
 mod cluster;
 mod config;
+mod log;
 mod nvlink;
 mod placement;
 pub mod reason;
@@ -132,25 +135,9 @@ static ALLOCATOR: round_alloc::RoundAllocator = round_alloc::RoundAllocator::new
 pub use cluster::{Cluster, Fit, GpuNow, Shortfall, Want};
 mod usage;
 pub use config::parse_config;
+pub use log::{fail, log};
 pub use nvlink::Nvlink;
 pub use placement::{PlacementParams, place_each};
-
-/// The `wasmgpu:policy` world, generated from `wit/policy.wit`.
-///
-/// Policies normally use the re-exports at the crate root instead.
-#[allow(missing_docs, unsafe_code, clippy::all)]
-pub mod bindings {
-    wit_bindgen::generate!({
-        world: "policy",
-        path: "../../wit",
-        pub_export_macro: true,
-        export_macro_name: "__export_wasmgpu_policy_world",
-        default_bindings_module: "wasmgpu_policy_sdk::bindings",
-        runtime_path: "wasmgpu_policy_sdk::__wit_bindgen::rt",
-        // The contract's types are `wasmgpu_contract`'s, shared with the host.
-        with: { "wasmgpu:policy/types@0.3.0": wasmgpu_contract::types },
-    });
-}
 
 #[doc(hidden)]
 pub use wit_bindgen as __wit_bindgen;
@@ -170,24 +157,6 @@ pub trait Policy {
     fn describe() -> Info;
     /// Decide one round.
     fn allocate(snapshot: Snapshot) -> Vec<Decision>;
-}
-
-/// Stops the round with `message`: the message goes to the controller's log
-/// and the call traps, so the controller keeps its previous policy version
-/// (at load time) or applies nothing this round (at run time). Use it for
-/// errors the operator must fix, such as an invalid `config.json`.
-pub fn fail(message: &str) -> ! {
-    log(message);
-    panic!("{message}")
-}
-
-/// Writes a line to the controller's log. Natively (tests, benchmarks) the line
-/// is discarded.
-pub fn log(message: &str) {
-    #[cfg(target_arch = "wasm32")]
-    bindings::log(message);
-    #[cfg(not(target_arch = "wasm32"))]
-    let _ = message;
 }
 
 /// Exports a [`Policy`] implementation as the component's `describe` and

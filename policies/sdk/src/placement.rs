@@ -5,8 +5,9 @@ use serde::Deserialize;
 
 use crate::cluster::{Cluster, Fit, Want};
 use crate::config::parse_config;
+use crate::log::fail;
 use crate::nvlink::Nvlink;
-use crate::{fail, reason};
+use crate::reason;
 use wasmgpu_contract::{Decision, PreemptionPolicy, Snapshot};
 
 /// Parameters understood by [`place_each`] (`config.json`, all optional):

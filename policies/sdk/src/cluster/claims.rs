@@ -23,8 +23,9 @@
 //!  one ClaimChoice per (claim, request)
 //! ```
 
-use super::{Cluster, Shortfall, Want};
-use crate::{Fit, reason};
+use super::state::Cluster;
+use super::want::{Fit, Shortfall, Want};
+use crate::reason;
 use wasmgpu_contract::{
     Assignment, Claim, ClaimChoice, Constraint, Decision, GpuRef, Request, reject, wait,
 };

@@ -22,8 +22,10 @@
 //! GPU) and gang members do not, nor pods whose `preemptionPolicy` is
 //! `Never`.
 
-use super::{Cluster, GpuState, Want};
-use crate::Fit;
+use super::nodes::GpuState;
+use super::state::Cluster;
+use super::want::{Fit, Want};
+
 use crate::nvlink::Nvlink;
 use wasmgpu_contract::{Decision, PreemptionPolicy, Running, preempt};
 

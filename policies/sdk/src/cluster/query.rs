@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Cluster, Want};
+use super::state::Cluster;
+use super::want::Want;
 use crate::nvlink;
 use wasmgpu_contract::glob_match;
 
@@ -213,6 +214,87 @@ impl<'s> Cluster<'s> {
     /// considered.
     pub fn nvlink_clique(&self, node: u32, among: &[usize], size: usize) -> Option<Vec<usize>> {
         nvlink::clique(&self.snapshot.nodes[node as usize], among, size)
+    }
+}
+
+impl<'s> Cluster<'s> {
+    /// Number of nodes in the snapshot.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The node's name.
+    pub fn node_name(&self, node: u32) -> &'s str {
+        &self.snapshot.nodes[node as usize].name
+    }
+
+    /// GPUs on the node that nobody holds any part of.
+    pub fn free_whole(&self, node: u32) -> u32 {
+        self.nodes[node as usize].free_whole
+    }
+
+    /// Healthy GPUs on the node.
+    pub fn healthy(&self, node: u32) -> u32 {
+        self.nodes[node as usize].healthy
+    }
+
+    /// Room left on the node for requests like `want`: free whole GPUs for an
+    /// exclusive request, free MiB on GPUs it could share for a shared one,
+    /// free instances of its profile for a MIG request.
+    pub fn headroom(&self, node: u32, want: &Want) -> u64 {
+        let state = &self.nodes[node as usize];
+        if want.is_mig() {
+            state.gpus.iter().filter(|g| g.fits(want)).count() as u64
+        } else if want.exclusive() {
+            u64::from(state.free_whole)
+        } else {
+            state
+                .gpus
+                .iter()
+                .filter(|g| g.fits(want))
+                .map(|g| g.free_mib)
+                .sum()
+        }
+    }
+
+    /// True when the node has `count` GPUs that fit `want` right now.
+    pub fn fits(&self, node: u32, want: &Want) -> bool {
+        let state = &self.nodes[node as usize];
+        let count = want.shape.count;
+        if want.exclusive() && !want.is_mig() {
+            if state.free_whole < count {
+                return false;
+            }
+            if let Some((model, memory_mib)) = state.uniform {
+                return want.model_ok[model] && memory_mib >= want.shape.memory_mib;
+            }
+        }
+        state
+            .gpus
+            .iter()
+            .filter(|g| g.fits(want))
+            .take(count as usize)
+            .count()
+            == count as usize
+    }
+
+    /// Names of the GPUs at `positions` on `node`, for logs (a policy sees
+    /// no UUIDs): `node/gpu<index>`, and `node/gpu<index>/mig<k>` for the
+    /// k-th entry after its parent.
+    pub fn gpu_names(&self, node: u32, positions: &[usize]) -> Vec<String> {
+        let node = &self.snapshot.nodes[node as usize];
+        positions
+            .iter()
+            .map(|&i| match node.gpus[i].mig {
+                None => format!("{}/gpu{}", node.name, node.gpus[i].index),
+                Some(m) => format!(
+                    "{}/gpu{}/mig{}",
+                    node.name,
+                    node.gpus[i].index,
+                    i - m.parent as usize - 1
+                ),
+            })
+            .collect()
     }
 }
 

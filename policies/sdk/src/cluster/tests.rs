@@ -1,9 +1,12 @@
 //! The cluster view on small snapshots: shapes, MIG, sharing, NVLink,
 //! eligibility, the order of placement.
 
+use super::nodes::UnionFind;
 use super::*;
+use crate::nvlink::Nvlink;
 use crate::shape_of;
 use crate::testing::{node, request, restrict, shape, snapshot};
+use wasmgpu_contract::{Decision, Request, Sharing, Snapshot, assign, glob_match, reject, wait};
 
 #[test]
 fn a_mig_request_takes_only_instances_with_the_memory_asked_for() {
