@@ -14,6 +14,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 
+use super::error::DevicePluginError;
 use super::proto::device_plugin_client::DevicePluginClient;
 use super::proto::registration_server::{Registration, RegistrationServer};
 use super::proto::{
@@ -21,7 +22,7 @@ use super::proto::{
     ContainerPreferredAllocationRequest, Device, Empty, PreferredAllocationRequest,
     RegisterRequest,
 };
-use super::{KUBELET_SOCKET, connect};
+use super::registration::{KUBELET_SOCKET, connect};
 use wasmgpu_api::ContainerGpus;
 
 /// What went wrong playing the kubelet.
@@ -48,7 +49,7 @@ pub enum KubeletError {
     },
     /// The plugin's socket cannot be reached.
     #[error(transparent)]
-    Connect(#[from] super::DevicePluginError),
+    Connect(#[from] DevicePluginError),
     /// A call failed.
     #[error("{call}: {status}")]
     Call {

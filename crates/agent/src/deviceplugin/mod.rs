@@ -27,6 +27,7 @@
 //!   play-kubelet`, tests).
 
 pub mod devices;
+mod error;
 pub mod handoff;
 pub mod kubelet;
 pub mod pods;
@@ -42,6 +43,7 @@ use tracing::Instrument;
 use tokio::sync::watch;
 
 pub use devices::DeviceOptions;
+pub use error::DevicePluginError;
 pub use handoff::Handoff;
 pub use pods::{HANDOFF_ANNOTATION, NodePods, RESOURCE_NAME};
 pub use registration::{KUBELET_SOCKET, PLUGIN_SOCKET, connect, register};
@@ -52,51 +54,6 @@ use wasmgpu_api::GPUNodeStatus;
 
 /// The kubelet's device plugin directory.
 pub const DEFAULT_DIR: &str = "/var/lib/kubelet/device-plugins";
-
-/// Why the plugin cannot talk to the kubelet.
-#[derive(Debug, thiserror::Error)]
-pub enum DevicePluginError {
-    /// The plugin's socket cannot be created.
-    #[error(
-        "cannot serve on {path}: {error} (is --device-plugin-dir the kubelet's device plugin directory, mounted read-write?)"
-    )]
-    Socket {
-        /// The socket.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        error: std::io::Error,
-    },
-    /// A socket cannot be reached.
-    #[error("cannot connect to {path}: {error}")]
-    Connect {
-        /// The socket.
-        path: PathBuf,
-        /// tonic's error.
-        #[source]
-        error: tonic::transport::Error,
-    },
-    /// The kubelet refused the registration.
-    #[error("the kubelet at {path} refused to register {RESOURCE_NAME}: {status}")]
-    Register {
-        /// The kubelet's socket.
-        path: PathBuf,
-        /// The kubelet's answer.
-        #[source]
-        status: tonic::Status,
-    },
-}
-
-impl DevicePluginError {
-    /// A short, stable label for logs and metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            DevicePluginError::Socket { .. } => "socket",
-            DevicePluginError::Connect { .. } => "connect",
-            DevicePluginError::Register { .. } => "register",
-        }
-    }
-}
 
 /// How the plugin runs (the agent's `--device-plugin-*` flags).
 #[derive(Clone, Debug)]

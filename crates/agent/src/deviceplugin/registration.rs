@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::{Channel, Endpoint, Server, Uri};
 
-use super::DevicePluginError;
+use super::error::DevicePluginError;
 use super::pods::RESOURCE_NAME;
 use super::proto::device_plugin_server::DevicePluginServer;
 use super::proto::registration_client::RegistrationClient;
