@@ -16,20 +16,10 @@ mod svg;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use clap::ValueEnum;
 use wasmgpu_contract::HostSnapshot;
 use wasmgpu_contract::validate::Verdict;
 
-pub(crate) use model::Panel;
-
-/// What colours a GPU in the picture: the namespace or the tenant
-/// (`GPUTenant`) of the pod that holds it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub(crate) enum ColorBy {
-    #[default]
-    Namespace,
-    Tenant,
-}
+pub(crate) use model::{ColorBy, Panel};
 
 /// `--render`: a picture of the round.
 #[derive(Debug, clap::Args)]

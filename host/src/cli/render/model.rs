@@ -7,7 +7,14 @@ use wasmgpu_contract::HostSnapshot;
 use wasmgpu_contract::types::{Request, Sharing, Snapshot};
 use wasmgpu_contract::validate::Verdict;
 
-use super::ColorBy;
+/// What colours a GPU in the picture: the namespace or the tenant
+/// (`GPUTenant`) of the pod that holds it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ColorBy {
+    #[default]
+    Namespace,
+    Tenant,
+}
 
 /// One policy's round, ready to draw.
 pub(crate) struct Panel {

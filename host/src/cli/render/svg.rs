@@ -8,8 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-use super::ColorBy;
-use super::model::{Fill, GpuView, Mark, NodeView, Panel};
+use super::model::{ColorBy, Fill, GpuView, Mark, NodeView, Panel};
 
 const GPU_W: u32 = 18;
 const GPU_H: u32 = 34;
