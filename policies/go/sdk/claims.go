@@ -28,7 +28,6 @@ import (
 	"math"
 	"sort"
 
-	witTypes "go.bytecodealliance.org/pkg/wit/types"
 	"wit_component/sdk/reason"
 	. "wit_component/wasmgpu_policy_types"
 )
@@ -37,74 +36,6 @@ import (
 // combination of alternatives and matchAttribute values tried) allowed per
 // claim and node; past them the node counts as not fitting the claim.
 const searchSteps = 4096
-
-// NoShape is the shape a DRA request's Want has (Want.Shape): no GPU fits
-// it through the GPU fit helpers (PlaceClaims places DRA requests). Its
-// sharing is Exclusive, so Commit holds a DRA request's devices
-// exclusively. The Rust SDK's NO_SHAPE (a variable, as Go has no constant
-// structs: do not change it).
-var NoShape = GpuShape{
-	Count:      0,
-	Model:      witTypes.None[string](),
-	MigProfile: witTypes.None[string](),
-	MemoryMib:  math.MaxUint64,
-	Sharing:    Sharing_Exclusive,
-}
-
-// DevicesOf is the devices request asks for: its GPUResource's Count, or
-// for a DRA request the sum over its claims' requests of each one's first
-// alternative's Count (a later alternative may want another number).
-func DevicesOf(request *Request) uint32 {
-	if shape, ok := Shape(request); ok {
-		return shape.Count
-	}
-	return claimsDevices(Claims(request))
-}
-
-// claimsDevices is the devices claims ask for (saturating).
-func claimsDevices(claims []Claim) uint32 {
-	sum := uint32(0)
-	for i := range claims {
-		sum = addSat32(sum, claimDevices(&claims[i]))
-	}
-	return sum
-}
-
-// claimDevices is the devices a claim asks for: the sum over its requests
-// of their first alternative's count (what reason.Asked and the tenant
-// limit count).
-func claimDevices(claim *Claim) uint32 {
-	sum := uint32(0)
-	for _, r := range claim.Requests {
-		if len(r.Alternatives) > 0 {
-			sum = addSat32(sum, r.Alternatives[0].Count)
-		}
-	}
-	return sum
-}
-
-// IsDra is true for a DRA request (ask claims): the GPU fit helpers place
-// none; PlaceClaims does.
-func (w *Want) IsDra() bool { return w.dra }
-
-// Claims is the claims of a DRA request (empty when all are allocated
-// already and the pod only needs a node); ok is false for a GPUResource
-// request.
-func (w *Want) Claims() (claims []Claim, ok bool) {
-	if !w.dra {
-		return nil, false
-	}
-	return w.claims, true
-}
-
-// Devices is the devices the request asks for (DevicesOf): what the tenant
-// limit counts before placing.
-func (w *Want) Devices() uint32 {
-	if !w.dra {
-		return w.Shape.Count
-	}
-	return claimsDevices(w.claims)
-}
 
 // draUse says which candidates the search may take.
 type draUse int
@@ -434,7 +365,7 @@ func (c *Cluster) ClaimsShortfall(w *Want) Shortfall {
 // on one eligible node). For a GPUResource request it is Unplaced.
 func (c *Cluster) ClaimsUnplaced(w *Want) Decision {
 	if !w.dra {
-		return c.Unplaced(w)
+		return c.gpuUnplacedWith(w, NvlinkPrefer)
 	}
 	s, detail, ok := c.claimsDiagnosis(w)
 	why := s.Reason()
@@ -451,7 +382,7 @@ func (c *Cluster) ClaimsUnplaced(w *Want) Decision {
 // (ok is false when there is none).
 func (c *Cluster) claimsDiagnosis(w *Want) (s Shortfall, detail string, ok bool) {
 	if !w.dra {
-		return c.Shortfall(w), "", false
+		return c.gpuShortfall(w), "", false
 	}
 	claims := w.claims
 	if len(c.eligibleOf(w.Request)) == 0 {
