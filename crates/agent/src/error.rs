@@ -1,4 +1,14 @@
 //! What can stop the agent: the one error its run returns.
+//!
+//! The errors of single operations stay with them and never stop the
+//! agent: the device plugin's socket and registration
+//! ([`DevicePluginError`](crate::deviceplugin::DevicePluginError): logged,
+//! retried at the next check), a hand-off the kubelet asks for that this
+//! node cannot honour ([`HandoffError`](crate::deviceplugin::handoff::HandoffError):
+//! the kubelet's call fails with it, the container does not start). A GPU
+//! source and the GPUNode writes, which stop it, are this error's sources.
+//! [`KubeletError`](crate::deviceplugin::kubelet::KubeletError) belongs to
+//! `play-kubelet`, the kubelet's side, not the agent's.
 
 use crate::publish::PublishError;
 use crate::source::SourceError;

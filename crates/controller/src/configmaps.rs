@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
@@ -139,61 +139,8 @@ impl Loader {
             .to_string();
         let previous = self.name_to_status.get(&name).cloned().unwrap_or_default();
         let (event, mut status) = match result {
-            Ok(policy) => {
-                let digest = policy.loaded.digest().to_string();
-                let version = described(&policy.loaded);
-                let config_digest = config_digest(&policy.config);
-                match &shadow_of {
-                    Some(primary) => {
-                        // Counts written before a restart (or by another
-                        // replica) go on where they were, for this version.
-                        if let Some(written) = written_shadow_status(configmap) {
-                            self.shadows.resume(&name, written);
-                        }
-                        self.policies.activate_shadow(policy, primary)
-                    }
-                    None => self.policies.activate(policy),
-                }
-                // A round decides what waited for this version.
-                self.shared.changed.notify_one();
-                tracing::info!(policy = %name, %digest, %version, shadow_of = ?shadow_of, ?elapsed, "Loaded policy from its ConfigMap");
-                self.metrics.policy_load(&name, "loaded");
-                load_plan::loaded(load_plan::Loaded {
-                    digest: &digest,
-                    version: &version,
-                    config_digest,
-                    shadow_of,
-                    elapsed,
-                    now: &now,
-                })
-            }
-            Err(error) => {
-                let message = error_chain(&error);
-                tracing::warn!(policy = %name, kind = error.kind(), error = %message, ?elapsed, "Rejected a policy version");
-                self.policies.reject(&name, message.clone());
-                self.metrics.policy_load(&name, "rejected");
-                let active = self.policies.get(&name);
-                let shadow = self.policies.shadow(&name);
-                let still = match (&active, &shadow) {
-                    (_, Some((primary, shadow))) => load_plan::StillActive::Shadowing {
-                        digest: shadow.loaded.digest().as_str(),
-                        primary,
-                    },
-                    (Some(active), None) => load_plan::StillActive::Deciding {
-                        digest: active.loaded.digest().as_str(),
-                        version: described(&active.loaded),
-                    },
-                    (None, None) => load_plan::StillActive::Nothing,
-                };
-                let rejected = load_plan::Rejected {
-                    kind: error.kind(),
-                    message: &message,
-                    digest: last_digest,
-                    still,
-                    now: &now,
-                };
-                load_plan::rejected(rejected, previous)
-            }
+            Ok(policy) => self.activate(&name, configmap, policy, shadow_of, elapsed, &now),
+            Err(error) => self.reject(&name, &error, last_digest, previous, elapsed, &now),
         };
         self.event(leading, configmap, event.warning, event.reason, event.note);
         status.observed = Some(fingerprint.to_string());
@@ -206,6 +153,83 @@ impl Loader {
             self.write_status(&name, &status, stale).await;
         }
         self.name_to_status.insert(name, status);
+    }
+
+    /// Makes a compiled version the active one (or a shadow's), and words
+    /// what the ConfigMap is told.
+    fn activate(
+        &mut self,
+        name: &str,
+        configmap: &ConfigMap,
+        policy: ActivePolicy,
+        shadow_of: Option<String>,
+        elapsed: Duration,
+        now: &str,
+    ) -> (load_plan::LoadEvent, PolicyStatus) {
+        let digest = policy.loaded.digest().to_string();
+        let version = described(&policy.loaded);
+        let config_digest = config_digest(&policy.config);
+        match &shadow_of {
+            Some(primary) => {
+                // Counts written before a restart (or by another
+                // replica) go on where they were, for this version.
+                if let Some(written) = written_shadow_status(configmap) {
+                    self.shadows.resume(name, written);
+                }
+                self.policies.activate_shadow(policy, primary)
+            }
+            None => self.policies.activate(policy),
+        }
+        // A round decides what waited for this version.
+        self.shared.changed.notify_one();
+        tracing::info!(policy = %name, %digest, %version, shadow_of = ?shadow_of, ?elapsed, "Loaded policy from its ConfigMap");
+        self.metrics.policy_load(name, "loaded");
+        load_plan::loaded(load_plan::Loaded {
+            digest: &digest,
+            version: &version,
+            config_digest,
+            shadow_of,
+            elapsed,
+            now,
+        })
+    }
+
+    /// Keeps the active version (if any) over one that cannot be used, and
+    /// words what the ConfigMap is told.
+    fn reject(
+        &mut self,
+        name: &str,
+        error: &RejectError,
+        last_digest: Option<String>,
+        previous: PolicyStatus,
+        elapsed: Duration,
+        now: &str,
+    ) -> (load_plan::LoadEvent, PolicyStatus) {
+        let message = error_chain(error);
+        tracing::warn!(policy = %name, kind = error.kind(), error = %message, ?elapsed, "Rejected a policy version");
+        self.policies.reject(name, message.clone());
+        self.metrics.policy_load(name, "rejected");
+        let active = self.policies.get(name);
+        let shadow = self.policies.shadow(name);
+        let still = match (&active, &shadow) {
+            (_, Some((primary, shadow))) => load_plan::StillActive::Shadowing {
+                digest: shadow.loaded.digest().as_str(),
+                primary,
+            },
+            (Some(active), None) => load_plan::StillActive::Deciding {
+                digest: active.loaded.digest().as_str(),
+                version: described(&active.loaded),
+            },
+            (None, None) => load_plan::StillActive::Nothing,
+        };
+        let rejected = load_plan::Rejected {
+            kind: error.kind(),
+            message: &message,
+            digest: last_digest,
+            still,
+            now,
+        };
+        load_plan::rejected(rejected, previous)
     }
 
     /// Reads the component `configmap` carries (inline, or pulled from its

@@ -33,6 +33,42 @@ pub struct RoundOutcome {
     pub waiting: Vec<(String, WaitingPlan)>,
 }
 
+impl RoundOutcome {
+    /// `policy`'s call failed with `message`: its GPUResources say so, and
+    /// its pods wait (`if_failed`).
+    pub fn policy_failed(
+        &mut self,
+        policy: &str,
+        resources: impl IntoIterator<Item = ObjectKey>,
+        message: &str,
+        if_failed: WaitingPlan,
+    ) {
+        for resource in resources {
+            self.policy_errors
+                .insert(resource, (Reason::PolicyFailed, message.to_owned()));
+        }
+        self.waiting.push((policy.to_owned(), if_failed));
+    }
+
+    /// `policy` decided for `resources`, leaving `waiting` pending; the
+    /// GPUResources of `refused` decisions say why instead of "decided".
+    pub fn policy_decided(
+        &mut self,
+        policy: &str,
+        resources: impl IntoIterator<Item = ObjectKey>,
+        waiting: WaitingPlan,
+        refused: Vec<(ObjectKey, String)>,
+    ) {
+        self.decided.extend(resources);
+        self.waiting.push((policy.to_owned(), waiting));
+        for (resource, message) in refused {
+            self.decided.remove(&resource);
+            self.policy_errors
+                .insert(resource, (Reason::DecisionRefused, message));
+        }
+    }
+}
+
 /// Decides the status of each GPUResource and the Events of problems.
 pub struct Reporter {
     shared: Arc<WatchedIndex>,

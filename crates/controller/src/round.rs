@@ -17,7 +17,7 @@ use super::shadows::Shadows;
 use super::watch::WatchedIndex;
 use tokio::sync::watch;
 use wasmgpu_contract::HostSnapshot;
-use wasmgpu_contract::validate::validate_host;
+use wasmgpu_contract::validate::{Verdict, validate_host};
 use wasmgpu_index::RoundStart;
 
 /// What a round does when the active version of a policy fails at run time.
@@ -198,67 +198,26 @@ impl Rounds {
         outcome: &mut RoundOutcome,
     ) -> usize {
         let resources = resources_of(&snapshot);
-        if self.recorder.wants(&policy.name) {
-            // A copy, serialized and compressed on the blocking pool.
-            let (recorder, name, copy) = (
-                Arc::clone(&self.recorder),
-                policy.name.clone(),
-                snapshot.clone(),
-            );
-            tokio::task::spawn_blocking(move || recorder.record(&name, copy));
-        }
+        self.record(policy, &snapshot);
         // What waits should the call fail (the snapshot goes into the call).
         let if_failed = plan_all_waiting(&snapshot, "policy-failed", now_ms());
         let (policy, snapshot, round) = match self.call_or_fall_back(policy, snapshot).await {
             Ok(called) => called,
             Err(Some(message)) => {
-                for resource in resources {
-                    outcome
-                        .policy_errors
-                        .insert(resource, (Reason::PolicyFailed, message.clone()));
-                }
-                outcome.waiting.push((policy.name.clone(), if_failed));
+                outcome.policy_failed(&policy.name, resources, &message, if_failed);
                 return 0;
             }
             Err(None) => return 0,
         };
         let policy = &policy;
-        self.metrics.policy_call(&policy.name, round.stats.call);
-        self.metrics.phase("policy-call", round.stats.call);
         let validated = Instant::now();
         let mut verdict = validate_host(&snapshot, &round.decisions);
         self.metrics.phase("validation", validated.elapsed());
-        for (outcome, count) in [
-            ("accepted", verdict.accepted.len()),
-            ("waiting", verdict.waiting.len()),
-            ("rejected", verdict.rejected.len()),
-            ("refused", verdict.refused.len()),
-            ("preempting", verdict.preempting.len()),
-        ] {
-            self.metrics.decisions(&policy.name, outcome, count);
-        }
-        tracing::debug!(
-            policy = %policy.name,
-            pending = snapshot.snapshot.pending.len(),
-            accepted = verdict.accepted.len(),
-            waiting = verdict.waiting.len(),
-            rejected = verdict.rejected.len(),
-            refused = verdict.refused.len(),
-            call = ?round.stats.call,
-            "Decided"
-        );
-        outcome.decided.extend(resources);
-        outcome.waiting.push((
-            policy.name.clone(),
-            plan_waiting(&snapshot, &verdict, now_ms()),
-        ));
-        let plan = plan_verdict(&policy.name, &snapshot, &verdict);
-        for (resource, message) in plan.refused_resources {
-            outcome.decided.remove(&resource);
-            outcome
-                .policy_errors
-                .insert(resource, (Reason::DecisionRefused, message));
-        }
+        self.count(policy, &snapshot, &verdict, round.stats.call);
+        let mut plan = plan_verdict(&policy.name, &snapshot, &verdict);
+        let waiting = plan_waiting(&snapshot, &verdict, now_ms());
+        let refused = std::mem::take(&mut plan.refused_resources);
+        outcome.policy_decided(&policy.name, resources, waiting, refused);
         for message in &plan.unnamed_refusals {
             tracing::warn!(%message, "Decision refused");
         }
@@ -276,6 +235,50 @@ impl Rounds {
             self.shadows.start(policy, shadows, snapshot, accepted);
         }
         started
+    }
+
+    /// Keeps a copy of the round's snapshot when `policy`'s ConfigMap asks
+    /// for recorded rounds (serialized and compressed on the blocking pool).
+    fn record(&self, policy: &ActivePolicy, snapshot: &HostSnapshot) {
+        if self.recorder.wants(&policy.name) {
+            let (recorder, name, copy) = (
+                Arc::clone(&self.recorder),
+                policy.name.clone(),
+                snapshot.clone(),
+            );
+            tokio::task::spawn_blocking(move || recorder.record(&name, copy));
+        }
+    }
+
+    /// The call's and the verdict's metrics, and a debug line.
+    fn count(
+        &self,
+        policy: &ActivePolicy,
+        snapshot: &HostSnapshot,
+        verdict: &Verdict,
+        call: Duration,
+    ) {
+        self.metrics.policy_call(&policy.name, call);
+        self.metrics.phase("policy-call", call);
+        for (outcome, count) in [
+            ("accepted", verdict.accepted.len()),
+            ("waiting", verdict.waiting.len()),
+            ("rejected", verdict.rejected.len()),
+            ("refused", verdict.refused.len()),
+            ("preempting", verdict.preempting.len()),
+        ] {
+            self.metrics.decisions(&policy.name, outcome, count);
+        }
+        tracing::debug!(
+            policy = %policy.name,
+            pending = snapshot.snapshot.pending.len(),
+            accepted = verdict.accepted.len(),
+            waiting = verdict.waiting.len(),
+            rejected = verdict.rejected.len(),
+            refused = verdict.refused.len(),
+            call = ?call,
+            "Decided"
+        );
     }
 
     /// Calls `policy`; when it fails and `--on-policy-failure last-good`
