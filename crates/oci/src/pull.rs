@@ -52,28 +52,9 @@ pub async fn pull(
     let manifest_bytes = match cache.get(Kind::Manifest, &digest) {
         Some(bytes) => bytes,
         None => {
-            let oci = client.insert(access.client(reference)?);
             from = "registry";
-            let (body, _) = oci
-                .pull_manifest_raw(
-                    reference.reference(),
-                    &access.auth(),
-                    &[MANIFEST_MEDIA_TYPE],
-                )
-                .await
-                .map_err(|e| OciError::from_client(e, reference, "pull"))?;
-            if body.len() > MAX_MANIFEST_BYTES {
-                return Err(OciError::NotAComponent {
-                    reference: reference.to_string(),
-                    reason: format!(
-                        "its manifest is {} bytes, over {MAX_MANIFEST_BYTES}",
-                        body.len()
-                    ),
-                });
-            }
-            check_digest(&format!("the manifest of {reference}"), &digest, &body)?;
-            cache.keep(Kind::Manifest, &digest, &body);
-            body.to_vec()
+            let oci = client.insert(access.client(reference)?);
+            manifest_from_registry(oci, reference, access, &digest, cache).await?
         }
     };
     let layer = wasm_layer(reference, &manifest_bytes)?;
@@ -85,32 +66,12 @@ pub async fn pull(
     let wasm = match cache.get(Kind::Blob, &layer.digest) {
         Some(bytes) => bytes,
         None => {
+            from = "registry";
             let oci = match client {
                 Some(client) => client,
                 None => access.client(reference)?,
             };
-            from = "registry";
-            oci.store_auth_if_needed(reference.registry(), &access.auth())
-                .await;
-            let mut sink = Capped::new(limit);
-            let result = oci
-                .pull_blob(reference.reference(), &layer, &mut sink)
-                .await;
-            if sink.over {
-                return Err(OciError::TooLarge {
-                    reference: reference.to_string(),
-                    size: sink.seen,
-                    limit,
-                });
-            }
-            result.map_err(|e| OciError::from_client(e, reference, "pull"))?;
-            check_digest(
-                &format!("the layer of {reference}"),
-                &layer.digest,
-                &sink.bytes,
-            )?;
-            cache.keep(Kind::Blob, &layer.digest, &sink.bytes);
-            sink.bytes
+            layer_from_registry(&oci, reference, access, &layer, limit, cache).await?
         }
     };
     check_size(reference, wasm.len() as u64, limit)?;
@@ -121,6 +82,68 @@ pub async fn pull(
         manifest_digest: digest,
         from,
     })
+}
+
+/// The manifest `digest` names, from the registry: capped, checked
+/// against its digest, and kept in `cache`.
+async fn manifest_from_registry(
+    oci: &oci_client::Client,
+    reference: &ComponentRef,
+    access: &Access,
+    digest: &str,
+    cache: &ComponentCache,
+) -> Result<Vec<u8>, OciError> {
+    let (body, _) = oci
+        .pull_manifest_raw(
+            reference.reference(),
+            &access.auth(),
+            &[MANIFEST_MEDIA_TYPE],
+        )
+        .await
+        .map_err(|e| OciError::from_client(e, reference, "pull"))?;
+    if body.len() > MAX_MANIFEST_BYTES {
+        return Err(OciError::NotAComponent {
+            reference: reference.to_string(),
+            reason: format!(
+                "its manifest is {} bytes, over {MAX_MANIFEST_BYTES}",
+                body.len()
+            ),
+        });
+    }
+    check_digest(&format!("the manifest of {reference}"), digest, &body)?;
+    cache.keep(Kind::Manifest, digest, &body);
+    Ok(body.to_vec())
+}
+
+/// The Wasm layer, from the registry: at most `limit` bytes, checked
+/// against its digest, and kept in `cache`.
+async fn layer_from_registry(
+    oci: &oci_client::Client,
+    reference: &ComponentRef,
+    access: &Access,
+    layer: &OciDescriptor,
+    limit: usize,
+    cache: &ComponentCache,
+) -> Result<Vec<u8>, OciError> {
+    oci.store_auth_if_needed(reference.registry(), &access.auth())
+        .await;
+    let mut sink = Capped::new(limit);
+    let result = oci.pull_blob(reference.reference(), layer, &mut sink).await;
+    if sink.over {
+        return Err(OciError::TooLarge {
+            reference: reference.to_string(),
+            size: sink.seen,
+            limit,
+        });
+    }
+    result.map_err(|e| OciError::from_client(e, reference, "pull"))?;
+    check_digest(
+        &format!("the layer of {reference}"),
+        &layer.digest,
+        &sink.bytes,
+    )?;
+    cache.keep(Kind::Blob, &layer.digest, &sink.bytes);
+    Ok(sink.bytes)
 }
 
 fn check_size(reference: &ComponentRef, size: u64, limit: usize) -> Result<(), OciError> {
