@@ -2,7 +2,7 @@
 //! conditions; written by the [`StatusWriter`]), the GPUTenant status and Events for problems
 //! they can fix.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::apply::{StatusApi, TenantStatusApi};
@@ -15,7 +15,8 @@ use super::wanted_tenant_status::WantedTenantStatus;
 use super::watch::WatchedIndex;
 use crate::clock::now_ms;
 use wasmgpu_index::{
-    ObjectKey, PodCounts, Problem, ResourceView, RoundReport, Subject, TenantView, UnhealthyHolding,
+    ObjectKey, OutdatedHoldings, PodCounts, Problem, ResourceView, RoundReport, Subject,
+    TenantView, UnhealthyHolding,
 };
 
 /// Pods of one GPUResource told about a new policy error.
@@ -141,7 +142,22 @@ impl Reporter {
             .map(|v| key_to_counts.get(&v.key).copied().unwrap_or_default())
             .collect();
         self.report_unhealthy(&unhealthy);
-        for (key, error) in outcome.policy_errors {
+        self.report_policy_errors(&views, outcome.policy_errors);
+        self.report_problems(&views, &problems);
+        let keys: HashSet<&ObjectKey> = views.iter().map(|v| &v.key).collect();
+        self.status.retain(&keys);
+        self.key_to_policy_error.retain(|key, _| keys.contains(key));
+        self.want_statuses(&views, counts, &problems, &unhealthy, &outdated);
+    }
+
+    /// Events for policy errors new since the last round, on the
+    /// GPUResource and on a few of the pods that wait because of it.
+    fn report_policy_errors(
+        &mut self,
+        views: &[ResourceView],
+        policy_errors: HashMap<ObjectKey, (Reason, String)>,
+    ) {
+        for (key, error) in policy_errors {
             if self.key_to_policy_error.get(&key) != Some(&error) {
                 let uid = views
                     .iter()
@@ -167,10 +183,17 @@ impl Reporter {
             }
             self.key_to_policy_error.insert(key, error);
         }
-        self.report_problems(&views, &problems);
-        let keys: HashSet<&ObjectKey> = views.iter().map(|v| &v.key).collect();
-        self.status.retain(&keys);
-        self.key_to_policy_error.retain(|key, _| keys.contains(key));
+    }
+
+    /// The status each GPUResource (not being deleted) should show.
+    fn want_statuses(
+        &mut self,
+        views: &[ResourceView],
+        counts: Vec<PodCounts>,
+        problems: &[Problem],
+        unhealthy: &[UnhealthyHolding],
+        outdated: &BTreeMap<ObjectKey, OutdatedHoldings>,
+    ) {
         for (view, counts) in views.iter().zip(counts) {
             if view.deleting {
                 continue;
@@ -182,7 +205,7 @@ impl Reporter {
             let summary = WantedStatus::of(
                 view,
                 counts,
-                &problems,
+                problems,
                 &unhealthy,
                 outdated.get(&view.key),
                 self.key_to_policy_error
