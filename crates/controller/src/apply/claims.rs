@@ -57,34 +57,7 @@ impl Writer {
             }
             Err(error) => return Err(unknown(&write.claim, &error)),
         };
-        if claim.metadata.uid.as_deref() != Some(write.uid.as_str()) {
-            return Err(Outcome::NotBound(format!(
-                "ResourceClaim {} was recreated",
-                write.claim
-            )));
-        }
-        if claim.metadata.deletion_timestamp.is_some() {
-            return Err(Outcome::NotBound(format!(
-                "ResourceClaim {} is being deleted",
-                write.claim
-            )));
-        }
-        let current = claim.status.as_ref().and_then(|s| s.allocation.as_ref());
-        match (&write.allocation, current) {
-            (Some(ours), Some(theirs)) if !same_devices(ours, theirs) => {
-                return Err(Outcome::NotBound(format!(
-                    "ResourceClaim {} was allocated meanwhile by another writer",
-                    write.claim
-                )));
-            }
-            (None, None) => {
-                return Err(Outcome::NotBound(format!(
-                    "ResourceClaim {} is no longer allocated",
-                    write.claim
-                )));
-            }
-            _ => {}
-        }
+        still_writable(&claim, write).map_err(Outcome::NotBound)?;
         let finalizers = claim.metadata.finalizers.get_or_insert_default();
         if write.allocation.is_some() && !finalizers.iter().any(|f| f == CLAIM_DELETE_PROTECTION) {
             finalizers.push(CLAIM_DELETE_PROTECTION.to_string());
@@ -93,19 +66,7 @@ impl Writer {
                 .await
                 .map_err(|e| refused_or_unknown(&write.claim, &e))?;
         }
-        let status = claim.status.get_or_insert_default();
-        if status.allocation.is_none() {
-            status.allocation = write.allocation.clone();
-        }
-        let reserved = status.reserved_for.get_or_insert_default();
-        if !reserved.iter().any(|r| r.uid == binding.uid) {
-            reserved.push(ResourceClaimConsumerReference {
-                api_group: None,
-                resource: "pods".into(),
-                name: binding.pod.name.clone(),
-                uid: binding.uid.clone(),
-            });
-        }
+        reserve(&mut claim, write, binding);
         self.timed(
             "claim-status",
             api.replace_status(name, &PostParams::default(), &claim),
@@ -220,4 +181,170 @@ fn refused_or_unknown(claim: &wasmgpu_index::ObjectKey, error: &ApplyError) -> O
 
 fn unknown(claim: &wasmgpu_index::ObjectKey, error: &ApplyError) -> Outcome {
     Outcome::Unknown(format!("writing ResourceClaim {claim}: {error}"))
+}
+/// Whether `claim` is still the one decided on and allocated as `write`
+/// expects: same UID, not being deleted, not allocated otherwise meanwhile.
+/// The error says why the binding cannot go on.
+fn still_writable(claim: &ResourceClaim, write: &ClaimWrite) -> Result<(), String> {
+    if claim.metadata.uid.as_deref() != Some(write.uid.as_str()) {
+        return Err(format!("ResourceClaim {} was recreated", write.claim));
+    }
+    if claim.metadata.deletion_timestamp.is_some() {
+        return Err(format!("ResourceClaim {} is being deleted", write.claim));
+    }
+    let current = claim.status.as_ref().and_then(|s| s.allocation.as_ref());
+    match (&write.allocation, current) {
+        (Some(ours), Some(theirs)) if !same_devices(ours, theirs) => {
+            return Err(format!(
+                "ResourceClaim {} was allocated meanwhile by another writer",
+                write.claim
+            ));
+        }
+        (None, None) => {
+            return Err(format!(
+                "ResourceClaim {} is no longer allocated",
+                write.claim
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Writes `write`'s allocation (unless the claim has one) and reserves the
+/// claim for `binding`'s pod, into `claim`'s status.
+fn reserve(claim: &mut ResourceClaim, write: &ClaimWrite, binding: &PendingBinding) {
+    let status = claim.status.get_or_insert_default();
+    if status.allocation.is_none() {
+        status.allocation = write.allocation.clone();
+    }
+    let reserved = status.reserved_for.get_or_insert_default();
+    if !reserved.iter().any(|r| r.uid == binding.uid) {
+        reserved.push(ResourceClaimConsumerReference {
+            api_group: None,
+            resource: "pods".into(),
+            name: binding.pod.name.clone(),
+            uid: binding.uid.clone(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::resource::v1::{
+        AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
+        ResourceClaimStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use wasmgpu_api::{PodAllocation, PolicyRef};
+    use wasmgpu_index::ObjectKey;
+
+    fn allocation(device: &str) -> AllocationResult {
+        AllocationResult {
+            devices: Some(DeviceAllocationResult {
+                results: Some(vec![DeviceRequestAllocationResult {
+                    request: "gpu".into(),
+                    driver: "gpu.nvidia.com".into(),
+                    pool: "node-a".into(),
+                    device: device.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn claim(uid: &str, allocated: Option<&str>) -> ResourceClaim {
+        ResourceClaim {
+            metadata: ObjectMeta {
+                name: Some("c".into()),
+                namespace: Some("ml".into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            status: allocated.map(|d| ResourceClaimStatus {
+                allocation: Some(allocation(d)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn write(allocating: Option<&str>) -> ClaimWrite {
+        ClaimWrite {
+            claim: ObjectKey::new("ml", "c"),
+            uid: "u1".into(),
+            allocation: allocating.map(allocation),
+        }
+    }
+
+    #[test]
+    fn a_claim_changed_since_the_decision_stops_the_binding_with_the_reason() {
+        assert_eq!(
+            still_writable(&claim("u1", None), &write(Some("gpu-0"))),
+            Ok(())
+        );
+        assert_eq!(
+            still_writable(&claim("u1", Some("gpu-0")), &write(Some("gpu-0"))),
+            Ok(()),
+            "our own allocation, written before a crash"
+        );
+        assert_eq!(
+            still_writable(&claim("u1", Some("gpu-0")), &write(None)),
+            Ok(())
+        );
+        let refused = |claim: ResourceClaim, write: ClaimWrite| {
+            still_writable(&claim, &write).expect_err("refused")
+        };
+        assert!(refused(claim("u2", None), write(Some("gpu-0"))).contains("recreated"));
+        let mut deleting = claim("u1", None);
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert!(refused(deleting, write(Some("gpu-0"))).contains("being deleted"));
+        assert!(
+            refused(claim("u1", Some("gpu-1")), write(Some("gpu-0")))
+                .contains("allocated meanwhile by another writer")
+        );
+        assert!(refused(claim("u1", None), write(None)).contains("no longer allocated"));
+    }
+
+    #[test]
+    fn reserving_keeps_an_allocation_already_there_and_adds_the_pod_once() {
+        let binding = PendingBinding {
+            pod: ObjectKey::new("ml", "p"),
+            uid: "pod-uid".into(),
+            allocation: PodAllocation {
+                resource: String::new(),
+                node: "node-a".into(),
+                sharing: Default::default(),
+                devices: vec![],
+                policy: PolicyRef {
+                    name: "binpack".into(),
+                    digest: String::new(),
+                },
+            },
+            claims: vec![],
+        };
+        let mut c = claim("u1", Some("gpu-1"));
+        reserve(&mut c, &write(Some("gpu-0")), &binding);
+        reserve(&mut c, &write(Some("gpu-0")), &binding);
+        let status = c.status.expect("status");
+        assert!(same_devices(
+            status.allocation.as_ref().unwrap(),
+            &allocation("gpu-1")
+        ));
+        let reserved = status.reserved_for.expect("reserved");
+        assert_eq!(reserved.len(), 1);
+        assert_eq!(
+            (reserved[0].name.as_str(), reserved[0].uid.as_str()),
+            ("p", "pod-uid")
+        );
+        let mut fresh = claim("u1", None);
+        reserve(&mut fresh, &write(Some("gpu-0")), &binding);
+        assert!(same_devices(
+            fresh.status.unwrap().allocation.as_ref().unwrap(),
+            &allocation("gpu-0")
+        ));
+    }
 }
