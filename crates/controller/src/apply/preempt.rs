@@ -153,31 +153,9 @@ impl Writer {
     async fn evict(&self, eviction: &Eviction) {
         let pods: Api<Pod> =
             Api::namespaced(self.eviction_client.clone(), &eviction.victim.namespace);
-        let params = EvictParams {
-            delete_options: Some(DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(eviction.uid.clone()),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            }),
-            ..EvictParams::default()
-        };
+        let params = evict_params(&eviction.uid);
         let preemptor = &eviction.preemptor;
-        let note = {
-            let index = self.shared.index();
-            preempted_note(
-                preemptor,
-                (
-                    index.pod_priority(preemptor),
-                    index.pod_priority(&eviction.victim),
-                ),
-                (
-                    index.tenant_of(&preemptor.namespace),
-                    index.tenant_of(&eviction.victim.namespace),
-                ),
-            )
-        };
+        let note = self.victim_note(eviction);
         match self
             .timed("eviction", pods.evict(&eviction.victim.name, &params))
             .await
@@ -197,32 +175,56 @@ impl Writer {
                 // Gone already, or another pod of its name: nothing to evict.
             }
             Err(ApplyError::Api(kube::Error::Api(status))) if status.code == 429 => {
-                let backoff = self
-                    .shared
-                    .index()
-                    .preemption_blocked(preemptor, crate::clock::now_ms());
-                self.metrics.preemption_backoff();
-                let why = format!(
-                    "evicting {} was refused: {} (a PodDisruptionBudget forbids it now); the \
-                     preemption is dropped and the pod waits, preempting no one for {}s",
-                    eviction.victim,
-                    status.message,
-                    backoff.as_secs()
-                );
-                tracing::warn!(victim = %eviction.victim, preemptor = %preemptor, %why, "Preemption blocked");
-                let uid = self.shared.index().pod_uid(preemptor).map(str::to_owned);
-                self.events.warning(
-                    pod_ref(preemptor, uid.as_deref()),
-                    Reason::PreemptionBlocked,
-                    "Preempt",
-                    why,
-                );
-                self.drop_nomination(preemptor).await;
+                self.blocked_by_budget(eviction, &status.message).await;
             }
             Err(error) => {
                 tracing::warn!(victim = %eviction.victim, preemptor = %preemptor, error_kind = error.kind(), %error, "Cannot evict; retrying next round");
             }
         }
+    }
+
+    /// What a victim is told: who takes its GPUs, and why it may.
+    fn victim_note(&self, eviction: &Eviction) -> String {
+        let preemptor = &eviction.preemptor;
+        let index = self.shared.index();
+        preempted_note(
+            preemptor,
+            (
+                index.pod_priority(preemptor),
+                index.pod_priority(&eviction.victim),
+            ),
+            (
+                index.tenant_of(&preemptor.namespace),
+                index.tenant_of(&eviction.victim.namespace),
+            ),
+        )
+    }
+
+    /// A PodDisruptionBudget refused the eviction (`message`): the
+    /// preemptor backs off, is told why, and loses its nomination.
+    async fn blocked_by_budget(&self, eviction: &Eviction, message: &str) {
+        let preemptor = &eviction.preemptor;
+        let backoff = self
+            .shared
+            .index()
+            .preemption_blocked(preemptor, crate::clock::now_ms());
+        self.metrics.preemption_backoff();
+        let why = format!(
+            "evicting {} was refused: {} (a PodDisruptionBudget forbids it now); the \
+             preemption is dropped and the pod waits, preempting no one for {}s",
+            eviction.victim,
+            message,
+            backoff.as_secs()
+        );
+        tracing::warn!(victim = %eviction.victim, preemptor = %preemptor, %why, "Preemption blocked");
+        let uid = self.shared.index().pod_uid(preemptor).map(str::to_owned);
+        self.events.warning(
+            pod_ref(preemptor, uid.as_deref()),
+            Reason::PreemptionBlocked,
+            "Preempt",
+            why,
+        );
+        self.drop_nomination(preemptor).await;
     }
 
     /// Removes `pod`'s nomination: its GPUs are free for anyone again.
@@ -262,6 +264,20 @@ fn preempted_note(
              quota, from tenant {theirs}, over its own"
         ),
         _ => format!("evicted so that {preemptor} can take its GPUs"),
+    }
+}
+
+/// Eviction of exactly the pod with `uid`, not a namesake.
+fn evict_params(uid: &str) -> EvictParams {
+    EvictParams {
+        delete_options: Some(DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        }),
+        ..EvictParams::default()
     }
 }
 
