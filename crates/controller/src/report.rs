@@ -35,20 +35,22 @@ pub struct RoundOutcome {
 }
 
 impl RoundOutcome {
-    /// `policy`'s call failed with `message`: its GPUResources say so, and
-    /// its pods wait (`if_failed`).
-    pub fn policy_failed(
+    /// `policy` decided nothing (not loaded, or its call failed) for
+    /// `reason`: its GPUResources say so with `message`, and its pods wait
+    /// (`waiting`).
+    pub fn policy_error(
         &mut self,
         policy: &str,
         resources: impl IntoIterator<Item = ObjectKey>,
+        reason: Reason,
         message: &str,
-        if_failed: WaitingPlan,
+        waiting: WaitingPlan,
     ) {
         for resource in resources {
             self.policy_errors
-                .insert(resource, (Reason::PolicyFailed, message.to_owned()));
+                .insert(resource, (reason, message.to_owned()));
         }
-        self.waiting.push((policy.to_owned(), if_failed));
+        self.waiting.push((policy.to_owned(), waiting));
     }
 
     /// `policy` decided for `resources`, leaving `waiting` pending; the

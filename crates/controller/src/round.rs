@@ -148,33 +148,10 @@ impl Rounds {
                 continue;
             }
             let Some(policy) = self.policies.get(&name) else {
-                let loaded = self.policies.names();
-                let rejected = self
-                    .policies
-                    .rejection(&name)
-                    .map(|reason| format!("; its latest version was rejected: {reason}"))
-                    .unwrap_or_default();
-                let shadow = self
-                    .policies
-                    .shadow(&name)
-                    .map(|(primary, _)| {
-                        format!(
-                            "; {name} is loaded as a shadow of {primary} (annotation wasmgpu.io/shadow-of): shadows decide for no pod"
-                        )
-                    })
-                    .unwrap_or_default();
-                let message = format!(
-                    "no policy named {name:?} is loaded (loaded: {}){rejected}{shadow}; its pods wait",
-                    loaded.join(", ")
-                );
-                for resource in resources_of(&snapshot) {
-                    outcome
-                        .policy_errors
-                        .insert(resource, (Reason::PolicyNotFound, message.clone()));
-                }
-                outcome
-                    .waiting
-                    .push((name, plan_all_waiting(&snapshot, "no-policy", now_ms())));
+                let message = self.not_loaded(&name);
+                let waiting = plan_all_waiting(&snapshot, "no-policy", now_ms());
+                let resources = resources_of(&snapshot);
+                outcome.policy_error(&name, resources, Reason::PolicyNotFound, &message, waiting);
                 continue;
             };
             snapshot.snapshot.config = policy.config.clone();
@@ -187,6 +164,30 @@ impl Rounds {
         } else {
             tracing::debug!(round, elapsed = ?started.elapsed(), "Round");
         }
+    }
+
+    /// Why no policy named `name` decides: what is loaded, and what
+    /// became of the version named so (rejected, or a shadow).
+    fn not_loaded(&self, name: &str) -> String {
+        let loaded = self.policies.names();
+        let rejected = self
+            .policies
+            .rejection(name)
+            .map(|reason| format!("; its latest version was rejected: {reason}"))
+            .unwrap_or_default();
+        let shadow = self
+            .policies
+            .shadow(name)
+            .map(|(primary, _)| {
+                format!(
+                    "; {name} is loaded as a shadow of {primary} (annotation wasmgpu.io/shadow-of): shadows decide for no pod"
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "no policy named {name:?} is loaded (loaded: {}){rejected}{shadow}; its pods wait",
+            loaded.join(", ")
+        )
     }
 
     /// Calls `policy` on `snapshot`, checks its decisions, starts the
@@ -204,7 +205,13 @@ impl Rounds {
         let (policy, snapshot, round) = match self.call_or_fall_back(policy, snapshot).await {
             Ok(called) => called,
             Err(Some(message)) => {
-                outcome.policy_failed(&policy.name, resources, &message, if_failed);
+                outcome.policy_error(
+                    &policy.name,
+                    resources,
+                    Reason::PolicyFailed,
+                    &message,
+                    if_failed,
+                );
                 return 0;
             }
             Err(None) => return 0,
