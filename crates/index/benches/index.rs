@@ -7,21 +7,14 @@
 //! "The index as the cluster fills"). `ROUNDS=` (default 20), `NODES=`,
 //! `BOUND=` and `BIG_NODES=`/`BIG_BOUND=` change the scale.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Pod, PodSpec, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
-use wasmgpu_api::{
-    Device, GPUNode, GPUNodeSpec, GPUNodeStatus, GPUResource, GPUResourceSpec, GpuInfo,
-    PodAllocation, PolicyRef, Sharing,
-};
+use wasmgpu_api::Sharing;
 use wasmgpu_index::Index;
+use wasmgpu_index::testing::{H100_MIB, gpunode, gpuresource, node, pod};
 
 const GPUS_PER_NODE: u32 = 8;
 const PENDING: u32 = 1000;
-const H100_MIB: u64 = 81559;
 
 fn env(var: &str, default: u32) -> u32 {
     std::env::var(var)
@@ -30,145 +23,40 @@ fn env(var: &str, default: u32) -> u32 {
         .unwrap_or(default)
 }
 
-fn node(n: u32) -> Node {
-    Node {
-        metadata: ObjectMeta {
-            name: Some(format!("node-{n}")),
-            labels: Some(BTreeMap::from([(
-                "topology.kubernetes.io/zone".to_owned(),
-                format!("zone-{}", n % 3),
-            )])),
-            ..Default::default()
-        },
-        spec: Some(Default::default()),
-        status: Some(NodeStatus {
-            conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
-                status: "True".into(),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-    }
-}
-
-fn gpunode(n: u32) -> GPUNode {
-    let name = format!("node-{n}");
-    let mut gpunode = GPUNode::new(&name, GPUNodeSpec {});
-    let uuids: Vec<String> = (0..GPUS_PER_NODE).map(|g| uuid(n, g)).collect();
-    let gpus = (0..GPUS_PER_NODE)
-        .map(|index| GpuInfo {
-            uuid: uuid(n, index),
-            index,
-            model: "NVIDIA H100 80GB HBM3".into(),
-            memory_total_mib: H100_MIB,
-            nvlink_peers: uuids
-                .iter()
-                .filter(|u| **u != uuid(n, index))
-                .cloned()
-                .collect(),
-            healthy: true,
-            ..Default::default()
-        })
-        .collect();
-    gpunode.status = Some(GPUNodeStatus {
-        gpus_total: GPUS_PER_NODE,
-        gpus,
-        ..Default::default()
-    });
-    gpunode
-}
-
-fn uuid(node: u32, gpu: u32) -> String {
-    format!("GPU-{node:08x}-0000-4000-8000-{gpu:012x}")
-}
-
-fn resource() -> GPUResource {
-    let mut resource = GPUResource::new(
-        "one-gpu",
-        GPUResourceSpec {
-            mig_profile: None,
-            count: 1,
-            model: None,
-            memory_mib: 0,
-            sharing: Sharing::Exclusive,
-            policy: None,
-        },
-    );
-    resource.metadata.namespace = Some("ml".into());
-    resource
-}
-
-/// Pod `k`, pending, or bound holding `gpu` as the controller records it.
-fn pod(k: u32, gpu: Option<(u32, u32)>) -> Pod {
-    let mut annotations =
-        BTreeMap::from([("wasmgpu.io/gpuresource".to_owned(), "one-gpu".to_owned())]);
-    let mut node_name = None;
-    if let Some((n, g)) = gpu {
-        let allocation = PodAllocation {
-            resource: "one-gpu".into(),
-            node: format!("node-{n}"),
-            sharing: Sharing::Exclusive,
-            devices: vec![Device {
-                uuid: uuid(n, g),
-                index: g,
-                memory_mib: H100_MIB,
-            }],
-            policy: PolicyRef {
-                name: "binpack".into(),
-                digest: "sha256:00".into(),
-            },
-        };
-        annotations.extend(allocation.annotations());
-        node_name = Some(format!("node-{n}"));
-    }
-    Pod {
-        metadata: ObjectMeta {
-            namespace: Some("ml".into()),
-            name: Some(format!("pod-{k}")),
-            uid: Some(format!("uid-{k}")),
-            annotations: Some(annotations),
-            creation_timestamp: Some(Time(Timestamp::from_millisecond(1_000).unwrap())),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            scheduler_name: Some("wasmgpu".into()),
-            node_name: node_name.clone(),
-            ..Default::default()
-        }),
-        status: Some(PodStatus {
-            phase: Some(
-                if node_name.is_some() {
-                    "Running"
-                } else {
-                    "Pending"
-                }
-                .into(),
-            ),
-            ..Default::default()
-        }),
-    }
-}
-
 /// An index of `nodes` nodes with `bound` pods bound (one GPU each, filling
 /// nodes in turn) and `pending` pods waiting.
 fn cluster(nodes: u32, bound: u32, pending: u32) -> Index {
     let mut index = Index::new("binpack");
     for n in 0..nodes {
-        index.apply_node(&node(n));
-        index.apply_gpunode(&gpunode(n));
+        let name = format!("node-{n}");
+        let zone = format!("zone-{}", n % 3);
+        index.apply_node(
+            &node(&name)
+                .label("topology.kubernetes.io/zone", &zone)
+                .build(),
+        );
+        index.apply_gpunode(&gpunode(&name).with_gpus(GPUS_PER_NODE).nvlinked().build());
     }
-    index.apply_gpuresource(&resource());
+    index.apply_gpuresource(&gpuresource("ml", "one-gpu").build());
     let gpus = nodes * GPUS_PER_NODE;
     assert!(
         bound <= gpus,
         "{bound} bound pods need more than {gpus} GPUs"
     );
+    // Bound pods fill the nodes in turn, one GPU each.
     for k in 0..bound {
-        index.apply_pod(&pod(k, Some((k % nodes, k / nodes))));
+        let (n, g) = (k % nodes, k / nodes);
+        let (node, uuid) = (format!("node-{n}"), format!("GPU-node-{n}-{g}"));
+        let bound = pod("ml", &format!("pod-{k}")).resource("one-gpu").holds(
+            &node,
+            &[&uuid],
+            Sharing::Exclusive,
+            H100_MIB,
+        );
+        index.apply_pod(&bound.build());
     }
     for k in bound..bound + pending {
-        index.apply_pod(&pod(k, None));
+        index.apply_pod(&pod("ml", &format!("pod-{k}")).resource("one-gpu").build());
     }
     index
 }

@@ -61,6 +61,8 @@ mod tenants;
 mod views;
 mod watch;
 
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 #[cfg(test)]
 mod tests;
 
