@@ -23,6 +23,11 @@ fn env(var: &str, default: u32) -> u32 {
         .unwrap_or(default)
 }
 
+/// GPU `gpu` of node `node`, as long as NVML's UUIDs.
+fn uuid(node: u32, gpu: u32) -> String {
+    format!("GPU-{node:08x}-0000-4000-8000-{gpu:012x}")
+}
+
 /// An index of `nodes` nodes with `bound` pods bound (one GPU each, filling
 /// nodes in turn) and `pending` pods waiting.
 fn cluster(nodes: u32, bound: u32, pending: u32) -> Index {
@@ -35,7 +40,13 @@ fn cluster(nodes: u32, bound: u32, pending: u32) -> Index {
                 .label("topology.kubernetes.io/zone", &zone)
                 .build(),
         );
-        index.apply_gpunode(&gpunode(&name).with_gpus(GPUS_PER_NODE).nvlinked().build());
+        index.apply_gpunode(
+            &gpunode(&name)
+                .with_gpus(GPUS_PER_NODE)
+                .uuids(|g| uuid(n, g))
+                .nvlinked()
+                .build(),
+        );
     }
     index.apply_gpuresource(&gpuresource("ml", "one-gpu").build());
     let gpus = nodes * GPUS_PER_NODE;
@@ -46,7 +57,7 @@ fn cluster(nodes: u32, bound: u32, pending: u32) -> Index {
     // Bound pods fill the nodes in turn, one GPU each.
     for k in 0..bound {
         let (n, g) = (k % nodes, k / nodes);
-        let (node, uuid) = (format!("node-{n}"), format!("GPU-node-{n}-{g}"));
+        let (node, uuid) = (format!("node-{n}"), uuid(n, g));
         let bound = pod("ml", &format!("pod-{k}")).resource("one-gpu").holds(
             &node,
             &[&uuid],

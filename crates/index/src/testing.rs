@@ -109,6 +109,15 @@ impl TestGpuNode {
         self
     }
 
+    /// Renames GPU `index` to `uuid(index)` (e.g. UUIDs as long as NVML's,
+    /// where their size matters); before [`TestGpuNode::nvlinked`].
+    pub fn uuids(mut self, uuid: impl Fn(u32) -> String) -> Self {
+        for gpu in &mut self.gpus {
+            gpu.uuid = uuid(gpu.index);
+        }
+        self
+    }
+
     pub fn model(mut self, model: &str, memory_mib: u64) -> Self {
         for gpu in &mut self.gpus {
             gpu.model = model.into();
