@@ -282,7 +282,7 @@ impl Index {
 
     /// Records that `pod`'s preemption was blocked at `now_ms` (a victim's
     /// eviction refused): it may not preempt again for the returned time,
-    /// doubling with each blocked attempt (see [`backoff`]).
+    /// doubling with each blocked attempt (see the `backoff` module).
     pub fn preemption_blocked(&mut self, pod: &ObjectKey, now_ms: u64) -> std::time::Duration {
         std::time::Duration::from_millis(self.preemption_backoffs.block(pod, now_ms))
     }

@@ -26,7 +26,7 @@ pub struct Index {
     pub(crate) default_policy: String,
     pub(crate) name_to_node: BTreeMap<String, NodeFacts>,
     /// Node name → its GPUs: its GPUNode's merged with those DRA drivers
-    /// publish on it (see [`inventory::merge`]).
+    /// publish on it (see [`crate::inventory::merge`]).
     pub(crate) node_to_inventory: BTreeMap<String, NodeInventory>,
     /// Node name → the GPUs its GPUNode lists.
     pub(crate) node_to_agent_inventory: BTreeMap<String, NodeInventory>,

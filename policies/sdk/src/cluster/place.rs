@@ -10,7 +10,7 @@ use wasmgpu_contract::{Decision, Request, assign, reject, wait};
 impl<'s> Cluster<'s> {
     /// Records that `want` took the GPUs at `positions` on `node`: held
     /// exclusively (an exclusive or MIG request, and a DRA request, whose
-    /// shape is [`NO_SHAPE`]) or a share of each (a shared request), and
+    /// shape is [`NO_SHAPE`](crate::NO_SHAPE)) or a share of each (a shared request), and
     /// counted against the request's tenant.
     pub fn commit(&mut self, node: u32, positions: &[usize], want: &Want) {
         let state = &mut self.nodes[node as usize];

@@ -44,14 +44,14 @@ impl Shortfall {
     }
 }
 
-/// A request prepared for fast fit checks (see [`Cluster::want`]).
+/// A request prepared for fast fit checks (see [`Cluster::want`](crate::Cluster::want)).
 #[derive(Clone, Debug)]
 pub struct Want<'s> {
     /// The request.
     pub request: &'s Request,
     /// What it asks for: its GPUResource's shape ([`NO_SHAPE`] for a DRA
     /// request, which fits nowhere through the GPU fit helpers: place it
-    /// with [`Cluster::place_claims`]).
+    /// with [`Cluster::place_claims`](crate::Cluster::place_claims)).
     pub shape: &'s GpuShape,
     /// The request's position in `snapshot.pending`: what decisions name.
     pub position: u32,
@@ -61,8 +61,8 @@ pub struct Want<'s> {
 }
 
 /// The shape the GPU fit helpers give a DRA request: no GPU fits it
-/// ([`Cluster::place_claims`] places DRA requests). Its sharing is
-/// `Exclusive`, so [`Cluster::commit`] holds a DRA request's devices
+/// ([`Cluster::place_claims`](crate::Cluster::place_claims) places DRA requests). Its sharing is
+/// `Exclusive`, so [`Cluster::commit`](crate::Cluster::commit) holds a DRA request's devices
 /// exclusively.
 pub static NO_SHAPE: GpuShape = GpuShape {
     count: 0,
@@ -108,7 +108,7 @@ impl<'s> Want<'s> {
     }
 
     /// True for a DRA request (claims): the GPU fit helpers place none;
-    /// [`Cluster::place_claims`] does.
+    /// [`Cluster::place_claims`](crate::Cluster::place_claims) does.
     pub fn is_dra(&self) -> bool {
         shape_of(self.request).is_none()
     }
