@@ -15,6 +15,16 @@ pub(super) enum Holder {
     Pending(usize),
 }
 
+impl Holder {
+    /// Who holds the GPU, as a refusal names them.
+    pub(super) fn name(self, snapshot: &Snapshot) -> String {
+        match self {
+            Holder::Pending(p) => snapshot.pending[p].pod.clone(),
+            Holder::Before => "a running pod".to_owned(),
+        }
+    }
+}
+
 /// One GPU during the replay: what it has left.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct GpuLeft {
@@ -26,6 +36,11 @@ pub(super) struct GpuLeft {
 }
 
 pub(super) type Reason = Box<dyn FnOnce(String) -> Invalid>;
+
+/// The GPU is taken `by` someone.
+fn taken_by(by: String) -> Reason {
+    Box::new(move |gpu| Invalid::GpuTaken { gpu, by })
+}
 
 /// A whole GPU or MIG instance has the memory `shape` asks of each
 /// (`memoryMiB` with a MIG profile is the instance's own).
@@ -52,27 +67,20 @@ pub(super) fn free_for_exclusive(
 ) -> Result<(), Reason> {
     let this = &left[g as usize];
     if let Some(holder) = this.held {
-        let by = match holder {
-            Holder::Pending(p) => snapshot.pending[p].pod.clone(),
-            Holder::Before => "a running pod".to_owned(),
-        };
-        return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));
+        return Err(taken_by(holder.name(snapshot)));
     }
     if let Some(mig) = &info.mig {
         let parent = &left[mig.parent as usize];
         if parent.held.is_some() || parent.shares > 0 {
-            return Err(Box::new(|gpu| Invalid::GpuTaken {
-                gpu,
-                by: "the holder of its parent GPU".into(),
-            }));
+            return Err(taken_by("the holder of its parent GPU".into()));
         }
     } else if this.mig_held > 0 {
         let by = format!("{} of its MIG instance(s)", this.mig_held);
-        return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));
+        return Err(taken_by(by));
     }
     if this.shares > 0 || this.free_mib < info.memory_mib {
         let by = format!("{} shared allocation(s)", this.shares.max(1));
-        return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));
+        return Err(taken_by(by));
     }
     let _ = node;
     Ok(())
@@ -155,15 +163,11 @@ pub(super) fn check_gpu(
         }
         Sharing::Shared => {
             if let Some(holder) = this.held {
-                let by = match holder {
-                    Holder::Pending(p) => snapshot.pending[p].pod.clone(),
-                    Holder::Before => "a running pod".to_owned(),
-                };
-                return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));
+                return Err(taken_by(holder.name(snapshot)));
             }
             if this.mig_held > 0 {
                 let by = format!("{} of its MIG instance(s)", this.mig_held);
-                return Err(Box::new(move |gpu| Invalid::GpuTaken { gpu, by }));
+                return Err(taken_by(by));
             }
             if this.free_mib < shape.memory_mib {
                 let (free_mib, want_mib) = (this.free_mib, shape.memory_mib);
