@@ -496,6 +496,13 @@ pub struct Assignment {
     pub claims: Vec<ClaimChoice>,
 }
 
+impl Assignment {
+    /// The devices it gives: its `gpus`, or a DRA request's chosen ones.
+    pub fn devices(&self) -> usize {
+        self.gpus.len() + self.claims.iter().map(|c| c.gpus.len()).sum::<usize>()
+    }
+}
+
 /// Evict running pods so that a pending pod can take their GPUs.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -12,8 +12,8 @@
 //! placed all or nothing. Pods asking through DRA claims queue with the
 //! others and are placed by `Cluster::place_claims` (packed the same way);
 //! what they are given counts as GPUs of their tenant (a MIG instance as a
-//! seventh). They do not reclaim, and gang members among them are left to
-//! their gang (which gives them no decision).
+//! seventh). They reclaim as the others do, and gang members among them
+//! are left to their gang (which gives them no decision).
 //!
 //! Tenants are the `GPUTenant` objects the snapshot carries; without any,
 //! those of `config.json` (which are ignored, with a log line, once objects
@@ -159,8 +159,8 @@ fn queue_units<'s>(
 }
 
 /// Places one pod, packed (`Fit::Tightest`): a DRA pod with
-/// [`Cluster::place_claims`]; another on the node binpack would choose, or
-/// by reclaim when it fits nowhere.
+/// [`Cluster::place_claims`], another on the node binpack would choose;
+/// either by reclaim when it fits nowhere.
 fn place_pod<'s>(
     cluster: &mut Cluster<'s>,
     reclaim: &mut Reclaim<'s>,
@@ -168,13 +168,13 @@ fn place_pod<'s>(
     prefer_nvlink: bool,
 ) -> Option<Decision> {
     let fit = Fit::Tightest;
-    if want.is_dra() {
-        return cluster.place_claims(want, fit);
-    }
-    cluster
-        .choose_node(want, fit)
-        .and_then(|node| cluster.place(node, want, fit, prefer_nvlink))
-        .or_else(|| reclaim.evict_for(cluster, want, fit, prefer_nvlink))
+    let placed = match want.is_dra() {
+        true => cluster.place_claims(want, fit),
+        false => cluster
+            .choose_node(want, fit)
+            .and_then(|node| cluster.place(node, want, fit, prefer_nvlink)),
+    };
+    placed.or_else(|| reclaim.evict_for(cluster, want, fit, prefer_nvlink))
 }
 
 /// The tenant with units left that stands lowest; ties go to the tenant

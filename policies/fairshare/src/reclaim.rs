@@ -32,10 +32,8 @@ impl<'s> Reclaim<'s> {
     /// claim choices included).
     pub fn placed(&mut self, request: &Request, decision: &Decision) {
         let given = match decision {
-            Decision::Assign(a) => {
-                a.gpus.len() + a.claims.iter().map(|c| c.gpus.len()).sum::<usize>()
-            }
-            Decision::Preempt(p) => p.assignment.gpus.len(),
+            Decision::Assign(a) => a.devices(),
+            Decision::Preempt(p) => p.assignment.devices(),
             Decision::Wait(_) | Decision::Reject(_) => 0,
         };
         if let Some(h) = request

@@ -60,10 +60,10 @@ impl PlacementParams {
 /// GPUResource member's turn comes (members asking through DRA claims get
 /// no decision: they wait). A GPUResource request that fits nowhere now
 /// preempts lower-priority pods when the config allows it
-/// ([`Cluster::preempt`]); DRA requests do not preempt yet. The others
-/// that fit nowhere get `wait` or `reject` with the reason (for a DRA
-/// request, [`Cluster::claims_unplaced`]'s; a wait says that DRA pods do
-/// not preempt when the pod would otherwise have preempted).
+/// ([`Cluster::preempt`]), DRA requests alike. The others that fit nowhere
+/// get `wait` or `reject` with the reason (for a DRA request,
+/// [`Cluster::claims_unplaced`]'s), a wait with what keeps the pod from
+/// preempting ([`Cluster::preemption_blocked`]).
 /// Every request is held to its tenant's limit first
 /// ([`Cluster::over_tenant_limit`]).
 /// Multi-GPU exclusive requests follow the config's NVLink mode
@@ -121,9 +121,11 @@ pub fn place_each(snapshot: &Snapshot, fit: Fit) -> Vec<Decision> {
 }
 
 /// A DRA request's decision in [`place_each`]: placed by
-/// [`Cluster::place_claims`], else [`Cluster::claims_unplaced`]'s; a wait
-/// of a pod that may preempt (`preemption` on, its policy not `Never`)
-/// says that DRA pods do not preempt yet.
+/// [`Cluster::place_claims`]; else, when waiting could help and the config
+/// allows it (`preemption`), a preemption of lower-priority pods
+/// ([`Cluster::preempt`]); else [`Cluster::claims_unplaced`]'s, a wait
+/// saying what keeps the pod from preempting
+/// ([`Cluster::preemption_blocked`]).
 fn place_claims<'s>(
     cluster: &mut Cluster<'s>,
     want: &Want<'s>,
@@ -133,11 +135,18 @@ fn place_claims<'s>(
     if let Some(placed) = cluster.place_claims(want, fit) {
         return placed;
     }
+    let now = !cluster.claims_shortfall(want).is_permanent();
+    if preemption
+        && now
+        && let Some(preempted) = cluster.preempt(want, fit, Nvlink::Ignore)
+    {
+        return preempted;
+    }
     match cluster.claims_unplaced(want) {
-        Decision::Wait(mut wait)
-            if preemption && want.request.preemption != PreemptionPolicy::Never =>
-        {
-            wait.reason = format!("{}; {}", wait.reason, reason::claims_do_not_preempt());
+        Decision::Wait(mut wait) if preemption => {
+            if let Some(blocked) = cluster.preemption_blocked(want) {
+                wait.reason = format!("{}; {blocked}", wait.reason);
+            }
             Decision::Wait(wait)
         }
         other => other,

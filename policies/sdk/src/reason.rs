@@ -138,9 +138,3 @@ pub fn claims_together(asked: &str, constrained: bool) -> String {
 pub fn claims_most_free(most: u32) -> String {
     format!("at most {most} free on any eligible node")
 }
-
-/// What follows the `wait` reason of a DRA pod that may preempt: it does
-/// not, yet.
-pub fn claims_do_not_preempt() -> String {
-    "pods asking through DRA claims do not preempt yet".into()
-}

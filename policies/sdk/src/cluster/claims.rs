@@ -37,7 +37,7 @@ const SEARCH_STEPS: u32 = 4096;
 
 /// Which candidates the search may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Usable {
+pub(super) enum Usable {
     /// Those free as the round stands (and healthy).
     Free,
     /// Every healthy one, as if the node were idle.
@@ -428,7 +428,7 @@ impl<'s> Cluster<'s> {
     /// The nodes to search for a pod with `claims`: its eligible nodes, and
     /// of those only the ones with a candidate of its first request when
     /// every alternative of that request wants at least one device.
-    fn claim_nodes(&self, request: &Request, claims: &[Claim]) -> Vec<u32> {
+    pub(super) fn claim_nodes(&self, request: &Request, claims: &[Claim]) -> Vec<u32> {
         let first = claims.iter().find_map(|c| c.requests.first());
         let mut nodes: Vec<u32> = match first {
             Some(r) if r.alternatives.iter().all(|a| a.count > 0) => {
@@ -510,7 +510,12 @@ impl<'s> Cluster<'s> {
 
     /// The choices for every claim of a pod on `node`, claim by claim, each
     /// against the devices earlier claims took; `None` when one fails.
-    fn solve_on(&self, node: u32, claims: &[Claim], usable: Usable) -> Option<Vec<ClaimChoice>> {
+    pub(super) fn solve_on(
+        &self,
+        node: u32,
+        claims: &[Claim],
+        usable: Usable,
+    ) -> Option<Vec<ClaimChoice>> {
         let mut taken: Vec<u32> = Vec::new();
         let mut choices = Vec::new();
         for (c, claim) in claims.iter().enumerate() {

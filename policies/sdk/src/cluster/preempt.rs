@@ -18,20 +18,43 @@
 //!   position
 //! ```
 //!
-//! Exclusive and MIG requests preempt; shared requests (which take part of a
-//! GPU) and gang members do not, nor pods whose `preemptionPolicy` is
+//! Exclusive, MIG and DRA requests preempt (a DRA request's devices are
+//! found on the node as [`Cluster::place_claims`] finds them, and the
+//! decision carries its claim choices); shared requests (which take part of
+//! a GPU) and gang members do not, nor pods whose `preemptionPolicy` is
 //! `Never`.
 
+use super::claims::Usable;
 use super::nodes::GpuState;
 use super::state::Cluster;
 use super::want::{Fit, Want};
 
 use crate::nvlink::Nvlink;
-use wasmgpu_contract::{Decision, PreemptionPolicy, Running, preempt};
+use wasmgpu_contract::{Assignment, ClaimChoice, Decision, Preemption, PreemptionPolicy, Running};
 
-/// One node's best preemption: `(victims, sum of their priorities, node,
-/// GPUs)`.
-type Choice = (Vec<u32>, i64, u32, Vec<usize>);
+/// Where a preemptor goes on a node once its victims are gone: the GPUs
+/// (positions on the node), and for a DRA request the claim choices that
+/// name them.
+struct Fits {
+    gpus: Vec<usize>,
+    claims: Vec<ClaimChoice>,
+}
+
+/// One node's best preemption.
+struct Choice {
+    victims: Vec<u32>,
+    /// The sum of the victims' priorities.
+    priorities: i64,
+    node: u32,
+    fits: Fits,
+}
+
+impl Choice {
+    /// Fewest victims, then lowest priorities, then lowest position.
+    fn rank(&self) -> (usize, i64, u32) {
+        (self.victims.len(), self.priorities, self.node)
+    }
+}
 
 impl<'s> Cluster<'s> {
     /// A `preempt` decision for `want` (see the module docs), committed to
@@ -76,18 +99,18 @@ impl<'s> Cluster<'s> {
         may_evict: &dyn Fn(&Running) -> bool,
     ) -> Option<Decision> {
         let request = want.request;
-        if want.is_dra()
-            || request.preemption == PreemptionPolicy::Never
+        if request.preemption == PreemptionPolicy::Never
             || request.gang.is_some()
             || !want.exclusive()
         {
             return None;
         }
         let mut best: Option<Choice> = None;
-        let nodes: Vec<u32> = self
-            .eligible(request)
-            .filter(|&node| below.is_none_or(|p| self.running_on.lower_than(node, p)))
-            .collect();
+        let mut nodes: Vec<u32> = match want.claims() {
+            Some(claims) => self.claim_nodes(request, claims),
+            None => self.eligible(request).collect(),
+        };
+        nodes.retain(|&node| below.is_none_or(|p| self.running_on.lower_than(node, p)));
         for node in nodes {
             if (node as usize) >= self.nodes.len() {
                 continue;
@@ -95,24 +118,54 @@ impl<'s> Cluster<'s> {
             let Some(option) = self.preempt_on(node, want, fit, nvlink, may_evict) else {
                 continue;
             };
-            let better = best
-                .as_ref()
-                .is_none_or(|b| (option.0.len(), option.1, option.2) < (b.0.len(), b.1, b.2));
-            if better {
+            if best.as_ref().is_none_or(|b| option.rank() < b.rank()) {
                 best = Some(option);
             }
         }
-        let (victims, _, node, gpus) = best?;
-        self.commit(node, &gpus, want);
+        let Choice {
+            victims,
+            node,
+            fits,
+            ..
+        } = best?;
+        self.commit(node, &fits.gpus, want);
         for &v in &victims {
             self.victim_taken[v as usize] = true;
         }
-        Some(preempt(
-            want.position,
-            node,
-            gpus.iter().map(|&g| g as u32).collect(),
+        // A DRA request's devices are named by its claim choices.
+        let gpus = match want.is_dra() {
+            true => Vec::new(),
+            false => fits.gpus.iter().map(|&g| g as u32).collect(),
+        };
+        Some(Decision::Preempt(Preemption {
+            assignment: Assignment {
+                pod: want.position,
+                node,
+                gpus,
+                claims: fits.claims,
+            },
             victims,
-        ))
+        }))
+    }
+
+    /// Where `want` goes on `node` as the round's state stands: the GPUs
+    /// [`Cluster::pick_gpus`] picks, or for a DRA request the devices
+    /// [`Cluster::place_claims`] would choose there.
+    fn fits_on(&self, node: u32, want: &Want<'s>, fit: Fit, nvlink: Nvlink) -> Option<Fits> {
+        match want.claims() {
+            Some(claims) => {
+                let claims = self.solve_on(node, claims, Usable::Free)?;
+                let gpus = claims
+                    .iter()
+                    .flat_map(|c| c.gpus.iter().map(|&g| g as usize))
+                    .collect();
+                Some(Fits { gpus, claims })
+            }
+            None => Some(Fits {
+                gpus: self.pick(node, want, fit, nvlink)?,
+                claims: Vec::new(),
+            }),
+        }
     }
 
     /// Why `want` could not preempt although pods of lower priority run
@@ -240,13 +293,13 @@ impl<'s> Cluster<'s> {
                     );
                 }
             }
-            if let Some(gpus) = self.pick(node, want, fit, nvlink) {
-                picked = Some((k, gpus));
+            if let Some(fits) = self.fits_on(node, want, fit, nvlink) {
+                picked = Some((k, fits));
                 break;
             }
         }
         self.nodes[node as usize].gpus = saved;
-        let (last, gpus) = picked?;
+        let (last, fits) = picked?;
         let node_gpus = &self.snapshot.nodes[node as usize].gpus;
         let touching: Vec<u32> = candidates[..=last]
             .iter()
@@ -259,7 +312,7 @@ impl<'s> Cluster<'s> {
                 };
                 members.iter().any(|&m| {
                     let pod = &self.snapshot.running[m as usize];
-                    pod.node == node && touches(node_gpus, pod, &gpus)
+                    pod.node == node && touches(node_gpus, pod, &fits.gpus)
                 })
             })
             .collect();
@@ -279,7 +332,12 @@ impl<'s> Cluster<'s> {
             .iter()
             .map(|&v| i64::from(self.snapshot.running[v as usize].priority))
             .sum();
-        Some((victims, priorities, node, gpus))
+        Some(Choice {
+            victims,
+            priorities,
+            node,
+            fits,
+        })
     }
 }
 
@@ -446,5 +504,49 @@ mod tests {
         let decision = decide(&snap).expect("4 unprotected pods");
         let verdict = validate(&snap, &[decision]);
         assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+    }
+
+    #[test]
+    fn a_dra_pod_preempts_through_its_claims_and_the_host_accepts_it() {
+        use crate::testing::{candidate_set, claim, dra_request};
+        // Node n's 8 GPUs held by priority-100 pods; a priority-1000 pod
+        // claims 4 of n's first 6 (its candidates) with a second claim of 1.
+        let mut snap = full();
+        snap.pending.clear();
+        let six = candidate_set(&mut snap, (0..6).map(|g| (0, g)));
+        let mut urgent = dra_request(
+            "ml/urgent",
+            vec![
+                claim("ml/urgent-a", &[("gpus", 3, six)]),
+                claim("ml/urgent-b", &[("gpu", 1, six)]),
+            ],
+        );
+        urgent.priority = 1000;
+        snap.pending.push(urgent);
+        let Some(Decision::Preempt(p)) = decide(&snap) else {
+            panic!("a preemption: {:?}", decide(&snap));
+        };
+        // The youngest among the candidates' holders go: p5, p4, p3, p2.
+        assert_eq!(p.victims, vec![5, 4, 3, 2]);
+        assert!(p.assignment.gpus.is_empty(), "named by the claims");
+        let chosen: Vec<u32> = p
+            .assignment
+            .claims
+            .iter()
+            .flat_map(|c| c.gpus.clone())
+            .collect();
+        assert_eq!(chosen, vec![2, 3, 4, 5]);
+        assert_eq!(p.assignment.devices(), 4);
+        let decision = Decision::Preempt(p);
+        let verdict = validate(&snap, &[decision]);
+        assert!(verdict.refused.is_empty(), "{:?}", verdict.refused);
+        assert_eq!(verdict.preempting.len(), 1);
+
+        // Never, or nothing lower: no preemption.
+        snap.pending[0].preemption = wasmgpu_contract::PreemptionPolicy::Never;
+        assert_eq!(decide(&snap), None);
+        snap.pending[0].preemption = wasmgpu_contract::PreemptionPolicy::PreemptLowerPriority;
+        snap.pending[0].priority = 100;
+        assert_eq!(decide(&snap), None);
     }
 }

@@ -94,7 +94,7 @@ fn dra_pods_of_one_round_never_share_a_device() {
     assert_eq!(choices(&decisions[1]).1[0].gpus, [2, 3]);
     assert_eq!(
         reason(&decisions[2]),
-        "no eligible node has 2 device(s) for claim ml/p2 request \"gpus\" (4 candidate(s) on eligible nodes) free right now; at most 0 free on any eligible node; pods asking through DRA claims do not preempt yet"
+        "no eligible node has 2 device(s) for claim ml/p2 request \"gpus\" (4 candidate(s) on eligible nodes) free right now; at most 0 free on any eligible node"
     );
     assert!(matches!(decisions[2], Decision::Wait(_)));
 }
