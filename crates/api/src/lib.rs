@@ -52,7 +52,10 @@ pub use gpuresource::{
     Phase, PolicyRef, Sharing,
 };
 pub use gputenant::{GPUTenant, GPUTenantSpec, GPUTenantStatus};
-pub use nomination::{NOMINATION_ANNOTATION, Nomination, UnreadableNomination, Victim};
+pub use nomination::{
+    NOMINATION_ANNOTATION, NominatedClaim, NominatedDevice, Nomination, UnreadableNomination,
+    Victim,
+};
 pub use podgroup::{
     GANG_RESERVATION_ANNOTATION, GangReservation, POD_GROUP_LABEL, PodGroup, PodGroupSpec,
     ReservedMember,

@@ -8,9 +8,16 @@
 //! half-way reads the nomination back and carries it on: it evicts the
 //! victims not yet going, and binds when they are gone.
 //!
+//! A preemptor asking through DRA ResourceClaims also carries the devices
+//! each of its claims is to get (`claims`): they are written to the claims
+//! once the victims are gone and the claims that held the devices are
+//! deallocated, then the pod is bound.
+//!
 //! ```text
 //!  wasmgpu.io/nomination  {"uid":"…","allocation":{…as wasmgpu.io/allocation…},
-//!                          "victims":[{"namespace":"batch","name":"p3","uid":"…"}]}
+//!                          "victims":[{"namespace":"batch","name":"p3","uid":"…"}],
+//!                          "claims":[{"name":"train-gpus","uid":"…",
+//!                                     "devices":[{"request":"gpus","uuid":"GPU-…"}]}]}
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -32,6 +39,33 @@ pub struct Nomination {
     pub allocation: PodAllocation,
     /// The pods evicted to make room.
     pub victims: Vec<Victim>,
+    /// For a pod asking through DRA claims: what each of its claims not
+    /// yet allocated gets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<NominatedClaim>,
+}
+
+/// What one ResourceClaim of a preemptor gets once the victims are gone.
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NominatedClaim {
+    /// The claim's name (in the pod's namespace).
+    pub name: String,
+    /// Its UID: a claim recreated under the name is not this one.
+    pub uid: String,
+    /// Its devices, one per allocation result.
+    pub devices: Vec<NominatedDevice>,
+}
+
+/// One device of a [`NominatedClaim`].
+#[derive(Serialize, Deserialize, schemars::JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NominatedDevice {
+    /// The request it is for: `request`, or `request/subrequest` for an
+    /// entry of `firstAvailable`.
+    pub request: String,
+    /// The device's UUID on the nominated node.
+    pub uuid: String,
 }
 
 /// A pod evicted for a preemptor.
@@ -118,6 +152,14 @@ mod tests {
                 namespace: "batch".into(),
                 name: "p".into(),
                 uid: "v1".into(),
+            }],
+            claims: vec![NominatedClaim {
+                name: "train".into(),
+                uid: "c1".into(),
+                devices: vec![NominatedDevice {
+                    request: "gpus".into(),
+                    uuid: "GPU-a".into(),
+                }],
             }],
         };
         let annotations = std::collections::BTreeMap::from([nomination.annotation()]);

@@ -828,7 +828,8 @@ fn claim_writes(
             });
         }
     }
-    match index.claim_writes(pod, pending, &chosen, &placement.node) {
+    let names: Vec<&str> = pending.iter().map(|c| c.name.as_str()).collect();
+    match index.claim_writes(pod, &names, &chosen, &placement.node) {
         Ok(writes) => Some(writes),
         Err(why) => {
             tracing::info!(%pod, %why, "Not binding the DRA pod; it is decided again");

@@ -128,7 +128,9 @@ impl Rounds {
             resources: views,
             reservations_done,
             evictions,
+            stale_nominations,
         } = self.shared.index().round_start();
+        self.applier.drop_stale(stale_nominations).await;
         self.applier.evict(evictions);
         self.applier.clear_reservations(reservations_done).await;
         self.applier.finalize(&views).await;

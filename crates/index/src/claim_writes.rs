@@ -9,10 +9,8 @@ use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceRequest,
     DeviceRequestAllocationResult, DeviceToleration, ResourceClaim,
 };
-use wasmgpu_contract::types::Claim;
 
 use crate::facts::binding::ClaimWrite;
-use crate::facts::pod::ClaimSource;
 use crate::index::Index;
 use crate::key::ObjectKey;
 
@@ -31,20 +29,21 @@ pub struct Chosen<'a> {
 
 impl Index {
     /// The claim writes of a DRA pod placed on `node`: one allocation per
-    /// pending claim (`claims`, with the devices `chosen`), and a
+    /// pending claim (`claims`, by `namespace/name`, with the devices
+    /// `chosen`), and a
     /// reservation for each of its claims allocated already. An error when
     /// a claim or device is no longer what the round saw.
     pub fn claim_writes(
         &self,
         pod: &ObjectKey,
-        claims: &[Claim],
+        claims: &[&str],
         chosen: &[Chosen<'_>],
         node: &str,
     ) -> Result<Vec<ClaimWrite>, String> {
         let mut writes = Vec::new();
-        for (c, claim) in claims.iter().enumerate() {
-            let key = ObjectKey::parse(&claim.name)
-                .ok_or_else(|| format!("{:?} is not namespace/name", claim.name))?;
+        for (c, &name) in claims.iter().enumerate() {
+            let key =
+                ObjectKey::parse(name).ok_or_else(|| format!("{name:?} is not namespace/name"))?;
             let facts = self
                 .dra
                 .claim(&key)
@@ -95,16 +94,8 @@ impl Index {
             return Vec::new();
         };
         facts
-            .claims
-            .iter()
-            .filter_map(|c| match &c.source {
-                ClaimSource::Claim(name)
-                | ClaimSource::Template {
-                    made: Some(Some(name)),
-                    ..
-                } => Some(ObjectKey::new(&pod.namespace, name)),
-                ClaimSource::Template { .. } => None,
-            })
+            .claim_names()
+            .map(|name| ObjectKey::new(&pod.namespace, name))
             .filter_map(|key| {
                 let claim = self.dra.claim(&key)?;
                 let reserved = claim.reserved_for().any(|uid| uid == facts.uid);

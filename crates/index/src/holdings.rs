@@ -57,17 +57,6 @@ impl fmt::Display for ReleaseReason {
     }
 }
 
-/// A victim of a nomination to evict.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Eviction {
-    /// The pod the GPUs are nominated for.
-    pub preemptor: ObjectKey,
-    /// The pod to evict.
-    pub victim: ObjectKey,
-    /// Its UID (the eviction is for this pod, not a namesake).
-    pub uid: String,
-}
-
 /// Where a holding was read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Source {
@@ -336,74 +325,22 @@ impl Index {
             holdings
                 .live
                 .iter()
-                .filter(|h| {
-                    let ready = match h.source {
-                        Source::Ledger | Source::Reservation => true,
-                        Source::Nomination => self.victims_gone(&h.pod),
-                        Source::Pod | Source::InFlight => false,
+                .filter(|h| unplaced(&h.pod))
+                .filter_map(|h| {
+                    let claims = match h.source {
+                        Source::Ledger | Source::Reservation => Vec::new(),
+                        Source::Nomination => self.nomination_ready(&h.pod)?,
+                        Source::Pod | Source::InFlight => return None,
                     };
-                    ready && unplaced(&h.pod)
-                })
-                .map(|h| PendingBinding {
-                    pod: h.pod.clone().into_owned(),
-                    uid: h.uid.to_string(),
-                    allocation: h.allocation.clone().into_owned(),
-                    claims: Vec::new(),
+                    Some(PendingBinding {
+                        pod: h.pod.clone().into_owned(),
+                        uid: h.uid.to_string(),
+                        allocation: h.allocation.clone().into_owned(),
+                        claims,
+                    })
                 }),
         );
         bindings
-    }
-
-    /// Whether every victim of `pod`'s nomination is gone: deleted,
-    /// finished, or recreated under another UID.
-    fn victims_gone(&self, pod: &ObjectKey) -> bool {
-        let Some(nomination) = self.key_to_pod.get(pod).and_then(|p| p.nomination()) else {
-            return false;
-        };
-        nomination.victims.iter().all(|v| {
-            self.key_to_pod
-                .get(&ObjectKey::new(&v.namespace, &v.name))
-                .is_none_or(|p| p.uid != v.uid || p.terminal)
-        })
-    }
-
-    /// The UIDs of the pods a preemptor not yet bound names as its
-    /// victims: their GPUs are promised (a UID names one pod, never a
-    /// namesake created later).
-    pub(crate) fn nominated_victims(&self) -> std::collections::HashSet<&str> {
-        self.key_to_pod
-            .values()
-            .filter(|p| p.unplaced())
-            .filter_map(|p| p.nomination())
-            .flat_map(|n| &n.victims)
-            .map(|v| v.uid.as_str())
-            .collect()
-    }
-
-    /// The victims of every nomination that are still there and not yet
-    /// going away: to evict (again, after a restart), with their preemptor.
-    pub fn evictions(&self) -> Vec<Eviction> {
-        let mut evictions = Vec::new();
-        for (preemptor, pod) in &self.key_to_pod {
-            let Some(nomination) = pod.nomination() else {
-                continue;
-            };
-            for v in &nomination.victims {
-                let victim = ObjectKey::new(&v.namespace, &v.name);
-                let live = self
-                    .key_to_pod
-                    .get(&victim)
-                    .is_some_and(|p| p.uid == v.uid && !p.terminal && !p.deleting);
-                if live {
-                    evictions.push(Eviction {
-                        preemptor: preemptor.clone(),
-                        victim,
-                        uid: v.uid.clone(),
-                    });
-                }
-            }
-        }
-        evictions
     }
 
     /// Bound pods that hold GPUs through a ledger entry of an earlier

@@ -530,9 +530,14 @@ impl Index {
             let key = holding.pod.clone().into_owned();
             let pod = key.to_string();
             // A pod already going (evicted, deleted) or named a victim of a
-            // nomination is not named again: its GPUs are promised.
+            // nomination is not named again: its GPUs are promised. Nor is
+            // one sharing a claim with other pods: its devices would stay
+            // held by them.
             let evictable = facts.is_some_and(|p| {
-                !p.deleting && !victims.contains(p.uid.as_str()) && self.evictable(&key, &p.labels)
+                !p.deleting
+                    && !victims.contains(p.uid.as_str())
+                    && self.evictable(&key, &p.labels)
+                    && !self.shares_a_claim(&key.namespace, p)
             });
             found.push((
                 node,
@@ -554,6 +559,18 @@ impl Index {
         }
         found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         found.into_iter().map(|(_, key, r)| (r, key)).unzip()
+    }
+}
+
+impl Index {
+    /// Whether one of `pod`'s claims (in `namespace`) is reserved for
+    /// another pod too.
+    fn shares_a_claim(&self, namespace: &str, pod: &PodFacts) -> bool {
+        pod.claim_names().any(|name| {
+            self.dra
+                .claim(&ObjectKey::new(namespace, name))
+                .is_some_and(|c| c.reserved_for().any(|uid| uid != pod.uid))
+        })
     }
 }
 

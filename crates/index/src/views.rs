@@ -10,9 +10,10 @@ use crate::drift::{OutdatedHoldings, UnhealthyHolding};
 use crate::facts::binding::PendingBinding;
 use crate::facts::pod::PodFacts;
 use crate::facts::resource::ResourceState;
-use crate::holdings::{self, Eviction, GpuState, Release};
+use crate::holdings::{self, GpuState, Release};
 use crate::index::Index;
 use crate::key::ObjectKey;
+use crate::nominations::Eviction;
 use crate::problem::Problem;
 use crate::tenants::TenantView;
 
@@ -177,6 +178,8 @@ pub struct RoundStart {
     pub reservations_done: Vec<ObjectKey>,
     /// Victims of nominations still to evict.
     pub evictions: Vec<Eviction>,
+    /// Nominations that can no longer be carried out, and why.
+    pub stale_nominations: Vec<(ObjectKey, String)>,
 }
 
 /// What a round reports, read from one view of the holdings.
@@ -210,6 +213,7 @@ impl Index {
             releases: holdings.releases,
             reservations_done: self.reservations_to_clear(),
             evictions: self.evictions(),
+            stale_nominations: self.stale_nominations(),
         }
     }
 

@@ -381,6 +381,7 @@ mod tests {
                 name: "low-0".into(),
                 uid: "uid-low-0".into(),
             }],
+            claims: Vec::new(),
         }
         .annotation();
         urgent

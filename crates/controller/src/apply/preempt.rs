@@ -63,12 +63,14 @@ impl Applier {
                 let Some(victims) = victims else {
                     continue;
                 };
+                let claims = index.nominated_claims(&binding.claims);
                 (
                     binding.pod,
                     Nomination {
                         uid: binding.uid,
                         allocation: binding.allocation,
                         victims,
+                        claims,
                     },
                 )
             };
@@ -88,6 +90,15 @@ impl Applier {
             }
         }
         written
+    }
+
+    /// Removes nominations that can no longer be carried out (`stale`,
+    /// with why): their GPUs are free again and the pod is decided anew.
+    pub async fn drop_stale(&self, stale: Vec<(ObjectKey, String)>) {
+        for (pod, why) in stale {
+            tracing::info!(%pod, %why, "Dropping a nomination that can no longer be carried out; the pod is decided again");
+            self.writer.drop_nomination(&pod).await;
+        }
     }
 
     /// Evicts victims (of nominations written now or before a restart), in
@@ -228,7 +239,7 @@ impl Writer {
     }
 
     /// Removes `pod`'s nomination: its GPUs are free for anyone again.
-    async fn drop_nomination(&self, pod: &ObjectKey) {
+    pub(super) async fn drop_nomination(&self, pod: &ObjectKey) {
         let patch = json!({"metadata": {"annotations": {NOMINATION_ANNOTATION: null}}});
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         match self

@@ -161,6 +161,19 @@ impl PodFacts {
         self.node_name.is_none() && !self.terminal && !self.deleting
     }
 
+    /// The names of the claims the pod uses (in its namespace): those it
+    /// names, and those made for it from templates.
+    pub fn claim_names(&self) -> impl Iterator<Item = &str> {
+        self.claims.iter().filter_map(|c| match &c.source {
+            ClaimSource::Claim(name)
+            | ClaimSource::Template {
+                made: Some(Some(name)),
+                ..
+            } => Some(name.as_str()),
+            ClaimSource::Template { .. } => None,
+        })
+    }
+
     /// The nomination the pod waits on: readable and made for this pod
     /// (not an earlier one of its name), while it is unplaced.
     pub fn nomination(&self) -> Option<&Nomination> {

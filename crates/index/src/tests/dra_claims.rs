@@ -97,6 +97,11 @@ fn claims_of(index: &Index, pod: &str) -> (Vec<Claim>, wasmgpu_contract::HostSna
     (claims.clone(), host)
 }
 
+/// The claims' `namespace/name`s, as the binding's writes take them.
+fn names(claims: &[Claim]) -> Vec<&str> {
+    claims.iter().map(|c| c.name.as_str()).collect()
+}
+
 fn candidate_uuids(host: &wasmgpu_contract::HostSnapshot, set: u32) -> Vec<String> {
     host.snapshot.candidate_sets[set as usize]
         .iter()
@@ -313,7 +318,12 @@ fn a_tainted_device_is_a_candidate_only_when_tolerated() {
             uuid,
         }];
         let writes = index
-            .claim_writes(&ObjectKey::new("ml", pod), claims, &chosen, "node-a")
+            .claim_writes(
+                &ObjectKey::new("ml", pod),
+                &names(claims),
+                &chosen,
+                "node-a",
+            )
             .unwrap();
         let allocation = writes[0].allocation.clone().unwrap();
         allocation.devices.unwrap().results.unwrap()[0]
@@ -521,7 +531,12 @@ fn the_allocation_written_names_the_devices_the_node_and_the_class_config() {
         },
     ];
     let writes = index
-        .claim_writes(&ObjectKey::new("ml", "p"), &claims, &chosen, "node-a")
+        .claim_writes(
+            &ObjectKey::new("ml", "p"),
+            &names(&claims),
+            &chosen,
+            "node-a",
+        )
         .unwrap();
     assert_eq!(writes.len(), 1);
     assert_eq!(writes[0].uid, "uid-claim-c");
@@ -568,7 +583,12 @@ fn the_allocation_written_names_the_devices_the_node_and_the_class_config() {
     let mut allocated = allocated_claim("ml", "c", "node-a", &[("gpu-2", false)]);
     allocated.spec = claim("c", vec![exactly("gpus", 2, &[])]).spec;
     index.apply_resourceclaim(&allocated);
-    let again = index.claim_writes(&ObjectKey::new("ml", "p"), &claims, &chosen, "node-a");
+    let again = index.claim_writes(
+        &ObjectKey::new("ml", "p"),
+        &names(&claims),
+        &chosen,
+        "node-a",
+    );
     assert!(again.unwrap_err().contains("allocated meanwhile"));
 }
 
@@ -637,5 +657,180 @@ fn a_device_with_binding_conditions_is_left_to_kube_scheduler() {
     assert_eq!(
         candidate_uuids(&host, claims[0].requests[0].alternatives[0].candidates),
         ["GPU-node-a-1"]
+    );
+}
+
+/// `ml/victim` (priority-low, bound on node-a) holds `GPU-node-a-2` through
+/// its claim `v`; `ml/urgent` asks 1 GPU through claim `c` and is
+/// nominated for that GPU.
+fn dra_nomination() -> Index {
+    let mut index = dra_index();
+    let mut held = allocated_claim("ml", "v", "node-a", &[("gpu-2", false)]);
+    held.metadata.uid = Some("uid-claim-v".into());
+    held.status.as_mut().unwrap().reserved_for = Some(vec![
+        k8s_openapi::api::resource::v1::ResourceClaimConsumerReference {
+            resource: "pods".into(),
+            name: "victim".into(),
+            uid: "uid-victim".into(),
+            ..Default::default()
+        },
+    ]);
+    index.apply_resourceclaim(&held);
+    index.apply_pod(
+        &pod("ml", "victim")
+            .uid("uid-victim")
+            .claim("gpus", "v")
+            .holds("node-a", &["GPU-node-a-2"], Sharing::Exclusive, H100_MIB)
+            .build(),
+    );
+    index.apply_resourceclaim(&claim("c", vec![exactly("gpus", 1, &[])]));
+    let nomination = wasmgpu_api::Nomination {
+        uid: "uid-urgent".into(),
+        allocation: wasmgpu_api::PodAllocation {
+            resource: String::new(),
+            node: "node-a".into(),
+            sharing: Sharing::Exclusive,
+            devices: devices(&["GPU-node-a-2"], H100_MIB),
+            policy: PolicyRef {
+                name: DEFAULT_POLICY.into(),
+                digest: "sha256:00".into(),
+            },
+        },
+        victims: vec![wasmgpu_api::Victim {
+            namespace: "ml".into(),
+            name: "victim".into(),
+            uid: "uid-victim".into(),
+        }],
+        claims: vec![wasmgpu_api::NominatedClaim {
+            name: "c".into(),
+            uid: "uid-claim-c".into(),
+            devices: vec![wasmgpu_api::NominatedDevice {
+                request: "gpus".into(),
+                uuid: "GPU-node-a-2".into(),
+            }],
+        }],
+    };
+    let (key, value) = nomination.annotation();
+    index.apply_pod(
+        &pod("ml", "urgent")
+            .uid("uid-urgent")
+            .claim("gpus", "c")
+            .annotation(&key, &value)
+            .build(),
+    );
+    index
+}
+
+#[test]
+fn a_dra_preemptor_gets_its_claims_written_once_the_victims_claims_let_the_devices_go() {
+    let mut index = dra_nomination();
+    let urgent = ObjectKey::new("ml", "urgent");
+    let nominated_gpu_held = |index: &Index| {
+        let host = default_host(index);
+        let node = host
+            .snapshot
+            .nodes
+            .iter()
+            .position(|n| n.name == "node-a")
+            .unwrap();
+        let g = host.nodes[node]
+            .uuids
+            .iter()
+            .position(|u| u == "GPU-node-a-2");
+        host.snapshot.nodes[node].gpus[g.unwrap()].held
+    };
+    // The victim is still there: evicted, nothing bound.
+    assert_eq!(index.evictions().len(), 1);
+    assert!(index.bindings_to_finish().is_empty());
+    // The victim gone, its claim still allocated: the preemptor waits,
+    // and nobody else gets the device meanwhile.
+    index.delete_pod("ml", "victim");
+    assert!(index.bindings_to_finish().is_empty());
+    assert!(index.stale_nominations().is_empty());
+    assert!(nominated_gpu_held(&index));
+    // The claim deallocated (by the resourceclaim controller): the
+    // preemptor's claim gets the nominated device, then the binding.
+    let mut released = allocated_claim("ml", "v", "node-a", &[]);
+    released.metadata.uid = Some("uid-claim-v".into());
+    released.status = None;
+    index.apply_resourceclaim(&released);
+    assert!(nominated_gpu_held(&index), "still the preemptor's");
+    let bindings = index.bindings_to_finish();
+    assert_eq!(bindings.len(), 1, "{bindings:?}");
+    assert_eq!(bindings[0].pod, urgent);
+    assert_eq!(bindings[0].claims.len(), 1);
+    assert_eq!(bindings[0].claims[0].claim, ObjectKey::new("ml", "c"));
+    let allocation = bindings[0].claims[0].allocation.as_ref().unwrap();
+    let results = allocation
+        .devices
+        .as_ref()
+        .unwrap()
+        .results
+        .as_ref()
+        .unwrap();
+    let devices: Vec<(&str, &str)> = results
+        .iter()
+        .map(|r| (r.request.as_str(), r.device.as_str()))
+        .collect();
+    assert_eq!(devices, [("gpus", "gpu-2")]);
+    // What the nomination records of these writes, read back.
+    let recorded = index.nominated_claims(&bindings[0].claims);
+    assert_eq!(recorded[0].devices[0].uuid, "GPU-node-a-2");
+
+    // The claim recreated meanwhile: the nomination is stale.
+    let mut again = claim("c", vec![exactly("gpus", 1, &[])]);
+    again.metadata.uid = Some("uid-claim-c-2".into());
+    index.apply_resourceclaim(&again);
+    assert!(index.bindings_to_finish().is_empty());
+    let stale = index.stale_nominations();
+    assert_eq!(stale.len(), 1);
+    assert_eq!(stale[0].0, urgent);
+    assert!(stale[0].1.contains("recreated"), "{}", stale[0].1);
+}
+
+#[test]
+fn a_pod_sharing_a_claim_with_another_is_no_victim() {
+    let mut index = dra_nomination();
+    let evictable = |index: &Index, pod: &str| {
+        let snapshot = default_snapshot(index);
+        snapshot
+            .running
+            .iter()
+            .find(|r| r.pod == pod)
+            .unwrap()
+            .evictable
+    };
+    index.apply_pod(
+        &pod("ml", "alone")
+            .uid("uid-alone")
+            .holds("node-a", &["GPU-node-a-4"], Sharing::Exclusive, H100_MIB)
+            .build(),
+    );
+    assert!(evictable(&index, "ml/alone"));
+    let mut shared = allocated_claim("ml", "s", "node-a", &[("gpu-5", false)]);
+    shared.status.as_mut().unwrap().reserved_for = Some(
+        ["uid-one", "uid-two"]
+            .iter()
+            .map(
+                |uid| k8s_openapi::api::resource::v1::ResourceClaimConsumerReference {
+                    resource: "pods".into(),
+                    name: uid.trim_start_matches("uid-").into(),
+                    uid: (*uid).into(),
+                    ..Default::default()
+                },
+            )
+            .collect(),
+    );
+    index.apply_resourceclaim(&shared);
+    index.apply_pod(
+        &pod("ml", "one")
+            .uid("uid-one")
+            .claim("gpus", "s")
+            .holds("node-a", &["GPU-node-a-5"], Sharing::Exclusive, H100_MIB)
+            .build(),
+    );
+    assert!(
+        !evictable(&index, "ml/one"),
+        "its device stays held by ml/two"
     );
 }

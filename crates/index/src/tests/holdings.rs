@@ -295,6 +295,7 @@ fn nominated(index: &mut Index) {
             name: "run".into(),
             uid: "uid-run".into(),
         }],
+        claims: Vec::new(),
     };
     let (key, value) = nomination.annotation();
     index.apply_pod(
