@@ -7,8 +7,7 @@ use crate::cluster::{Cluster, Fit, Want};
 use crate::config::parse_config;
 use crate::log::fail;
 use crate::nvlink::Nvlink;
-use crate::reason;
-use wasmgpu_contract::{Decision, PreemptionPolicy, Snapshot};
+use wasmgpu_contract::{Decision, Snapshot};
 
 /// Parameters understood by [`place_each`] (`config.json`, all optional):
 ///
