@@ -324,7 +324,19 @@ function randomSnapshot(full, mig) {
   return snap;
 }
 
-const tally = { agree: 0, differ: 0, preempt: 0, assign: 0, refused: 0, dra: 0, draLater: 0, draMig: 0, draWait: 0, draReject: 0 };
+const tally = {
+  agree: 0,
+  differ: 0,
+  preempt: 0,
+  assign: 0,
+  refused: 0,
+  dra: 0,
+  draLater: 0,
+  draMig: 0,
+  draWait: 0,
+  draReject: 0,
+  draPreempt: 0,
+};
 
 async function compare(snap, fit, label) {
   let want = null;
@@ -360,7 +372,8 @@ async function compare(snap, fit, label) {
     for (const d of got) {
       if (d.tag === 'preempt') tally.preempt++;
       if (d.tag === 'assign') tally.assign++;
-      if (snap.pending[d.val.pod]?.ask.tag !== 'claims') continue;
+      const pod = d.tag === 'preempt' ? d.val.assignment.pod : d.val.pod;
+      if (snap.pending[pod]?.ask.tag !== 'claims') continue;
       if (d.tag === 'assign') {
         tally.dra++;
         if (d.val.claims.some((c) => c.alternative > 0)) tally.draLater++;
@@ -369,6 +382,7 @@ async function compare(snap, fit, label) {
       }
       if (d.tag === 'wait') tally.draWait++;
       if (d.tag === 'reject') tally.draReject++;
+      if (d.tag === 'preempt') tally.draPreempt++;
     }
 }
 
@@ -432,6 +446,6 @@ for (const [n, p] of [
   }
 }
 console.log(
-  `${tally.agree} rounds agree (${tally.assign} assignments, ${tally.dra} of DRA pods: ${tally.draLater} on a later firstAvailable alternative, ${tally.draMig} with MIG instances; ${tally.draWait} DRA waits, ${tally.draReject} DRA rejects; ${tally.preempt} preemptions, ${tally.refused} configs refused by both), ${tally.differ} differ`,
+  `${tally.agree} rounds agree (${tally.assign} assignments, ${tally.dra} of DRA pods: ${tally.draLater} on a later firstAvailable alternative, ${tally.draMig} with MIG instances; ${tally.draWait} DRA waits, ${tally.draReject} DRA rejects; ${tally.preempt} preemptions (${tally.draPreempt} of DRA pods), ${tally.refused} configs refused by both), ${tally.differ} differ`,
 );
 process.exit(tally.differ === 0 ? 0 : 1);

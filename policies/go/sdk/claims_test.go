@@ -153,7 +153,7 @@ func TestDraPodsOfOneRoundNeverShareADevice(t *testing.T) {
 	if _, c := choices(t, d[1]); !reflect.DeepEqual(c[0].Gpus, []uint32{2, 3}) {
 		t.Fatalf("p1: %v", c[0].Gpus)
 	}
-	want := `no eligible node has 2 device(s) for claim ml/p2 request "gpus" (4 candidate(s) on eligible nodes) free right now; at most 0 free on any eligible node; pods asking through DRA claims do not preempt yet`
+	want := `no eligible node has 2 device(s) for claim ml/p2 request "gpus" (4 candidate(s) on eligible nodes) free right now; at most 0 free on any eligible node`
 	if d[2].Tag() != Decision_Wait || reasonOf(t, d[2]) != want {
 		t.Fatalf("p2: %+v", d[2])
 	}

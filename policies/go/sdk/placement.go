@@ -1,9 +1,6 @@
 package sdk
 
-import (
-	"wit_component/sdk/reason"
-	. "wit_component/wasmgpu_policy_types"
-)
+import . "wit_component/wasmgpu_policy_types"
 
 // PlacementParams are the parameters PlaceEach understands (config.json,
 // all optional), as the Rust SDK's:
@@ -56,14 +53,13 @@ func ParsePlacementParams(config string) (PlacementParams, error) {
 // PlaceClaims puts it for fit. A gang is served whole, all or nothing
 // (PlaceGangWith), when its first GPUResource member's turn comes (members
 // asking through DRA claims get no decision: they wait). A pod whose tenant
-// is at its limit waits saying so (OverTenantLimit). A GPUResource request
-// that fits nowhere now preempts lower-priority pods when the config allows
-// it (Preempt); DRA requests do not preempt yet. The others that fit
-// nowhere get wait or reject with the reason (a wait counts the pods a
-// PodDisruptionBudget protects and those within their minimum runtime,
-// PreemptionBlocked; for a DRA request the reason is ClaimsUnplaced's, and
-// a wait says that DRA pods do not preempt when the pod would otherwise
-// have preempted). An invalid config.json fails the round (Fail). It
+// is at its limit waits saying so (OverTenantLimit). A request that fits
+// nowhere now preempts lower-priority pods when the config allows it
+// (Preempt), GPUResource and DRA alike. The others that fit nowhere get
+// wait or reject with the reason (for a DRA request, ClaimsUnplaced's), a
+// wait with what keeps the pod from preempting: the pods a
+// PodDisruptionBudget protects and those within their minimum runtime
+// (PreemptionBlocked). An invalid config.json fails the round (Fail). It
 // decides what the Rust SDK's place_each decides, byte for byte.
 func PlaceEach(s *Snapshot, fit Fit) []Decision {
 	params, err := ParsePlacementParams(s.Config)
@@ -116,16 +112,24 @@ func PlaceEach(s *Snapshot, fit Fit) []Decision {
 }
 
 // placeClaims is a DRA request's decision in PlaceEach: placed by
-// PlaceClaims, else ClaimsUnplaced's; a wait of a pod that may preempt
-// (preemption on, its policy not Never) says that DRA pods do not preempt
-// yet (reason.ClaimsDoNotPreempt).
+// PlaceClaims; else, when waiting could help and the config allows it
+// (preemption), a preemption of lower-priority pods (Preempt); else
+// ClaimsUnplaced's, a wait saying what keeps the pod from preempting
+// (PreemptionBlocked).
 func placeClaims(c *Cluster, w *Want, fit Fit, preemption bool) Decision {
 	if d, ok := c.PlaceClaims(w, fit); ok {
 		return d
 	}
+	if preemption && !c.ClaimsShortfall(w).Permanent() {
+		if d, ok := c.Preempt(w, fit, NvlinkIgnore); ok {
+			return d
+		}
+	}
 	d := c.ClaimsUnplaced(w)
-	if d.Tag() == Decision_Wait && preemption && w.Request.Preemption != PreemptionPolicy_Never {
-		return Wait(w.Pod, d.Wait().Reason+"; "+reason.ClaimsDoNotPreempt())
+	if d.Tag() == Decision_Wait && preemption {
+		if blocked, yes := c.PreemptionBlocked(w); yes {
+			return Wait(w.Pod, d.Wait().Reason+"; "+blocked)
+		}
 	}
 	return d
 }

@@ -26,13 +26,17 @@ import (
 //	node; best node: fewest victims, then lowest priorities, then lowest
 //	position
 //
-// Exclusive and MIG requests preempt; shared requests (which take part of a
-// GPU) and gang members do not, nor pods whose preemptionPolicy is Never.
+// Exclusive, MIG and DRA requests preempt (a DRA request's devices are found
+// on the node as PlaceClaims finds them, and the decision carries its claim
+// choices); shared requests (which take part of a GPU) and gang members do
+// not, nor pods whose preemptionPolicy is Never.
 
 // Preempt is a preempt decision for w (see above), committed to this round's
 // state: its GPUs are taken, its victims may not be named again. ok is false
-// when the pod may not preempt (a DRA request does not, yet) or no eviction
-// makes room. The victims are running pods of lower priority than w's.
+// when the pod may not preempt or no eviction makes room. The victims are
+// running pods of lower priority than w's. For a DRA request the nodes
+// searched are those PlaceClaims searches, and the assignment has empty Gpus
+// and the claim choices, as PlaceClaims's has.
 func (c *Cluster) Preempt(w *Want, fit Fit, nvlink Nvlink) (Decision, bool) {
 	if w == nil {
 		return Decision{}, false
@@ -48,15 +52,19 @@ func (c *Cluster) Preempt(w *Want, fit Fit, nvlink Nvlink) (Decision, bool) {
 // their quota this way, whatever their priority; the host checks the rule it
 // applies (docs/POLICIES.md).
 func (c *Cluster) PreemptWhere(w *Want, fit Fit, nvlink Nvlink, mayEvict func(*Running) bool) (Decision, bool) {
-	if w == nil || w.dra {
+	if w == nil {
 		return Decision{}, false
 	}
 	r := w.Request
 	if r.Preemption == PreemptionPolicy_Never || r.Gang.IsSome() || !w.exclusive() {
 		return Decision{}, false
 	}
+	nodes := c.Eligible(w)
+	if w.dra {
+		nodes = c.claimNodes(r, w.claims)
+	}
 	var best *preemption
-	for _, node := range c.Eligible(w) {
+	for _, node := range nodes {
 		option := c.preemptOn(node, w, fit, nvlink, mayEvict)
 		if option != nil && (best == nil || option.better(best)) {
 			best = option
@@ -69,15 +77,27 @@ func (c *Cluster) PreemptWhere(w *Want, fit Fit, nvlink Nvlink, mayEvict func(*R
 	for _, v := range best.victims {
 		c.victimTaken[v] = true
 	}
-	return Preempt(w.Pod, best.node, best.gpus, best.victims), true
+	if !w.dra {
+		return Preempt(w.Pod, best.node, best.gpus, best.victims), true
+	}
+	// A DRA request's devices are named by its claim choices.
+	return MakeDecisionPreempt(Preemption{
+		Assignment: Assignment{Pod: w.Pod, Node: best.node, Gpus: []uint32{}, Claims: best.claims},
+		Victims:    best.victims,
+	}), true
 }
 
 // preemption is one node's best preemption.
 type preemption struct {
-	victims    []uint32
+	victims []uint32
+	// The sum of the victims' priorities.
 	priorities int64
 	node       uint32
-	gpus       []uint32
+	// Where the preemptor goes once the victims are gone: the GPUs
+	// (positions on the node), and for a DRA request the claim choices that
+	// name them.
+	gpus   []uint32
+	claims []ClaimChoice
 }
 
 func (a *preemption) better(b *preemption) bool {
@@ -235,6 +255,25 @@ func (c *Cluster) group(r uint32) []uint32 {
 	return []uint32{r}
 }
 
+// fitsOn is where w goes on node as the round's state stands: the GPUs pick
+// picks (positions on the node), or for a DRA request the devices PlaceClaims
+// would choose there, with the claim choices; ok is false when it fits
+// nowhere there.
+func (c *Cluster) fitsOn(node uint32, w *Want, fit Fit, nvlink Nvlink) (gpus []int, claims []ClaimChoice, ok bool) {
+	if w.dra {
+		claims, ok = c.solveOn(node, w.claims, useFree)
+		if !ok {
+			return nil, nil, false
+		}
+		for _, g := range choicePositions(claims) {
+			gpus = append(gpus, int(g))
+		}
+		return gpus, claims, true
+	}
+	gpus = c.pick(node, w, fit, nvlink)
+	return gpus, []ClaimChoice{}, gpus != nil
+}
+
 // preemptOn is the preemption on node, if evicting candidates makes room.
 func (c *Cluster) preemptOn(node uint32, w *Want, fit Fit, nvlink Nvlink, mayEvict func(*Running) bool) *preemption {
 	candidates := c.candidates(node, mayEvict)
@@ -245,7 +284,7 @@ func (c *Cluster) preemptOn(node uint32, w *Want, fit Fit, nvlink Nvlink, mayEvi
 	st := &c.nodes[node]
 	saved := append([]gpuState(nil), st.gpus...)
 	released := make([]bool, len(running))
-	last, picked := -1, []int(nil)
+	last, picked, claims := -1, []int(nil), []ClaimChoice(nil)
 	for k, victim := range candidates {
 		// A gang member goes with its gang: its mates here free their GPUs
 		// at the same time.
@@ -255,8 +294,8 @@ func (c *Cluster) preemptOn(node uint32, w *Want, fit Fit, nvlink Nvlink, mayEvi
 				release(st.gpus, &running[r])
 			}
 		}
-		if gpus := c.pick(node, w, fit, nvlink); gpus != nil {
-			last, picked = k, gpus
+		if gpus, chosen, ok := c.fitsOn(node, w, fit, nvlink); ok {
+			last, picked, claims = k, gpus, chosen
 			break
 		}
 	}
@@ -265,7 +304,7 @@ func (c *Cluster) preemptOn(node uint32, w *Want, fit Fit, nvlink Nvlink, mayEvi
 		return nil
 	}
 	nodeGpus := c.Snapshot.Nodes[node].Gpus
-	option := &preemption{node: node, victims: []uint32{}}
+	option := &preemption{node: node, victims: []uint32{}, claims: claims}
 	named := make(map[uint32]bool)
 	for _, v := range candidates[:last+1] {
 		members := c.group(v)

@@ -400,3 +400,84 @@ func TestSmallHelpers(t *testing.T) {
 	}()
 	MustParseConfig(`{"n": true}`, &p)
 }
+
+// urgentDra is full() with its pending pod asking through claims instead:
+// priority 1000, 3 of n's first 6 GPUs (its candidates) for one claim and 1
+// of them for a second.
+func urgentDra() *Snapshot {
+	s := full()
+	s.Pending = nil
+	six := st.CandidateSet(s, [2]uint32{0, 0}, [2]uint32{0, 1}, [2]uint32{0, 2}, [2]uint32{0, 3}, [2]uint32{0, 4}, [2]uint32{0, 5})
+	urgent := st.DraRequest("ml/urgent", []Claim{
+		st.Claim("ml/urgent-a", st.ClaimRequest("gpus", 3, six)),
+		st.Claim("ml/urgent-b", st.ClaimRequest("gpu", 1, six)),
+	})
+	urgent.Priority = 1000
+	s.Pending = append(s.Pending, urgent)
+	return s
+}
+
+func TestADraPodPreemptsThroughItsClaimsAndTheHostAcceptsIt(t *testing.T) {
+	s := urgentDra()
+	d, ok := decide(s)
+	if !ok || d.Tag() != Decision_Preempt {
+		t.Fatalf("a preemption: %s", st.Describe(s, d))
+	}
+	p := d.Preempt()
+	// The youngest among the candidates' holders go: p5, p4, p3, p2.
+	if !reflect.DeepEqual(p.Victims, []uint32{5, 4, 3, 2}) {
+		t.Fatalf("victims: %v", p.Victims)
+	}
+	if p.Assignment.Node != 0 || len(p.Assignment.Gpus) != 0 {
+		t.Fatalf("on n, named by the claims: %+v", p.Assignment)
+	}
+	want := []ClaimChoice{
+		{Claim: 0, Request: 0, Alternative: 0, Gpus: []uint32{2, 3, 4}},
+		{Claim: 1, Request: 0, Alternative: 0, Gpus: []uint32{5}},
+	}
+	if !reflect.DeepEqual(p.Assignment.Claims, want) {
+		t.Fatalf("claims: %+v", p.Assignment.Claims)
+	}
+	if verdict, ok := validated(t, s, []Decision{d}); ok && len(verdict.Preempting) != 1 {
+		t.Fatalf("preempting: %+v", verdict)
+	}
+
+	// The decision is committed: its devices are taken, its victims are
+	// not named again.
+	c := NewCluster(s)
+	c.Preempt(c.Want(0), Tightest, NvlinkIgnore)
+	if !c.GpuNow(0, 2).Held || !c.GpuNow(0, 5).Held || c.victimTaken[1] || !c.victimTaken[2] {
+		t.Fatal("committed")
+	}
+
+	// PlaceEach preempts for it, unless the config says no.
+	if got := PlaceEach(s, Tightest); len(got) != 1 || !reflect.DeepEqual(got[0], d) {
+		t.Fatalf("PlaceEach: %+v", got)
+	}
+	s.Config = `{"preemption": false}`
+	short := `no eligible node has 3 device(s) for claim ml/urgent-a request "gpus" (6 candidate(s) on eligible nodes) free right now; at most 0 free on any eligible node`
+	if got := PlaceEach(s, Tightest); got[0].Tag() != Decision_Wait || got[0].Wait().Reason != short {
+		t.Fatalf("no preemption: %s", st.Describe(s, got[0]))
+	}
+	// A budget protecting its victims: it waits, saying so.
+	s.Config = ""
+	for i := range s.Running {
+		s.Running[i].Evictable = false
+	}
+	blocked := short + "; 8 pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now"
+	if got := PlaceEach(s, Tightest); got[0].Tag() != Decision_Wait || got[0].Wait().Reason != blocked {
+		t.Fatalf("protected: %s", st.Describe(s, got[0]))
+	}
+
+	// Never, or nothing lower: no preemption.
+	s = urgentDra()
+	s.Pending[0].Preemption = PreemptNever
+	if _, ok := decide(s); ok {
+		t.Fatal("never")
+	}
+	s.Pending[0].Preemption = PreemptLowerPriority
+	s.Pending[0].Priority = 100
+	if _, ok := decide(s); ok {
+		t.Fatal("equal priority")
+	}
+}

@@ -257,7 +257,7 @@ func TestDraRequestsAreDecidedInTheSameOrder(t *testing.T) {
 		t.Fatal("a GPUResource request has no claims")
 	}
 	if _, ok := c.Preempt(w, Tightest, NvlinkPrefer); ok {
-		t.Fatal("a DRA request does not preempt")
+		t.Fatal("a DRA request with no candidates preempts nobody")
 	}
 	if _, ok := c.ChooseNode(w, Tightest); ok || c.Fits(0, w) || len(c.FittingGpus(0, w)) != 0 {
 		t.Fatal("the GPU fit helpers place no DRA request")

@@ -23,6 +23,10 @@
 //  commit (held exclusively, counted against the tenant) ─▶ assign with
 //  one claim choice per (claim, request)
 //
+// `Cluster.preempt` searches the same nodes (`claimNodes`) and, once
+// candidate victims are released on a node, the same way (`solveOn` over
+// the free candidates).
+//
 // The functions take the `Cluster` whose round state they read (its `nodes`
 // units, `snapshot`, eligible sets); the reasons are worded in index.js.
 

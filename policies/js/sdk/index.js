@@ -80,8 +80,9 @@ export function assign(pod, node, gpus) {
 /**
  * `preempt`: evict the running pods at `victims` (positions in
  * `snapshot.running`) and give pending position `pod` GPU positions `gpus` of
- * node position `node` once they are gone (`Cluster.preempt` and `placeEach`
- * emit it for a pod that fits nowhere now).
+ * node position `node` once they are gone (a GPUResource request; `claims` is
+ * empty). `Cluster.preempt` and `placeEach` emit it for a pod that fits
+ * nowhere now, for a DRA pod with empty `gpus` and its claim choices.
  */
 export function preempt(pod, node, gpus, victims) {
   return {
@@ -1081,13 +1082,8 @@ export class Cluster {
     }
     if (best === null) return null;
     this.commit(best.node, best.positions, want);
-    const claimChoices = best.choices.map((c) => ({
-      claim: c.claim,
-      request: c.request,
-      alternative: c.alternative,
-      gpus: Uint32Array.from(c.gpus),
-    }));
-    return { tag: 'assign', val: { pod: want.pod, node: best.node, gpus: new Uint32Array(0), claims: claimChoices } };
+    const chosen = claimChoices(best.choices);
+    return { tag: 'assign', val: { pod: want.pod, node: best.node, gpus: new Uint32Array(0), claims: chosen } };
   }
 
   /**
@@ -1207,9 +1203,12 @@ export class Cluster {
    * holding a GPU it is given (or its MIG parent or instance), each gang
    * among them with all its running members, on any node. The best node has
    * the fewest victims, then the lowest sum of their priorities, then the
-   * lowest position. Exclusive and MIG requests preempt; shared requests,
-   * gang members, DRA requests and pods whose `preemption` is `'never'` do
-   * not.
+   * lowest position. Exclusive, MIG and DRA requests preempt; shared
+   * requests, gang members and pods whose `preemption` is `'never'` do not.
+   * A DRA request searches the nodes `placeClaims` searches (`claimNodes`),
+   * and on each finds its devices as `placeClaims` does (`solveOn` over the
+   * free candidates); its victims are those holding a device of any claim
+   * choice, and the decision names no GPUs but carries the claim choices.
    */
   preempt(want, fit, nvlink) {
     const priority = want.request.priority;
@@ -1226,10 +1225,12 @@ export class Cluster {
   preemptWhere(want, fit, nvlink, mayEvict) {
     if (want === null) return null;
     const request = want.request;
-    if (want.isDra() || request.preemption === 'never' || request.gang !== undefined || !want.exclusive) return null;
+    if (request.preemption === 'never' || request.gang !== undefined || !want.exclusive) return null;
     const mode = nvlinkMode(nvlink);
+    const claims = want.claims();
+    const nodes = claims === undefined ? this.eligible(want) : claimNodes(this, want, claims);
     let best = null;
-    for (const node of this.eligible(want)) {
+    for (const node of nodes) {
       const option = this.preemptOn(node, want, fit, mode, mayEvict);
       if (option === null) continue;
       if (
@@ -1242,9 +1243,37 @@ export class Cluster {
       }
     }
     if (best === null) return null;
-    this.commit(best.node, best.gpus, want);
+    const { gpus, choices } = best.fits;
+    this.commit(best.node, gpus, want);
     for (const v of best.victims) this.victimTaken[v] = true;
-    return preempt(want.pod, best.node, best.gpus, best.victims);
+    if (choices === null) return preempt(want.pod, best.node, gpus, best.victims);
+    // A DRA request's devices are named by its claim choices.
+    return {
+      tag: 'preempt',
+      val: {
+        assignment: { pod: want.pod, node: best.node, gpus: new Uint32Array(0), claims: claimChoices(choices) },
+        victims: Uint32Array.from(best.victims),
+      },
+    };
+  }
+
+  /**
+   * Where `want` goes on `node` as the round's state stands: `{ gpus,
+   * choices }`, `gpus` the positions `pick` picks (`choices` `null`), or
+   * for a DRA request the devices `placeClaims` would choose there (`gpus`
+   * those of every claim choice, in order); `null` when it does not fit.
+   */
+  fitsOn(node, want, fit, mode) {
+    const claims = want.claims();
+    if (claims === undefined) {
+      const gpus = this.pick(node, want, fit, mode);
+      return gpus === null ? null : { gpus, choices: null };
+    }
+    const choices = solveOn(this, node, claims, FREE);
+    if (choices === null) return null;
+    const gpus = [];
+    for (const c of choices) for (const g of c.gpus) gpus.push(g);
+    return { gpus, choices };
   }
 
   /**
@@ -1317,7 +1346,7 @@ export class Cluster {
     return Array.from(gang.running);
   }
 
-  /** The preemption on `node`, if evicting candidates makes room: `{ victims, priorities, node, gpus }`. */
+  /** The preemption on `node`, if evicting candidates makes room: `{ victims, priorities, node, fits }` (`fits` as `fitsOn` gives it). */
   preemptOn(node, want, fit, mode, mayEvict) {
     const candidates = this.evictionCandidates(node, mayEvict);
     if (candidates.length === 0) return null;
@@ -1327,7 +1356,7 @@ export class Cluster {
     state.units = saved.map((u) => ({ ...u }));
     const released = new Array(running.length).fill(false);
     let last = -1;
-    let gpus = null;
+    let fits = null;
     for (let k = 0; k < candidates.length; k++) {
       // A gang member goes with its gang: its mates here free their GPUs at
       // the same time.
@@ -1338,18 +1367,18 @@ export class Cluster {
         released[r] = true;
         release(state.units, running[r]);
       }
-      gpus = this.pick(node, want, fit, mode);
-      if (gpus !== null) {
+      fits = this.fitsOn(node, want, fit, mode);
+      if (fits !== null) {
         last = k;
         break;
       }
     }
     state.units = saved;
-    if (gpus === null) return null;
+    if (fits === null) return null;
     const nodeGpus = this.snapshot.nodes[node].gpus;
     // A gang is needed when any of its members here is.
     const touching = candidates.slice(0, last + 1).filter((v) =>
-      (this.gangOfRunning(v) ?? [v]).some((m) => running[m].node === node && touches(nodeGpus, running[m], gpus)),
+      (this.gangOfRunning(v) ?? [v]).some((m) => running[m].node === node && touches(nodeGpus, running[m], fits.gpus)),
     );
     const victims = [];
     const named = new Set();
@@ -1362,7 +1391,7 @@ export class Cluster {
     }
     let priorities = 0;
     for (const v of victims) priorities += running[v].priority;
-    return { victims, priorities, node, gpus };
+    return { victims, priorities, node, fits };
   }
 
   // --- Queries: the round's state as it stands after its commits. ---
@@ -1673,15 +1702,13 @@ export const PLACEMENT_DEFAULTS = Object.freeze({ preferNvlink: true, preemption
  * is served whole, all or nothing (`Cluster.placeGang`), when its first
  * GPUResource member's turn comes (members asking through DRA claims get no
  * decision: they wait). A pod whose tenant is at its limit waits saying so
- * (`overTenantLimit`). A GPUResource request that fits nowhere now preempts
- * lower-priority pods when `preemption` allows it (`Cluster.preempt`); DRA
- * requests do not preempt yet. The others that fit nowhere get `wait` or
- * `reject` with the reason (a wait also says how many would-be victims a
- * PodDisruptionBudget protects, and how many are within their minimum
- * runtime, `preemptionBlocked`; for a DRA request the reason is
- * `Cluster.claimsUnplaced`'s, and a wait says that DRA pods do not preempt
- * when the pod would otherwise have preempted). An invalid config.json fails
- * the round.
+ * (`overTenantLimit`). A request that fits nowhere now preempts
+ * lower-priority pods when `preemption` allows it (`Cluster.preempt`), DRA
+ * requests alike. The others that fit nowhere get `wait` or `reject` with the
+ * reason (for a DRA request, `Cluster.claimsUnplaced`'s); a wait also says
+ * how many would-be victims a PodDisruptionBudget protects, and how many are
+ * within their minimum runtime (`preemptionBlocked`). An invalid config.json
+ * fails the round.
  */
 export function placeEach(snapshot, fit) {
   let params;
@@ -1733,19 +1760,35 @@ export function placeEach(snapshot, fit) {
 }
 
 /**
- * A DRA request's decision in `placeEach`: placed by `Cluster.placeClaims`,
- * else `Cluster.claimsUnplaced`'s; a wait of a pod that may preempt
- * (`preemption` on, its policy not `'never'`) says that DRA pods do not
- * preempt yet.
+ * A DRA request's decision in `placeEach`: placed by `Cluster.placeClaims`;
+ * else, when waiting could help and the config allows it (`preemption`), a
+ * preemption of lower-priority pods (`Cluster.preempt`); else
+ * `Cluster.claimsUnplaced`'s, a wait saying what keeps the pod from
+ * preempting (`Cluster.preemptionBlocked`).
  */
 function placeClaimsEach(cluster, want, fit, preemption) {
   const placed = cluster.placeClaims(want, fit);
   if (placed !== null) return placed;
+  if (preemption && !cluster.claimsShortfall(want).permanent) {
+    const preempted = cluster.preempt(want, fit, Nvlink.Ignore);
+    if (preempted !== null) return preempted;
+  }
   const decision = cluster.claimsUnplaced(want);
-  if (decision.tag === 'wait' && preemption && want.request.preemption !== 'never') {
-    decision.val.reason = `${decision.val.reason}; ${reason.claimsDoNotPreempt()}`;
+  if (decision.tag === 'wait' && preemption) {
+    const blocked = cluster.preemptionBlocked(want);
+    if (blocked !== null) decision.val.reason = `${decision.val.reason}; ${blocked}`;
   }
   return decision;
+}
+
+/** Claim choices as a decision carries them (`solveOn`'s, each one's `gpus` a `Uint32Array`). */
+function claimChoices(choices) {
+  return choices.map((c) => ({
+    claim: c.claim,
+    request: c.request,
+    alternative: c.alternative,
+    gpus: Uint32Array.from(c.gpus),
+  }));
 }
 
 /**

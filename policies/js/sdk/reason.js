@@ -130,8 +130,3 @@ export function claimsTogether(asked, constrained) {
 export function claimsMostFree(most) {
   return `at most ${most} free on any eligible node`;
 }
-
-/** What follows the `wait` reason of a DRA pod that may preempt: it does not, yet. */
-export function claimsDoNotPreempt() {
-  return 'pods asking through DRA claims do not preempt yet';
-}

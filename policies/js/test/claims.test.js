@@ -119,7 +119,7 @@ test('DRA pods of one round never share a device', () => {
   assert.deepEqual(choices(decisions[1])[1][0].gpus, [2, 3]);
   assert.equal(
     why(decisions[2]),
-    'no eligible node has 2 device(s) for claim ml/p2 request "gpus" (4 candidate(s) on eligible nodes) free right now; at most 0 free on any eligible node; pods asking through DRA claims do not preempt yet',
+    'no eligible node has 2 device(s) for claim ml/p2 request "gpus" (4 candidate(s) on eligible nodes) free right now; at most 0 free on any eligible node',
   );
   assert.equal(decisions[2].tag, 'wait');
 });

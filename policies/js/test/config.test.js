@@ -173,7 +173,6 @@ test('the reason texts are the Rust ones', async () => {
     "no eligible node has 3 device(s) for claim ml/c within the claims' constraints, even when idle",
   );
   assert.equal(reason.claimsTogether('2 device(s) for claim ml/both', false), '2 device(s) for claim ml/both');
-  assert.equal(reason.claimsDoNotPreempt(), 'pods asking through DRA claims do not preempt yet');
   assert.equal(reason.askedNvlink(request('ns/p', 3, 'exclusive', 0)), '3 GPU(s) that are all NVLink peers of one another');
   assert.equal(reason.noEligibleNode(), 'no eligible node: node selector, affinity or taints exclude every GPU node');
   assert.equal(reason.never('x'), 'no eligible node has x, even when idle');

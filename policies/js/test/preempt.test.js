@@ -6,7 +6,10 @@ import { test } from 'node:test';
 import { allocate } from '../binpack/binpack.js';
 import { Cluster, Fit, Nvlink, placeEach, preempt, usage } from '../sdk/index.js';
 import {
+  candidateSet,
+  claim,
   decisionOf,
+  draRequest,
   gang,
   node,
   request,
@@ -32,6 +35,11 @@ function full() {
 function decide(snap) {
   const cluster = new Cluster(snap);
   return cluster.preempt(cluster.want(0), Fit.Tightest, Nvlink.Ignore);
+}
+
+/** A candidate set of node n's first 6 GPUs (for DRA pods). */
+function firstSixOfN(snap) {
+  return candidateSet(snap, [0, 1, 2, 3, 4, 5].map((g) => [0, g]));
 }
 
 /** Makes running pods `members` gang `batch/g`. */
@@ -124,6 +132,69 @@ test('shared requests and gang members do not preempt; a victim is named once', 
   assert.equal(cluster.preempt(cluster.want(3), Fit.Tightest, true), null, 'shared requests do not preempt');
   snap.pending[2].gang = 0;
   assert.equal(new Cluster(snap).preempt(new Cluster(snap).want(2), Fit.Tightest, true), null, 'gang members do not');
+});
+
+test('a DRA pod preempts through its claims, and the host accepts it', () => {
+  // Node n's 8 GPUs held by priority-100 pods; a priority-1000 pod claims 3
+  // of n's first 6 (its candidates) with a second claim of 1.
+  const snap = full();
+  snap.pending.length = 0;
+  const six = firstSixOfN(snap);
+  const claims = [claim('ml/urgent-a', [['gpus', 3, six]]), claim('ml/urgent-b', [['gpu', 1, six]])];
+  snap.pending.push(draRequest('ml/urgent', claims, { priority: 1000 }));
+  const decision = decide(snap);
+  assert.equal(decision?.tag, 'preempt', 'a preemption');
+  const p = decision.val;
+  // The youngest among the candidates' holders go: p5, p4, p3, p2.
+  assert.deepEqual([...p.victims], [5, 4, 3, 2]);
+  assert.equal(p.assignment.gpus.length, 0, 'named by the claims');
+  assert.deepEqual(
+    p.assignment.claims.map((c) => [c.claim, c.request, c.alternative, [...c.gpus]]),
+    [
+      [0, 0, 0, [2, 3, 4]],
+      [1, 0, 0, [5]],
+    ],
+  );
+  accepted(snap, [decision]);
+  if (!missing) assert.equal(validate(snap, [decision]).preempting.length, 1);
+
+  // placeEach preempts the same way, unless config says no; then the pod waits.
+  assert.deepEqual(placeEach(snap, Fit.Tightest), [decision]);
+  snap.config = '{"preemption": false}';
+  assert.equal(placeEach(snap, Fit.Tightest)[0].tag, 'wait');
+  snap.config = '';
+
+  // Never, or nothing lower: no preemption.
+  snap.pending[0].preemption = 'never';
+  assert.equal(decide(snap), null);
+  snap.pending[0].preemption = 'preempt-lower-priority';
+  snap.pending[0].priority = 100;
+  assert.equal(decide(snap), null);
+});
+
+test('a DRA pod that cannot preempt waits saying why', () => {
+  // As above, but the candidates' holders are protected by a budget.
+  const snap = full();
+  snap.pending.length = 0;
+  const six = firstSixOfN(snap);
+  snap.pending.push(draRequest('ml/urgent', [claim('ml/urgent-a', [['gpus', 4, six]])], { priority: 1000 }));
+  for (const r of snap.running.slice(0, 6)) r.evictable = false;
+  assert.deepEqual(placeEach(snap, Fit.Tightest), [
+    {
+      tag: 'wait',
+      val: {
+        pod: 0,
+        reason:
+          'no eligible node has 4 device(s) for claim ml/urgent-a request "gpus" (6 candidate(s) on eligible nodes) free right now; ' +
+          'at most 0 free on any eligible node; ' +
+          '6 pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now',
+      },
+    },
+  ]);
+  // A pod that can never fit does not preempt: it is rejected.
+  for (const r of snap.running) r.evictable = true;
+  snap.pending[0].ask.val[0].requests[0].alternatives[0].count = 7;
+  assert.equal(placeEach(snap, Fit.Tightest)[0].tag, 'reject');
 });
 
 test('preemptWhere takes another rule for who may go', () => {

@@ -159,7 +159,7 @@ class Claims(unittest.TestCase):
         self.assertEqual(
             self.reason(decisions[2]),
             'no eligible node has 2 device(s) for claim ml/p2 request "gpus" (4 candidate(s) on eligible nodes) '
-            "free right now; at most 0 free on any eligible node; pods asking through DRA claims do not preempt yet",
+            "free right now; at most 0 free on any eligible node",
         )
         self.assertIsInstance(decisions[2], t.Decision_Wait)
 
@@ -515,7 +515,6 @@ class Api(unittest.TestCase):
                          "3 device(s) for claim ml/c within the claims' constraints")
         self.assertEqual(reason.claims_together("3 device(s) for claim ml/c", False), "3 device(s) for claim ml/c")
         self.assertEqual(reason.claims_most_free(1), "at most 1 free on any eligible node")
-        self.assertEqual(reason.claims_do_not_preempt(), "pods asking through DRA claims do not preempt yet")
 
 
 if __name__ == "__main__":

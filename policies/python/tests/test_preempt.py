@@ -1,14 +1,18 @@
-"""Preemption by priority and tenant limits (the Rust SDK's cluster/preempt.rs
-and placement.rs, with the same expectations)."""
+"""Preemption by priority, DRA pods' included, and tenant limits (the Rust
+SDK's cluster/preempt.rs and placement.rs, with the same expectations)."""
 
 import unittest
 
 from wasmgpu_policy import EXCLUSIVE, SHARED, Cluster, Fit, Nvlink, namespace_name, place_each, preempt
 from wasmgpu_policy.testing import (
+    candidate_set,
+    claim,
     conflicts,
     decision_of,
+    dra_request,
     gang,
     node,
+    refresh_tables,
     request,
     running,
     running_on_each_gpu,
@@ -259,6 +263,76 @@ class Preemption(unittest.TestCase):
         self.assertEqual(place_each(snap, Fit.TIGHTEST), [preempt(0, 0, [0, 2], [0, 2])])
         snap.config = '{"nvlink": "require"}'
         self.assertEqual(place_each(snap, Fit.TIGHTEST), [preempt(0, 0, [2, 3], [2, 3])])
+
+    def test_a_dra_pod_preempts_through_its_claims_and_the_host_accepts_it(self):
+        # Node n's 8 GPUs held by priority-100 pods; a priority-1000 pod
+        # claims 4 of n's first 6 (its candidates) with a second claim of 1.
+        snap = full()
+        snap.pending.clear()
+        six = candidate_set(snap, [(0, g) for g in range(6)])
+        snap.pending.append(dra_request(
+            "ml/urgent",
+            [claim("ml/urgent-a", [("gpus", 3, six)]), claim("ml/urgent-b", [("gpu", 1, six)])],
+            priority=1000,
+        ))
+        refresh_tables(snap)  # the new pod's namespace
+        decision = decide(snap)
+        self.assertIsInstance(decision, t.Decision_Preempt, decision)
+        # The youngest among the candidates' holders go: p5, p4, p3, p2.
+        self.assertEqual(decision.value.victims, [5, 4, 3, 2])
+        a = decision.value.assignment
+        self.assertEqual((a.pod, a.node, a.gpus), (0, 0, []), "named by the claims")
+        self.assertEqual([(c.claim, c.request, c.alternative, c.gpus) for c in a.claims],
+                         [(0, 0, 0, [2, 3, 4]), (1, 0, 0, [5])])
+        self.assert_accepted(snap, [decision])
+        try:
+            wasmgpu_cli()
+        except FileNotFoundError:
+            pass
+        else:
+            self.assertEqual(len(validate(snap, [decision])["preempting"]), 1)
+        # place_each preempts the same way.
+        self.assertEqual(place_each(snap, Fit.TIGHTEST), [decision])
+
+        # Never, or nothing lower: no preemption.
+        snap.pending[0].preemption = t.PreemptionPolicy.NEVER
+        self.assertIsNone(decide(snap))
+        snap.pending[0].preemption = t.PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+        snap.pending[0].priority = 100
+        self.assertIsNone(decide(snap))
+
+    def test_a_dra_pod_that_cannot_preempt_waits_saying_why(self):
+        # The pod of full() through a claim of 4 among n's GPUs; n's holders
+        # protected by a PodDisruptionBudget.
+        snap = full()
+        snap.pending.clear()
+        eight = candidate_set(snap, [(0, g) for g in range(8)])
+        snap.pending.append(dra_request("ml/urgent", [claim("ml/urgent-gpus", [("gpus", 4, eight)])], priority=1000))
+        refresh_tables(snap)
+        for r in snap.running:
+            r.evictable = False
+        short = ('no eligible node has 4 device(s) for claim ml/urgent-gpus request "gpus" (8 candidate(s) on eligible '
+                 "nodes) free right now; at most 0 free on any eligible node")
+        self.assertEqual(place_each(snap, Fit.TIGHTEST), [t.Decision_Wait(t.Deferral(0, (
+            f"{short}; 8 pod(s) of lower priority it could preempt are protected by a PodDisruptionBudget now")))])
+        # Without preemption, or with its policy Never, the shortfall alone.
+        snap.config = '{"preemption": false}'
+        self.assertEqual(place_each(snap, Fit.TIGHTEST), [t.Decision_Wait(t.Deferral(0, short))])
+        snap.config = ""
+        snap.pending[0].preemption = t.PreemptionPolicy.NEVER
+        self.assertEqual(place_each(snap, Fit.TIGHTEST), [t.Decision_Wait(t.Deferral(0, short))])
+        # Evictable again, without preemption in the config: it waits.
+        snap.pending[0].preemption = t.PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+        for r in snap.running:
+            r.evictable = True
+        snap.config = '{"preemption": false}'
+        self.assertEqual(place_each(snap, Fit.TIGHTEST), [t.Decision_Wait(t.Deferral(0, short))])
+        snap.config = ""
+        self.assertEqual(place_each(snap, Fit.TIGHTEST),
+                         [t.Decision_Preempt(t.Preemption(
+                             assignment=t.Assignment(pod=0, node=0, gpus=[], claims=[
+                                 t.ClaimChoice(claim=0, request=0, alternative=0, gpus=[4, 5, 6, 7])]),
+                             victims=[7, 6, 5, 4]))])
 
 
 class Tenants(unittest.TestCase):

@@ -23,6 +23,9 @@ constraints:
     commit (held exclusively, counted against the tenant) -> assign with
     one ClaimChoice per (claim, request)
 
+`Cluster.preempt` runs the same search for a DRA pod on each node of
+`claim_nodes` as it releases lower-priority pods there (`solved_now`).
+
 The functions here take the `Cluster` and read its round state; the public
 methods are `Cluster`'s. Choices are `(claim, request, alternative, gpus)`
 tuples until the winning node's become `ClaimChoice`s.
@@ -161,13 +164,20 @@ def usable_mask(cluster, node: int, usable: str) -> bytearray:
     hit = cluster._dra_free.get(node)
     if hit is not None and hit[0] == version:
         return hit[1]
-    mask = bytearray(healthy)
+    mask = free_mask(cluster, node)
+    cluster._dra_free[node] = (version, mask)
+    return mask
+
+
+def free_mask(cluster, node: int) -> bytearray:
+    """`usable_mask(node, FREE)` as the node's units stand now, not as of its
+    last commit (nothing remembered)."""
+    mask = bytearray(healthy_mask(cluster, node))
     for i, u in enumerate(cluster.nodes[node].units):
         if mask[i] and (
             u.held or u.shares != 0 or u.free < u.memory or (u.busy if u.parent >= 0 else u.kids_held > 0)
         ):
             mask[i] = 0
-    cluster._dra_free[node] = (version, mask)
     return mask
 
 
@@ -254,12 +264,25 @@ def _static_id(cluster, kind: str, node: int, what) -> int:
 def _solution(cluster, key: int, node: int, claims: List[t.Claim], usable: str) -> Optional[List[Choice]]:
     """`solve_on(node, claims, usable)`, shared by the nodes that look the
     same to the search with the same devices usable."""
-    mask = usable_mask(cluster, node, usable)
+    return _solution_with(cluster, key, node, claims, usable_mask(cluster, node, usable))
+
+
+def solved_now(cluster, key: int, node: int, claims: List[t.Claim]) -> Optional[List[Choice]]:
+    """`solve_on(node, claims, FREE)` with the devices free as the node's
+    units stand now (`free_mask`): for `Cluster.preempt`, which releases
+    running pods on a node in place, without a commit, and puts them back.
+    Shared like `_solution`."""
+    return _solution_with(cluster, key, node, claims, free_mask(cluster, node))
+
+
+def _solution_with(cluster, key: int, node: int, claims: List[t.Claim], mask: bytearray) -> Optional[List[Choice]]:
+    """The choices on `node` with the devices of `mask` usable, shared by the
+    nodes that look the same to the search with the same mask."""
     at = (key, _node_look(cluster, key, node), bytes(mask))
     memo = cluster._dra_solutions
     if at in memo:
         return memo[at]
-    found = memo[at] = solve_on(cluster, node, claims, usable)
+    found = memo[at] = _solve_with(cluster, node, claims, mask)
     return found
 
 
@@ -392,7 +415,11 @@ def idle_whole_after(cluster, node: int, positions: List[int]) -> int:
 def solve_on(cluster, node: int, claims: List[t.Claim], usable: str) -> Optional[List[Choice]]:
     """The choices for every claim of a pod on `node`, claim by claim, each
     against the devices earlier claims took; None when one fails."""
-    mask = usable_mask(cluster, node, usable)
+    return _solve_with(cluster, node, claims, usable_mask(cluster, node, usable))
+
+
+def _solve_with(cluster, node: int, claims: List[t.Claim], mask: bytearray) -> Optional[List[Choice]]:
+    """`solve_on` with the devices of `mask` usable."""
     par = parents(cluster, node)
     has_mig = cluster.nodes[node].has_mig
     taken: List[int] = []

@@ -23,7 +23,6 @@ __all__ = [
     "asked_nvlink",
     "asked_shape",
     "claim_request",
-    "claims_do_not_preempt",
     "claims_most_free",
     "claims_together",
     "gang_never",
@@ -156,9 +155,3 @@ def claims_most_free(most: int) -> str:
     """What follows a `not_now` of a `claim_request`: the most of its
     candidates free on one eligible node."""
     return f"at most {most} free on any eligible node"
-
-
-def claims_do_not_preempt() -> str:
-    """What follows the `wait` reason of a DRA pod that may preempt: it does
-    not, yet."""
-    return "pods asking through DRA claims do not preempt yet"

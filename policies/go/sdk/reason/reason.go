@@ -182,12 +182,6 @@ func ClaimsMostFree(most uint32) string {
 	return fmt.Sprintf("at most %d free on any eligible node", most)
 }
 
-// ClaimsDoNotPreempt is what follows the wait reason of a DRA pod that may
-// preempt: it does not, yet.
-func ClaimsDoNotPreempt() string {
-	return "pods asking through DRA claims do not preempt yet"
-}
-
 // Quote writes s in double quotes the way Rust's `{:?}` writes a string (the
 // Rust SDK quotes MIG profiles so): `\"`, `\\`, `\t`, `\r`, `\n`, `\0`
 // escaped; control, unprintable and combining (Grapheme_Extend) characters

@@ -40,7 +40,6 @@ func TestTheRustSdksWords(t *testing.T) {
 		{Never(ClaimsTogether("3 device(s) for claim ml/c", true)), "no eligible node has 3 device(s) for claim ml/c within the claims' constraints, even when idle"},
 		{ClaimsTogether("2 device(s) for claim ml/both", false), "2 device(s) for claim ml/both"},
 		{ClaimsMostFree(1), "at most 1 free on any eligible node"},
-		{ClaimsDoNotPreempt(), "pods asking through DRA claims do not preempt yet"},
 		{Never("2 GPU(s)"), "no eligible node has 2 GPU(s), even when idle"},
 		{NoEligibleNode(), "no eligible node: node selector, affinity or taints exclude every GPU node"},
 		{GangNever("ns/g", "ns/w", "why"), "gang ns/g can never be placed: member ns/w fits nowhere (why)"},
