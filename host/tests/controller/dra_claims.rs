@@ -28,7 +28,7 @@ use super::{events_for, node_of, wait_bound};
 use crate::support::*;
 
 /// NVIDIA's DeviceClass `gpu.nvidia.com`, as its driver's chart ships it.
-async fn nvidia_class(ctx: &TestContext) -> Result<()> {
+pub(super) async fn nvidia_class(ctx: &TestContext) -> Result<()> {
     let classes: Api<DeviceClass> = ctx.cluster_api();
     let class: DeviceClass = serde_json::from_value(json!({
         "apiVersion": "resource.k8s.io/v1",
@@ -48,7 +48,7 @@ async fn nvidia_class(ctx: &TestContext) -> Result<()> {
 
 /// A Ready node of the test whose `gpus` H100s only NVIDIA's DRA driver
 /// publishes (one ResourceSlice); its name and the slice's.
-async fn h100_node(ctx: &TestContext, gpus: u32) -> Result<(String, String)> {
+pub(super) async fn h100_node(ctx: &TestContext, gpus: u32) -> Result<(String, String)> {
     let node = format!("{}-h100", ctx.namespace);
     FakeNode::new(&node)
         .label(GROUP_LABEL, &ctx.namespace)
@@ -63,7 +63,7 @@ async fn h100_node(ctx: &TestContext, gpus: u32) -> Result<(String, String)> {
 }
 
 /// A claim asking `count` GPUs of the class, with one CEL selector.
-async fn claim(
+pub(super) async fn claim(
     ctx: &TestContext,
     name: &str,
     count: u32,
@@ -96,12 +96,23 @@ async fn dra_pod(ctx: &TestContext, name: &str, claim: &str) -> Result<Pod> {
 /// name), its one container using them all, restricted to the test's
 /// nodes: a pod another test leaves pending never lands on this test's.
 async fn dra_pod_with(ctx: &TestContext, name: &str, claims: &[(&str, &str)]) -> Result<Pod> {
+    dra_pod_of_class(ctx, name, claims, None).await
+}
+
+/// [`dra_pod_with`], of PriorityClass `class` when given.
+pub(super) async fn dra_pod_of_class(
+    ctx: &TestContext,
+    name: &str,
+    claims: &[(&str, &str)],
+    class: Option<&str>,
+) -> Result<Pod> {
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
             "schedulerName": "wasmgpu",
+            "priorityClassName": class,
             "nodeSelector": {GROUP_LABEL: ctx.namespace},
             "resourceClaims": claims.iter()
                 .map(|(name, claim)| json!({"name": name, "resourceClaimName": claim}))
@@ -122,7 +133,7 @@ async fn dra_pod_with(ctx: &TestContext, name: &str, claims: &[(&str, &str)]) ->
 }
 
 /// The devices a claim's allocation holds, as `pool/device`.
-fn allocated(claim: &ResourceClaim) -> Vec<String> {
+pub(super) fn allocated(claim: &ResourceClaim) -> Vec<String> {
     claim
         .status
         .iter()
@@ -159,7 +170,7 @@ async fn wait_event(
 
 /// Leaves nothing of the test for the other tests' rounds to see: its pods,
 /// then (its controller stopped) its node's slice and its node.
-async fn clean_up(
+pub(super) async fn clean_up(
     ctx: &TestContext,
     controller: Controller,
     slice_name: &str,
@@ -442,7 +453,7 @@ async fn a_pod_with_two_claims_and_a_claim_two_pods_share_are_placed_as_kube_sch
 /// (`control-plane dra-check`: the devices exist, match their class's and
 /// request's selectors as k8s.io/dynamic-resource-allocation/cel evaluates
 /// them, counts, constraints, node selector, no device allocated twice).
-async fn upstream_agrees(ctx: &TestContext) -> Result<()> {
+pub(super) async fn upstream_agrees(ctx: &TestContext) -> Result<()> {
     let output = tokio::process::Command::new(control_plane_binary()?)
         .arg("dra-check")
         .arg("--kubeconfig")
