@@ -341,11 +341,17 @@ async fn a_gang_preempted_goes_whole_and_its_gpus_serve_the_preemptor() -> Resul
 
     // A pod of priority 1000 needs 4 GPUs, 2 members' worth: the whole gang
     // goes, and it gets GPUs only the gang held.
+    let created = std::time::Instant::now();
     pod_of_class(&ctx, "urgent", "four", &high).await?;
     let (urgent, mut gone) = bound_evicting(&pods, "urgent", &controller).await?;
+    let bound_after = created.elapsed();
     gone.sort();
     ensure!(gone == gang, "the whole gang goes, nothing else: {gone:?}");
     ensure!(devices(&urgent).len() == 4);
+    println!(
+        "gang as victim: a priority-1000 pod asking 4 of a gang's 8 GPUs: evicted {gone:?}, bound {:.2}s after its creation",
+        bound_after.as_secs_f64()
+    );
     drop(controller);
     remove_nodes(&ctx, &[node]).await?;
     remove_priority_classes(&ctx, [low, high]).await

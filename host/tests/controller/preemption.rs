@@ -203,8 +203,24 @@ async fn a_higher_priority_pod_evicts_exactly_what_it_needs_and_never_means_neve
         .create(&PostParams::default(), &budget)
         .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let created = Instant::now();
     pod_of_class(&ctx, "blocked", "four", &high).await?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // It is told why, and stays unbound with nobody evicted for 5 s.
+    let deadline = Instant::now() + ACT;
+    let told_after = loop {
+        let events = super::events_for(&ctx, "blocked").await?;
+        if events.iter().any(|(reason, note)| {
+            reason == "Waiting" && note.contains("protected by a PodDisruptionBudget")
+        }) {
+            break created.elapsed();
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "blocked is not told of the PodDisruptionBudget: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(5).saturating_sub(created.elapsed())).await;
     for name in &left {
         let pod = pods.get(name).await?;
         ensure!(
@@ -216,21 +232,10 @@ async fn a_higher_priority_pod_evicts_exactly_what_it_needs_and_never_means_neve
         node_of(&pods.get("blocked").await?).is_none(),
         "blocked is not bound"
     );
-    // It is told why.
-    let deadline = Instant::now() + ACT;
-    loop {
-        let events = super::events_for(&ctx, "blocked").await?;
-        if events.iter().any(|(reason, note)| {
-            reason == "Waiting" && note.contains("protected by a PodDisruptionBudget")
-        }) {
-            break;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "blocked is not told of the PodDisruptionBudget: {events:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    println!(
+        "PodDisruptionBudget maxUnavailable 0 over the victims: nobody evicted; the preemptor told why {:.2}s after its creation",
+        told_after.as_secs_f64()
+    );
     drop(controller);
     remove_nodes(&ctx, &[node]).await?;
     remove_priority_classes(&ctx, [low, high, polite]).await
@@ -342,6 +347,7 @@ async fn a_controller_killed_between_the_evictions_and_the_binding_binds_the_pre
     let controller = Controller::start(&ctx).await?;
     let pods = ctx.api::<Pod>();
     let fillers = fill(&ctx, "low", 8, &low).await?;
+    let created = Instant::now();
     pod_of_class(&ctx, "urgent", "four", &high).await?;
     // Wait for the 4 evictions (the victims are going, not gone).
     let deadline = Instant::now() + ACT;
@@ -373,8 +379,10 @@ async fn a_controller_killed_between_the_evictions_and_the_binding_binds_the_pre
     let finished = finish_evicted(&pods).await?;
     ensure!(finished.len() == 4, "{finished:?}");
     pod_of_class(&ctx, "sneaky", "one", &low).await?;
+    let restarted = Instant::now();
     let controller = Controller::start(&ctx).await?;
     let urgent = wait_bound(&ctx, "urgent").await?;
+    let (bound_after, after_restart) = (created.elapsed(), restarted.elapsed());
     let taken = devices(&urgent);
     let nominated: Vec<String> = nomination
         .allocation
@@ -408,7 +416,9 @@ async fn a_controller_killed_between_the_evictions_and_the_binding_binds_the_pre
         "a GPU held twice: {held:?}"
     );
     println!(
-        "killed between the evictions and the binding: {going:?} went; after the restart urgent was bound to its nominated GPUs {taken:?}, nobody else evicted"
+        "killed between the evictions and the binding: {going:?} went; after the restart urgent was bound to its nominated GPUs {taken:?}, nobody else evicted; bound {:.2}s after its creation, {:.2}s after the restart began",
+        bound_after.as_secs_f64(),
+        after_restart.as_secs_f64()
     );
     drop(controller);
     pods.delete_collection(
@@ -540,6 +550,7 @@ async fn a_preemption_a_budget_refuses_midway_is_dropped_and_backs_off() -> Resu
         .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
+    let created = Instant::now();
     pod_of_class(&ctx, "urgent", "two", &high).await?;
     let deadline = Instant::now() + ACT;
     let note = loop {
@@ -555,6 +566,7 @@ async fn a_preemption_a_budget_refuses_midway_is_dropped_and_backs_off() -> Resu
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     ensure!(note.contains("preempting no one for 10s"), "{note}");
+    let blocked_after = created.elapsed();
 
     // One victim went before the refusal; nobody else is evicted while the
     // preemptor backs off, nor after (the budget is spent), and it waits.
@@ -571,6 +583,10 @@ async fn a_preemption_a_budget_refuses_midway_is_dropped_and_backs_off() -> Resu
     ensure!(
         !annotations.contains_key("wasmgpu.io/nomination"),
         "the nomination is dropped: {annotations:?}"
+    );
+    println!(
+        "PodDisruptionBudget refusing the second eviction: evicted {gone:?}, PreemptionBlocked {:.2}s after the preemptor's creation, not bound",
+        blocked_after.as_secs_f64()
     );
     drop(controller);
     remove_nodes(&ctx, &[node]).await?;
