@@ -51,6 +51,7 @@ use wasmgpu_contract::validate::Placement;
 use wasmgpu_index::{ObjectKey, PendingBinding, Release, ResourceView};
 
 mod claims;
+mod extended;
 mod preempt;
 
 /// Field manager of the controller's writes.

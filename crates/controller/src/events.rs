@@ -102,6 +102,9 @@ reasons! {
     Preempted = "Preempted",
     /// Pod: its preemption was dropped, an eviction being refused (a PDB).
     PreemptionBlocked = "PreemptionBlocked",
+    /// Pod: the ResourceClaim for its extended resources was made (or
+    /// found made) and recorded in its status.
+    ExtendedResourceClaim = "ExtendedResourceClaim",
 }
 
 // === impl Reason ===

@@ -129,8 +129,10 @@ impl Rounds {
             reservations_done,
             evictions,
             stale_nominations,
+            extended_claims,
         } = self.shared.index().round_start();
         self.applier.drop_stale(stale_nominations).await;
+        self.applier.make_extended_claims(extended_claims).await;
         self.applier.evict(evictions);
         self.applier.clear_reservations(reservations_done).await;
         self.applier.finalize(&views).await;

@@ -164,9 +164,13 @@ impl Index {
                 continue;
             }
             let Some(resource_name) = pod.resource.as_deref().filter(|r| !r.is_empty()) else {
-                survey
-                    .problems
-                    .push(Problem::NoResourceAnnotation { pod: key.clone() });
+                // Extended resources a DeviceClass maps: the controller
+                // makes its claim first (Index::extended_claims).
+                if self.extended_classes(pod).is_empty() {
+                    survey
+                        .problems
+                        .push(Problem::NoResourceAnnotation { pod: key.clone() });
+                }
                 continue;
             };
             let resource = ObjectKey::new(&key.namespace, resource_name);

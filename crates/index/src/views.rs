@@ -180,6 +180,8 @@ pub struct RoundStart {
     pub evictions: Vec<Eviction>,
     /// Nominations that can no longer be carried out, and why.
     pub stale_nominations: Vec<(ObjectKey, String)>,
+    /// Claims to make for pods' extended resources.
+    pub extended_claims: Vec<crate::extended::ExtendedClaim>,
 }
 
 /// What a round reports, read from one view of the holdings.
@@ -214,6 +216,7 @@ impl Index {
             reservations_done: self.reservations_to_clear(),
             evictions: self.evictions(),
             stale_nominations: self.stale_nominations(),
+            extended_claims: self.extended_claims(),
         }
     }
 

@@ -6,6 +6,7 @@ mod chaos;
 mod configmaps;
 mod dra;
 mod dra_claims;
+mod dra_extended;
 mod dra_preemption;
 mod fairshare;
 mod gangs;

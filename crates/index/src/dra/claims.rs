@@ -85,6 +85,9 @@ fn allocated_devices(claim: &ResourceClaim) -> Vec<DeviceId> {
 pub(crate) struct ClassFacts {
     pub selectors: Vec<Result<Selector, (String, String)>>,
     pub config: Vec<DeviceClassConfiguration>,
+    /// `spec.extendedResourceName`: the extended resource (such as
+    /// `nvidia.com/gpu`) a pod may ask for to get devices of this class.
+    pub extended_resource_name: Option<String>,
 }
 
 impl ClassFacts {
@@ -100,6 +103,9 @@ impl ClassFacts {
         Self {
             selectors,
             config: spec.and_then(|s| s.config.clone()).unwrap_or_default(),
+            extended_resource_name: spec
+                .and_then(|s| s.extended_resource_name.clone())
+                .filter(|n| !n.is_empty()),
         }
     }
 }

@@ -270,12 +270,40 @@ impl DraInventory {
         self.key_to_claim.get(key)
     }
 
+    /// The ResourceClaims of `namespace`.
+    pub fn claims_in<'a>(&'a self, namespace: &'a str) -> impl Iterator<Item = &'a ResourceClaim> {
+        let first = ObjectKey::new(namespace, "");
+        self.key_to_claim
+            .range(first..)
+            .take_while(move |(k, _)| k.namespace == namespace)
+            .map(|(_, c)| &c.claim)
+    }
+
     /// Records a DeviceClass (compiling its selectors).
     pub fn apply_class(&mut self, class: &DeviceClass) {
         if let Some(name) = &class.metadata.name {
             self.name_to_class
                 .insert(name.clone(), ClassFacts::of(class));
         }
+    }
+
+    /// The DeviceClass that serves extended resource `name`: the one whose
+    /// `spec.extendedResourceName` it is (the first by name when several
+    /// claim it), else the class `deviceclass.resource.kubernetes.io/<class>`
+    /// names implicitly.
+    pub fn class_for_extended(&self, name: &str) -> Option<&str> {
+        let explicit = self
+            .name_to_class
+            .iter()
+            .filter(|(_, c)| c.extended_resource_name.as_deref() == Some(name))
+            .map(|(n, _)| n.as_str())
+            .min();
+        explicit.or_else(|| {
+            let class = name.strip_prefix(crate::facts::containers::IMPLICIT_PREFIX)?;
+            self.name_to_class
+                .get_key_value(class)
+                .map(|(n, _)| n.as_str())
+        })
     }
 
     /// Forgets a DeviceClass.

@@ -3,6 +3,7 @@
 
 pub(crate) mod binding;
 pub(crate) mod budget;
+pub(crate) mod containers;
 pub(crate) mod gang;
 pub(crate) mod node;
 pub(crate) mod pod;

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, Pod, Toleration};
 
+use crate::facts::containers::{ContainerRequests, containers_of};
+
 use wasmgpu_api::{
     self as api, GPURESOURCE_ANNOTATION, Nomination, POD_GROUP_LABEL, PodAllocation,
     SCHEDULER_NAME, UnreadableAllocation, UnreadableGpuLimit, UnreadableNomination,
@@ -58,6 +60,12 @@ pub(crate) struct PodFacts {
     /// The `wasmgpu.io/policy` annotation: the policy for a DRA pod (a
     /// GPUResource pod uses its GPUResource's).
     pub policy: Option<String>,
+    /// Its containers' requests when one asks for an extended resource
+    /// (which a DeviceClass may map: [`crate::extended`]); else empty.
+    pub containers: Vec<ContainerRequests>,
+    /// The claim made for its extended resources, as
+    /// `status.extendedResourceClaimStatus` names it.
+    pub extended_claim: Option<String>,
 }
 
 /// One entry of a pod's `spec.resourceClaims`.
@@ -147,6 +155,8 @@ impl PodFacts {
                 .map(|g| g.trim().to_string())
                 .filter(|g| !g.is_empty()),
             claims: pod_claims(pod),
+            containers: containers_of(spec),
+            extended_claim: extended_claim_of(pod),
             policy: meta
                 .annotations
                 .as_ref()
@@ -184,7 +194,18 @@ impl PodFacts {
     }
 }
 
-/// A pod's `spec.resourceClaims`, each with its source.
+/// The claim `status.extendedResourceClaimStatus` names.
+fn extended_claim_of(pod: &Pod) -> Option<String> {
+    let status = pod
+        .status
+        .as_ref()?
+        .extended_resource_claim_status
+        .as_ref()?;
+    Some(status.resource_claim_name.clone()).filter(|n| !n.is_empty())
+}
+
+/// A pod's `spec.resourceClaims`, each with its source, and the claim made
+/// for its extended resources.
 fn pod_claims(pod: &Pod) -> Vec<PodClaim> {
     let statuses = pod
         .status
@@ -214,5 +235,9 @@ fn pod_claims(pod: &Pod) -> Vec<PodClaim> {
                 },
             },
         })
+        .chain(extended_claim_of(pod).map(|name| PodClaim {
+            name: name.clone(),
+            source: ClaimSource::Claim(name),
+        }))
         .collect()
 }
