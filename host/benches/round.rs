@@ -71,14 +71,24 @@ fn main() {
     let sdk_snapshot = snapshot.clone();
     let engine = Engine::new(Limits::default()).unwrap();
     let binpack = engine.load(&policy("binpack")).unwrap();
+    // The same component without fuel metering (`--fuel 0`): the deadline
+    // alone bounds a call. Timed in the same loop, call for call.
+    let unmetered = Engine::new(Limits {
+        fuel: 0,
+        ..Limits::default()
+    })
+    .unwrap();
+    let binpack_unmetered = unmetered.load(&policy("binpack")).unwrap();
     let mut noop_snapshot = snapshot.clone();
     noop_snapshot.config = "noop".into();
     let noop = engine.load(&policy("hostile_policy")).unwrap();
 
     let native = time(rounds, || wasmgpu_binpack::allocate(&sdk_snapshot));
     let (mut instantiate, mut call, mut check, mut round) = (vec![], vec![], vec![], vec![]);
+    let (mut call_unmetered, mut round_unmetered) = (vec![], vec![]);
     let mut placed = 0;
     binpack.allocate(&snapshot).unwrap();
+    binpack_unmetered.allocate(&snapshot).unwrap();
     for _ in 0..rounds {
         let started = Instant::now();
         let result = binpack.allocate(&snapshot).unwrap();
@@ -91,6 +101,13 @@ fn main() {
         check.push(started.elapsed());
         placed = verdict.accepted.len();
         assert!(verdict.refused.is_empty());
+
+        let started = Instant::now();
+        let result = binpack_unmetered.allocate(&snapshot).unwrap();
+        let verdict = validate(&snapshot, &result.decisions);
+        round_unmetered.push(started.elapsed());
+        call_unmetered.push(result.stats.call);
+        assert_eq!(verdict.accepted.len(), placed, "the same decisions");
     }
     let marshal = |snapshot: &Snapshot| -> Vec<Duration> {
         (0..rounds)
@@ -113,6 +130,8 @@ fn main() {
         ("binpack wasm: call (incl. marshal)", call.clone()),
         ("validate", check),
         ("binpack wasm: full round", round),
+        ("  without fuel: call", call_unmetered.clone()),
+        ("  without fuel: full round", round_unmetered),
         ("marshalling alone (noop policy)", marshal_call.clone()),
         ("  asking for 2 node labels", marshal_labelled),
     ];
@@ -123,10 +142,12 @@ fn main() {
     let (native_p50, _) = stats(native);
     let (call_p50, _) = stats(call);
     let (marshal_p50, _) = stats(marshal_call);
+    let (unmetered_p50, _) = stats(call_unmetered);
     let algorithm_in_wasm = call_p50.saturating_sub(marshal_p50);
     println!(
-        "ratio wasm/native: call {:.2}x, algorithm alone (call - marshalling) {:.2}x",
+        "ratio wasm/native: call {:.2}x, algorithm alone (call - marshalling) {:.2}x; without fuel: call {:.2}x",
         call_p50.as_secs_f64() / native_p50.as_secs_f64(),
-        algorithm_in_wasm.as_secs_f64() / native_p50.as_secs_f64()
+        algorithm_in_wasm.as_secs_f64() / native_p50.as_secs_f64(),
+        unmetered_p50.as_secs_f64() / native_p50.as_secs_f64()
     );
 }

@@ -236,6 +236,38 @@ fn an_infinite_loop_runs_out_of_fuel_or_time() {
 }
 
 #[test]
+fn without_fuel_the_deadline_alone_stops_a_loop_and_transfers_stay_bounded() {
+    let engine = Engine::new(Limits {
+        fuel: 0,
+        deadline: Duration::from_millis(200),
+        memory_bytes: 64 << 20,
+        ..Limits::default()
+    })
+    .unwrap();
+    let started = Instant::now();
+    assert_eq!(
+        run_hostile(&engine, "loop").unwrap_err(),
+        PolicyError::Deadline {
+            deadline: Duration::from_millis(200)
+        }
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // The bound on what one transfer copies is not fuel's: it holds too.
+    let error = run_hostile(&engine, "huge-output").unwrap_err();
+    assert!(
+        matches!(&error, PolicyError::InvalidOutput(m) if m.starts_with("more than 262144 bytes")),
+        "{error}"
+    );
+    let error = run_hostile(&engine, "memory-bomb").unwrap_err();
+    assert!(matches!(&error, PolicyError::MemoryLimit(_)), "{error}");
+    // A healthy call places its pods and reports no fuel used.
+    let binpack = engine.load(&policy_bytes("binpack")).unwrap();
+    let round = binpack.allocate(&small()).unwrap();
+    assert_eq!(round.stats.fuel_used, 0);
+    assert_healthy(&engine);
+}
+
+#[test]
 fn a_memory_bomb_hits_the_memory_limit() {
     let engine = engine();
     let error = run_hostile(&engine, "memory-bomb").unwrap_err();

@@ -91,7 +91,9 @@ impl Engine {
         let mut config = Config::new();
         config
             .wasm_component_model(true)
-            .consume_fuel(true)
+            // Fuel costs a counter update in every block of guest code;
+            // `fuel: 0` turns metering off (the deadline alone bounds a call).
+            .consume_fuel(limits.metered())
             .epoch_interruption(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         // For `perf record`: name the compiled policy functions in

@@ -7,7 +7,9 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Limits {
     /// Fuel (about one unit per WebAssembly instruction). Deterministic: the
-    /// same policy on the same snapshot always uses the same fuel.
+    /// same policy on the same snapshot always uses the same fuel. `0`: no
+    /// fuel metering, the deadline alone bounds a call (faster; fuel used
+    /// is then reported as 0).
     pub fuel: u64,
     /// Wall-clock deadline, enforced by epoch interruption.
     pub deadline: Duration,
@@ -39,6 +41,11 @@ impl Default for Limits {
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 impl Limits {
+    /// Whether calls are metered with fuel (`fuel` > 0).
+    pub fn metered(&self) -> bool {
+        self.fuel > 0
+    }
+
     /// The deadline in epoch ticks (at least one).
     pub(crate) fn deadline_ticks(&self) -> u64 {
         (self.deadline.as_nanos() / EPOCH_TICK.as_nanos()).max(1) as u64

@@ -178,7 +178,9 @@ impl LoadedPolicy {
         store.limiter(|s| &mut s.limiter);
         store.set_hostcall_fuel(transfer_bytes);
         let mut stats = RoundStats::default();
-        if let Err(e) = store.set_fuel(limits.fuel) {
+        if limits.metered()
+            && let Err(e) = store.set_fuel(limits.fuel)
+        {
             return (Err(PolicyError::Engine(Cause::new(e))), stats);
         }
         store.set_epoch_deadline(limits.deadline_ticks());
@@ -196,7 +198,9 @@ impl LoadedPolicy {
                 Err(e)
             }
         };
-        stats.fuel_used = limits.fuel - store.get_fuel().unwrap_or(0);
+        if limits.metered() {
+            stats.fuel_used = limits.fuel - store.get_fuel().unwrap_or(0);
+        }
         let data = store.data_mut();
         stats.peak_memory_bytes = data.limiter.peak_memory;
         (stats.log, stats.log_dropped) = data.take_log();

@@ -312,7 +312,9 @@ pub(crate) struct Input {
 /// Per-call limits (defaults are the controller's).
 #[derive(Debug, Args)]
 pub(crate) struct LimitArgs {
-    /// Fuel per call (about one unit per Wasm instruction).
+    /// Fuel per call (about one unit per Wasm instruction): a deterministic
+    /// limit, the same on every machine. 0 turns fuel metering off: only the
+    /// deadline bounds a call, which runs faster (docs/BENCHMARKS.md).
     #[arg(long, default_value_t = Limits::default().fuel)]
     fuel: u64,
     /// Wall-clock deadline per call, in milliseconds.
