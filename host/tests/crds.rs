@@ -254,11 +254,13 @@ fn every_format_is_one_the_api_server_knows() {
 }
 
 #[test]
-fn gputenant_schema_refuses_a_quota_above_the_limit() {
+fn gputenant_schema_refuses_a_quota_above_the_limit_and_no_namespaces() {
     let schema = schema("GPUTenant");
     let spec = &schema["properties"]["spec"];
-    assert_eq!(spec["required"], serde_json::json!(["namespaces"]));
-    assert_eq!(spec["properties"]["namespaces"]["minItems"], 1);
+    // Globs, a selector, or both: one of them, by a rule.
+    assert!(spec.get("required").is_none(), "{}", spec["required"]);
+    assert_eq!(spec["properties"]["namespaces"]["maxItems"], 64);
+    assert!(spec["properties"]["namespaceSelector"]["properties"]["matchLabels"].is_object());
     assert_eq!(spec["properties"]["weight"]["minimum"].as_f64(), Some(1.0));
     let rules = spec["x-kubernetes-validations"]
         .as_array()
@@ -268,5 +270,12 @@ fn gputenant_schema_refuses_a_quota_above_the_limit() {
             .as_str()
             .unwrap()
             .contains("self.quota <= self.limit")
+    }));
+    assert!(rules.iter().any(|r| {
+        r["rule"]
+            .as_str()
+            .unwrap()
+            .contains("has(self.namespaceSelector)")
+            && r["message"].as_str().unwrap().contains("namespaceSelector")
     }));
 }

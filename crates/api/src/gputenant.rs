@@ -1,10 +1,14 @@
 //! `GPUTenant`: namespaces that share a quota of GPUs (a queue).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use wasmgpu_contract::glob_match;
+
+use crate::selector;
 
 /// A tenant: the pods of its namespaces share `quota` guaranteed GPUs, may
 /// never hold more than `limit`, and split what is beyond the quotas by
@@ -12,8 +16,10 @@ use wasmgpu_contract::glob_match;
 ///
 /// The host enforces `limit` itself: a decision taking the tenant past it
 /// is refused. `quota` lets a tenant under it reclaim GPUs from tenants over
-/// theirs (a policy decides; the host checks). A namespace matched by
-/// several tenants belongs to the one whose name sorts first.
+/// theirs (a policy decides; the host checks). Its namespaces are those
+/// one of `namespaces`' globs matches or whose labels `namespaceSelector`
+/// selects; a namespace matched by several tenants belongs to the one whose
+/// name sorts first.
 // The printer columns repeat `type_` values, which clippy takes for duplicates.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -53,14 +59,24 @@ use wasmgpu_contract::glob_match;
     )
 )]
 #[x_kube(validation = Rule::new(
+    "(has(self.namespaces) && size(self.namespaces) > 0) || has(self.namespaceSelector)"
+).message("name the tenant's namespaces: globs in namespaces (e.g. [\"team-a-*\"]), a namespaceSelector, or both"))]
+#[x_kube(validation = Rule::new(
     "!has(self.limit) || !has(self.quota) || self.quota <= self.limit"
 ).message("quota is above limit: a tenant cannot be guaranteed more GPUs than it may hold"))]
 #[serde(rename_all = "camelCase")]
 pub struct GPUTenantSpec {
-    /// Namespace globs (`*`, `?`, case-sensitive), e.g. `team-a-*`; at least
-    /// one.
-    #[schemars(length(min = 1, max = 64))]
+    /// Namespace globs (`*`, `?`, case-sensitive), e.g. `team-a-*`. This,
+    /// `namespaceSelector`, or both.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub namespaces: Vec<String>,
+
+    /// Namespaces by their labels, e.g. `matchLabels: {team: a}`: a
+    /// namespace it selects belongs to the tenant as if a glob matched it
+    /// (`{}` selects every namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
 
     /// GPUs guaranteed: while it holds fewer, it may reclaim GPUs from
     /// tenants holding more than their own quota. 0 when unset.
@@ -125,21 +141,39 @@ pub struct GPUTenantStatus {
 // === impl GPUTenantSpec ===
 
 impl GPUTenantSpec {
-    /// Whether the tenant's globs match `namespace`.
-    pub fn matches(&self, namespace: &str) -> bool {
+    /// Whether `namespace`, labelled `labels` (none while the namespace is
+    /// unknown), is the tenant's: a glob matches its name, or the selector
+    /// its labels.
+    pub fn matches(&self, namespace: &str, labels: Option<&BTreeMap<String, String>>) -> bool {
         self.namespaces
             .iter()
             .any(|glob| glob_match(glob, namespace))
+            || self
+                .namespace_selector
+                .as_ref()
+                .zip(labels)
+                .is_some_and(|(selector, labels)| selector::selects(selector, labels))
+    }
+
+    /// Whether the tenant chooses namespaces by their labels.
+    pub fn selects_by_labels(&self) -> bool {
+        self.namespace_selector.is_some()
     }
 
     /// Checks what the controller relies on, whether or not the API server
     /// enforced the schema (an object stored before the CRD's rules were).
     pub fn check(&self) -> Result<(), crate::gpuresource::InvalidSpec> {
-        if self.namespaces.is_empty() {
+        if self.namespaces.is_empty() && self.namespace_selector.is_none() {
             return Err(crate::gpuresource::InvalidSpec {
                 field: "namespaces",
-                reason: "name at least one namespace or glob, e.g. \"team-a-*\"".into(),
+                reason: "name the tenant's namespaces: globs (e.g. \"team-a-*\"), a namespaceSelector, or both".into(),
             });
+        }
+        if let Some(selector) = &self.namespace_selector {
+            selector::check(selector).map_err(|reason| crate::gpuresource::InvalidSpec {
+                field: "namespaceSelector",
+                reason,
+            })?;
         }
         if let Some(k) = self.namespaces.iter().position(|n| n.trim().is_empty()) {
             return Err(crate::gpuresource::InvalidSpec {
@@ -175,6 +209,7 @@ mod tests {
     fn spec(namespaces: &[&str]) -> GPUTenantSpec {
         GPUTenantSpec {
             namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+            namespace_selector: None,
             quota: 4,
             limit: Some(8),
             weight: 1,
@@ -185,15 +220,45 @@ mod tests {
     #[test]
     fn globs_match_namespaces() {
         let tenant = spec(&["research", "research-*"]);
-        assert!(tenant.matches("research"));
-        assert!(tenant.matches("research-vision"));
-        assert!(!tenant.matches("researchers"));
+        assert!(tenant.matches("research", None));
+        assert!(tenant.matches("research-vision", None));
+        assert!(!tenant.matches("researchers", None));
+    }
+
+    #[test]
+    fn a_selector_matches_namespaces_by_their_labels() {
+        let tenant = GPUTenantSpec {
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some([("team".to_owned(), "a".to_owned())].into()),
+                ..Default::default()
+            }),
+            ..spec(&["legacy-a"])
+        };
+        let team_a: BTreeMap<String, String> = [("team".to_owned(), "a".to_owned())].into();
+        let team_b: BTreeMap<String, String> = [("team".to_owned(), "b".to_owned())].into();
+        assert!(tenant.matches("vision", Some(&team_a)));
+        assert!(!tenant.matches("vision", Some(&team_b)));
+        assert!(
+            !tenant.matches("vision", None),
+            "an unknown namespace has no labels"
+        );
+        assert!(
+            tenant.matches("legacy-a", Some(&team_b)),
+            "globs still match"
+        );
+        let only_selector = GPUTenantSpec {
+            namespaces: Vec::new(),
+            ..tenant
+        };
+        assert_eq!(only_selector.check(), Ok(()));
     }
 
     #[test]
     fn check_names_the_bad_field() {
         assert_eq!(spec(&["a"]).check(), Ok(()));
-        assert_eq!(spec(&[]).check().unwrap_err().field, "namespaces");
+        let error = spec(&[]).check().unwrap_err();
+        assert_eq!(error.field, "namespaces");
+        assert!(error.to_string().contains("namespaceSelector"), "{error}");
         assert_eq!(spec(&["a", " "]).check().unwrap_err().field, "namespaces");
         let over = GPUTenantSpec {
             quota: 9,

@@ -39,6 +39,7 @@ mod gputenant;
 mod nomination;
 mod podgroup;
 pub mod policy;
+mod selector;
 pub mod shadow;
 
 pub use allocation::{
@@ -60,6 +61,7 @@ pub use podgroup::{
     GANG_RESERVATION_ANNOTATION, GangReservation, POD_GROUP_LABEL, PodGroup, PodGroupSpec,
     ReservedMember,
 };
+pub use selector::selects;
 
 /// The API group of the wasmgpu CRDs.
 pub const GROUP: &str = "wasmgpu.io";

@@ -63,7 +63,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use kube::runtime::events::Reporter as EventReporter;
@@ -411,7 +411,7 @@ async fn until_stopped(
 }
 
 /// Starts the watches that feed the index: Nodes, GPUNodes, GPUResources,
-/// GPUTenants, the pods of this scheduler, PodDisruptionBudgets; and, when
+/// GPUTenants and Namespaces, the pods of this scheduler, PodDisruptionBudgets; and, when
 /// the API server serves them, ResourceSlices and ResourceClaims (DRA) and
 /// PodGroups.
 async fn watch_cluster(parts: &Parts, dra: bool, watches: &mut Watches) {
@@ -423,6 +423,8 @@ async fn watch_cluster(parts: &Parts, dra: bool, watches: &mut Watches) {
     parts.watch::<Pod>(watches, "Pod", pods);
     // Which namespaces share a quota (`snapshot.tenants`).
     parts.watch::<GPUTenant>(watches, "GPUTenant", all());
+    // Namespaces' labels, for tenants choosing them by `namespaceSelector`.
+    parts.watch::<Namespace>(watches, "Namespace", all());
     // Which running pods a preemption may evict now (`running.evictable`).
     parts.watch::<PodDisruptionBudget>(watches, "PodDisruptionBudget", all());
     if !dra {

@@ -54,6 +54,8 @@ pub struct Index {
     pub(crate) key_to_budget: BTreeMap<ObjectKey, BudgetFacts>,
     /// GPUTenants by name: which namespaces share a quota.
     pub(crate) name_to_tenant: BTreeMap<String, TenantFacts>,
+    /// Namespaces' labels, for tenants choosing namespaces by selector.
+    pub(crate) namespace_to_labels: HashMap<String, BTreeMap<String, String>>,
     /// How long a bound pod keeps its GPUs before it may be preempted,
     /// unless its tenant sets `minRuntimeSeconds`; ms.
     pub(crate) min_runtime_ms: u64,
@@ -79,6 +81,7 @@ impl Index {
             key_to_gang: BTreeMap::new(),
             key_to_budget: BTreeMap::new(),
             name_to_tenant: BTreeMap::new(),
+            namespace_to_labels: HashMap::new(),
             min_runtime_ms: 0,
             preemption_backoffs: Backoffs::default(),
         }

@@ -1,7 +1,9 @@
 //! Tenants (`GPUTenant`): which namespaces share a quota, and what each
 //! tenant holds and waits for.
 //!
-//! A namespace belongs to the first tenant by name whose globs match it; a
+//! A namespace belongs to the first tenant by name whose globs match its
+//! name or whose `namespaceSelector` selects its labels (the index keeps
+//! every Namespace's labels for that); a
 //! tenant whose spec is unusable (an object stored before the CRD's rules)
 //! matches no namespace and is reported as invalid. Holdings count every
 //! live holding of a tenant's namespaces — bound pods, bindings in flight,
@@ -12,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use k8s_openapi::api::core::v1::Namespace;
 use wasmgpu_api::GPUTenant;
 use wasmgpu_contract::types::{Ask, Tenant};
 
@@ -121,12 +124,34 @@ impl Index {
         }
     }
 
+    /// Records a Namespace's labels (added or changed).
+    pub fn apply_namespace(&mut self, namespace: &Namespace) {
+        if let Some(name) = &namespace.metadata.name {
+            let labels = namespace.metadata.labels.clone().unwrap_or_default();
+            self.namespace_to_labels.insert(name.clone(), labels);
+        }
+    }
+
+    /// Forgets a Namespace.
+    pub fn delete_namespace(&mut self, name: &str) {
+        self.namespace_to_labels.remove(name);
+    }
+
+    /// Replaces every Namespace (after a relist).
+    pub fn reset_namespaces(&mut self, namespaces: &[Namespace]) {
+        self.namespace_to_labels.clear();
+        for namespace in namespaces {
+            self.apply_namespace(namespace);
+        }
+    }
+
     /// The tenant `namespace` belongs to: the first valid one by name whose
-    /// globs match it.
+    /// globs match it or whose `namespaceSelector` selects its labels.
     pub fn tenant_of(&self, namespace: &str) -> Option<&str> {
+        let labels = self.namespace_to_labels.get(namespace);
         self.name_to_tenant
             .iter()
-            .find(|(_, t)| t.error.is_none() && t.spec.matches(namespace))
+            .find(|(_, t)| t.error.is_none() && t.spec.matches(namespace, labels))
             .map(|(name, _)| name.as_str())
     }
 

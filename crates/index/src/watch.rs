@@ -1,7 +1,7 @@
 //! One interface for every watched kind, so that a single generic watch
 //! loop can feed the index.
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 
 use crate::index::Index;
@@ -132,6 +132,22 @@ impl IndexResource<GPUTenant> for Index {
 
     fn reset(&mut self, tenants: &[GPUTenant]) {
         self.reset_gputenants(tenants);
+    }
+}
+
+impl IndexResource<Namespace> for Index {
+    fn apply(&mut self, namespace: &Namespace) {
+        self.apply_namespace(namespace);
+    }
+
+    fn delete(&mut self, namespace: &Namespace) {
+        if let Some(name) = &namespace.metadata.name {
+            self.delete_namespace(name);
+        }
+    }
+
+    fn reset(&mut self, namespaces: &[Namespace]) {
+        self.reset_namespaces(namespaces);
     }
 }
 

@@ -94,6 +94,7 @@ fn migrate(text: &str) -> anyhow::Result<Vec<GPUTenant>> {
             };
             let spec = GPUTenantSpec {
                 namespaces,
+                namespace_selector: None,
                 quota: t.quota.unwrap_or(0),
                 limit: t.limit,
                 weight: (t.weight * scale).round() as u32,

@@ -451,6 +451,7 @@ async fn pods_within_their_tenants_minimum_runtime_are_not_preempted() -> Result
                 &tenant,
                 GPUTenantSpec {
                     namespaces: vec![ctx.namespace.clone()],
+                    namespace_selector: None,
                     quota: 0,
                     limit: None,
                     weight: 1,

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use wasmgpu::api::{GPUTenant, GPUTenantSpec, Sharing};
 use wasmgpu_test_harness::TestContext;
 
@@ -36,6 +37,7 @@ async fn tenant(
         name,
         GPUTenantSpec {
             namespaces: vec![namespace.to_owned()],
+            namespace_selector: None,
             quota,
             limit,
             weight: 1,
@@ -372,5 +374,113 @@ async fn a_tenants_limit_holds_whatever_the_policy() -> Result<()> {
         &ListParams::default(),
     )
     .await?;
+    remove_nodes(&ctx, &[node]).await
+}
+
+#[tokio::test]
+async fn a_tenant_chooses_its_namespaces_by_label() -> Result<()> {
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("ctl-tenant-label").await?;
+    install_crds(&ctx).await?;
+    let tenants = Api::<GPUTenant>::all(ctx.client.clone());
+    // Neither globs nor a selector: the API server refuses it, naming both.
+    let error = tenants
+        .create(
+            &PostParams::default(),
+            &GPUTenant::new(
+                &format!("{}-none", ctx.namespace),
+                GPUTenantSpec {
+                    namespaces: Vec::new(),
+                    namespace_selector: None,
+                    quota: 0,
+                    limit: None,
+                    weight: 1,
+                    min_runtime_seconds: None,
+                },
+            ),
+        )
+        .await
+        .expect_err("a tenant naming no namespaces is refused");
+    ensure!(
+        error.to_string().contains("namespaceSelector"),
+        "the refusal names the fields: {error}"
+    );
+
+    let node = format!("{}-n0", ctx.namespace);
+    gpu_node(&ctx, &node, 4).await?;
+    gpuresource(&ctx, "gpu", 1, Sharing::Exclusive, 0, None).await?;
+    let team = format!("{}-team", ctx.namespace);
+    let name = format!("{}-t", ctx.namespace);
+    tenants
+        .create(
+            &PostParams::default(),
+            &GPUTenant::new(
+                &name,
+                GPUTenantSpec {
+                    namespaces: Vec::new(),
+                    namespace_selector: Some(LabelSelector {
+                        match_labels: Some([("team".to_owned(), team.clone())].into()),
+                        ..LabelSelector::default()
+                    }),
+                    quota: 0,
+                    limit: Some(1),
+                    weight: 1,
+                    min_runtime_seconds: None,
+                },
+            ),
+        )
+        .await?;
+    let namespaces = Api::<Namespace>::all(ctx.client.clone());
+    let label = |value: Option<&str>| {
+        Patch::Merge(serde_json::json!({"metadata": {"labels": {"team": value}}}))
+    };
+    namespaces
+        .patch(&ctx.namespace, &PatchParams::default(), &label(Some(&team)))
+        .await?;
+    let controller = Controller::start(&ctx).await?;
+    create_pods(&ctx, &ctx, "p", 2).await?;
+    // The label makes the namespace the tenant's: its limit of 1 holds.
+    let status = wait_tenant(&ctx, &name, 1).await?;
+    let seen = &status.status.as_ref().map(|s| s.namespaces_seen.clone());
+    ensure!(
+        seen.as_deref() == Some(std::slice::from_ref(&ctx.namespace)),
+        "namespacesSeen: {seen:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (held, waiting, _) = census(&ctx).await?;
+    ensure!(
+        held.len() == 1 && waiting == 1,
+        "limit 1 through the selector: {} bound, {waiting} wait\n{}",
+        held.len(),
+        controller.log_tail()
+    );
+    // Without the label the namespace is nobody's: no limit, the second
+    // pod is placed, and the tenant holds nothing.
+    namespaces
+        .patch(&ctx.namespace, &PatchParams::default(), &label(None))
+        .await?;
+    let deadline = Instant::now() + ACT;
+    loop {
+        let (held, waiting, _) = census(&ctx).await?;
+        if held.len() == 2 && waiting == 0 {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "unlabelled, the namespace is still limited: {} bound, {waiting} wait\n{}",
+            held.len(),
+            controller.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_tenant(&ctx, &name, 0).await?;
+    drop(controller);
+    tenants.delete(&name, &DeleteParams::default()).await?;
+    ctx.api::<Pod>()
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
+        .await?;
     remove_nodes(&ctx, &[node]).await
 }

@@ -1,6 +1,8 @@
 //! Tenants: which namespaces share a quota, what each holds and waits for.
 
 use super::*;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use wasmgpu_api::{GPUTenant, GPUTenantSpec};
 
 fn tenant(name: &str, namespaces: &[&str], quota: u32, limit: Option<u32>) -> GPUTenant {
@@ -8,6 +10,7 @@ fn tenant(name: &str, namespaces: &[&str], quota: u32, limit: Option<u32>) -> GP
         name,
         GPUTenantSpec {
             namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+            namespace_selector: None,
             quota,
             limit,
             weight: 2,
@@ -163,4 +166,33 @@ fn devices_claims_hold_count_for_the_claims_tenant() {
         .find(|t| t.name == "team-a")
         .unwrap();
     assert_eq!(a.holding, 2, "unchanged: {a:?}");
+}
+
+#[test]
+fn a_selector_makes_a_labelled_namespace_the_tenants_until_relabelled() {
+    let mut index = two_tenants();
+    let mut by_label = tenant("labelled", &[], 0, None);
+    by_label.spec.namespace_selector = Some(LabelSelector {
+        match_labels: Some([("team".to_owned(), "x".to_owned())].into()),
+        ..LabelSelector::default()
+    });
+    index.apply_gputenant(&by_label);
+    assert_eq!(index.tenant_of("other"), None, "an unknown namespace");
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some("other".into());
+    namespace.metadata.labels = Some([("team".to_owned(), "x".to_owned())].into());
+    index.apply_namespace(&namespace);
+    assert_eq!(index.tenant_of("other"), Some("labelled"));
+    let snapshot = default_snapshot(&index);
+    let labelled = snapshot.tenants.iter().position(|t| t.name == "labelled");
+    let pending = snapshot.pending.iter().find(|r| r.pod == "other/waits");
+    assert_eq!(pending.map(|r| r.tenant), Some(labelled.map(|p| p as u32)));
+    namespace.metadata.labels = Some([("team".to_owned(), "y".to_owned())].into());
+    index.apply_namespace(&namespace);
+    assert_eq!(index.tenant_of("other"), None, "relabelled");
+    namespace.metadata.labels = Some([("team".to_owned(), "x".to_owned())].into());
+    index.reset_namespaces(&[namespace]);
+    assert_eq!(index.tenant_of("other"), Some("labelled"), "after a relist");
+    index.reset_namespaces(&[]);
+    assert_eq!(index.tenant_of("other"), None);
 }
