@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use super::policy::LimitArgs;
+use super::policy::BoundArgs;
 use wasmgpu_controller::{self as controller, OnPolicyFailure, PolicySource};
 
 /// Run the allocating controller against the cluster in KUBECONFIG (or the
@@ -171,8 +171,18 @@ pub struct ControllerCommand {
     #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
     max_component_bytes: usize,
 
+    /// Fuel per policy call (about one unit per Wasm instruction). 0, the
+    /// default: no fuel metering, and the deadline (`--deadline-ms`) alone
+    /// bounds a call: metering costs about 10% of a call, and the default
+    /// fuel of `wasmgpu policy run` outlasts the deadline anyway. Set it
+    /// (e.g. 20000000000, `policy run`'s default) for a limit that is the
+    /// same on every machine; `policy run` on an exported snapshot reports
+    /// the fuel a round uses.
+    #[arg(long, default_value_t = 0)]
+    fuel: u64,
+
     #[command(flatten)]
-    limits: LimitArgs,
+    limits: BoundArgs,
 }
 
 /// How logs are written (to stderr); `RUST_LOG` sets the level (default `info`).
@@ -230,7 +240,7 @@ impl ControllerCommand {
             default_policy: self.default_policy,
             gather_window: self.gather_window,
             resync: self.resync,
-            limits: self.limits.limits()?,
+            limits: self.limits.limits(self.fuel)?,
             instance: Some(identity.clone()),
             http_address: self.http_address.0,
             lease: self.leader_elect.then(|| controller::LeaseConfig {

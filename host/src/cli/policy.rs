@@ -309,14 +309,24 @@ pub(crate) struct Input {
     config: Option<PathBuf>,
 }
 
-/// Per-call limits (defaults are the controller's).
+/// Per-call limits of the policy commands: fuel (deterministic, counted
+/// and reported), the deadline and memory as the controller's.
 #[derive(Debug, Args)]
 pub(crate) struct LimitArgs {
     /// Fuel per call (about one unit per Wasm instruction): a deterministic
-    /// limit, the same on every machine. 0 turns fuel metering off: only the
-    /// deadline bounds a call, which runs faster (docs/BENCHMARKS.md).
+    /// limit, the same on every machine, and the fuel used is reported. 0
+    /// turns fuel metering off: only the deadline bounds a call, which runs
+    /// about 10% faster (docs/BENCHMARKS.md; the controller's default).
     #[arg(long, default_value_t = Limits::default().fuel)]
     fuel: u64,
+    #[command(flatten)]
+    bounds: BoundArgs,
+}
+
+/// The wall-clock and memory limits of each policy call (defaults are the
+/// controller's and the policy commands').
+#[derive(Debug, Args)]
+pub(crate) struct BoundArgs {
     /// Wall-clock deadline per call, in milliseconds.
     #[arg(long, default_value_t = Limits::default().deadline.as_millis() as u64)]
     deadline_ms: u64,
@@ -328,8 +338,19 @@ pub(crate) struct LimitArgs {
 impl LimitArgs {
     /// The limits these flags describe.
     pub(crate) fn limits(&self) -> anyhow::Result<Limits> {
+        self.bounds.limits(self.fuel)
+    }
+
+    fn engine(&self) -> anyhow::Result<Engine> {
+        super::engine::cli_engine(self.limits()?)
+    }
+}
+
+impl BoundArgs {
+    /// The limits these flags describe, with `fuel` per call (0: none).
+    pub(crate) fn limits(&self, fuel: u64) -> anyhow::Result<Limits> {
         Ok(Limits {
-            fuel: self.fuel,
+            fuel,
             deadline: Duration::from_millis(self.deadline_ms),
             memory_bytes: self
                 .memory_mib
@@ -344,10 +365,6 @@ impl LimitArgs {
                 })?,
             ..Limits::default()
         })
-    }
-
-    fn engine(&self) -> anyhow::Result<Engine> {
-        super::engine::cli_engine(self.limits()?)
     }
 }
 
