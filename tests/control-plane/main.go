@@ -43,7 +43,7 @@ func main() {
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
-  control-plane serve [--kubeconfig PATH] [--stop-on-stdin-eof] [--controllers=resourceclaim] [--apiserver-arg=--flag=value ...]
+  control-plane serve [--kubeconfig PATH] [--stop-on-stdin-eof] [--controllers=resourceclaim,garbagecollector,namespace] [--apiserver-arg=--flag=value ...]
   control-plane dra-check [--kubeconfig PATH] [--namespace NS]   upstream's check of every allocated ResourceClaim
   control-plane kubectl ARGS...   (or run it through a link named kubectl)
   control-plane version

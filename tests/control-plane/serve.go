@@ -44,13 +44,17 @@ func serve(args []string) int {
 	hint := fs.Bool("hint", false, "after the ready line, print how to use the cluster from a shell")
 	var extra stringList
 	fs.Var(&extra, "apiserver-arg", "an extra kube-apiserver flag, e.g. --apiserver-arg=--v=2 (repeatable)")
-	controllers := fs.String("controllers", "resourceclaim",
-		"kube-controller-manager controllers to run in process, comma-separated (known: resourceclaim); empty: none")
+	controllers := fs.String("controllers", knownControllers(),
+		"kube-controller-manager controllers to run in process, comma-separated; empty: none")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() != 0 {
 		fmt.Fprintf(os.Stderr, "serve: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if err := checkControllers(splitList(*controllers)); err != nil {
+		fmt.Fprintf(os.Stderr, "serve: --controllers: %v\n", err)
 		return 2
 	}
 
@@ -258,7 +262,8 @@ In another shell:
   %s get --raw /version
   %s get namespaces
 No kubelet or scheduler runs; of kube-controller-manager, only the controllers
-of --controllers (the resourceclaim controller by default): see docs/CONTROL-PLANE.md.
+of --controllers (by default the resourceclaim controller, the garbage collector
+and the namespace controller): see docs/CONTROL-PLANE.md.
 Ctrl-C stops the control plane and deletes its data.
 `, kubeconfigPath, kubectl, kubectl)
 }

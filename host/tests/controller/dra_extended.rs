@@ -22,7 +22,12 @@ use crate::support::*;
 /// A pending wasmgpu pod of the test's nodes whose container `main` asks
 /// `count` of extended resource `resource`, beside an init container
 /// asking 1 of it.
-async fn extended_pod(ctx: &TestContext, name: &str, resource: &str, count: u32) -> Result<Pod> {
+pub(super) async fn extended_pod(
+    ctx: &TestContext,
+    name: &str,
+    resource: &str,
+    count: u32,
+) -> Result<Pod> {
     let asks = json!({resource: count.to_string()});
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1",
@@ -52,7 +57,7 @@ async fn extended_pod(ctx: &TestContext, name: &str, resource: &str, count: u32)
 /// The claim made for pod `pod`: checked to be the one kube-scheduler
 /// makes, with one request of `count` for container 1 (`main`), which the
 /// init container reuses.
-async fn made_claim(ctx: &TestContext, pod: &Pod, count: i64) -> Result<ResourceClaim> {
+pub(super) async fn made_claim(ctx: &TestContext, pod: &Pod, count: i64) -> Result<ResourceClaim> {
     let name = pod.name_any();
     let mut made: Vec<ResourceClaim> = ctx
         .api::<ResourceClaim>()

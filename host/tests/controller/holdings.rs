@@ -94,8 +94,9 @@ async fn deleting_a_gpuresource_or_its_namespace_frees_no_gpu_a_live_pod_holds()
     }
 
     // The GPUResource of running and terminating pods goes; the team's
-    // namespace goes (the namespace controller deletes its GPUResources and
-    // pods; its pods terminate).
+    // namespace goes: the namespace controller deletes its pod, which
+    // terminates (its kubelet confirms at once; the finalizer keeps it),
+    // and would delete its GPUResource once the pod is gone.
     pods.delete("term", &DeleteParams::default().grace_period(0))
         .await?;
     ctx.api::<GPUResource>()
@@ -108,9 +109,10 @@ async fn deleting_a_gpuresource_or_its_namespace_frees_no_gpu_a_live_pod_holds()
     Api::<Namespace>::all(ctx.client.clone())
         .delete(&team.namespace, &DeleteParams::default())
         .await?;
-    team.api::<GPUResource>()
-        .delete("tg", &DeleteParams::default())
-        .await?;
+    wait_for(&team_pods, "t0", ACT, "terminating", |p| {
+        p.is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+    })
+    .await?;
     team_pods
         .delete("t0", &DeleteParams::default().grace_period(0))
         .await?;

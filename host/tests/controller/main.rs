@@ -3,6 +3,7 @@
 //! as GPUNode objects, the test playing the kubelet.
 
 mod chaos;
+mod cleanup;
 mod configmaps;
 mod dra;
 mod dra_claims;

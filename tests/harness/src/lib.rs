@@ -12,8 +12,11 @@
 //!
 //! Every test calls [`TestContext::new`], which starts the control plane the
 //! first time (all tests of the process share it) and creates a namespace of
-//! the test's own. No kubelet, scheduler or controller-manager runs: tests make
-//! their nodes with [`FakeNode`] and play the kubelet with [`set_pod_phase`].
+//! the test's own. No kubelet or scheduler runs, and of kube-controller-manager
+//! only the resourceclaim controller, the garbage collector and the namespace
+//! controller: tests make their nodes with [`FakeNode`] and play the kubelet
+//! with [`set_pod_phase`] (and by deleting a terminating pod with no grace
+//! period, as a kubelet confirms a deletion).
 //! [`TestContext::service_account`] gives a client and a kubeconfig for a
 //! restricted identity, to exercise RBAC. [`ApiProxy`] stands between a
 //! client and the server, to cut and restore its traffic. [`Registry`]
@@ -212,8 +215,10 @@ pub struct TestContext {
 
 impl TestContext {
     /// Starts the shared control plane if needed and creates a namespace
-    /// `<name>-<suffix>` for this test. Namespaces are not deleted (there is
-    /// no namespace controller to empty them); they go with the server.
+    /// `<name>-<suffix>` for this test. It is not deleted when the test ends
+    /// (a bound pod would keep it terminating, with no kubelet to confirm
+    /// the pod's deletion, and the next test's controller would see the
+    /// deletions); it goes with the server.
     pub async fn new(name: &str) -> Result<Self> {
         let cluster = cluster().await?;
         let client = cluster.client().await?;

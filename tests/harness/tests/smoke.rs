@@ -1,14 +1,19 @@
 //! The control plane is the real thing: nodes, pods, the binding and status
-//! subresources, watches, conflicts and RBAC behave as in a cluster.
+//! subresources, watches, conflicts and RBAC behave as in a cluster, and so
+//! do ownerReferences and namespace deletion (kube-controller-manager's
+//! garbage collector and namespace controller run in process).
 
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::core::v1::{Binding, Container, Node, ObjectReference, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{
+    Binding, ConfigMap, Container, Namespace, Node, ObjectReference, Pod, PodSpec,
+};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -500,5 +505,100 @@ async fn kubectl_applies_kustomizations_and_dry_runs_on_the_server() -> Result<(
         .is_err(),
         "the server must refuse an invalid name"
     );
+    Ok(())
+}
+
+/// ConfigMap `name`, owned by `owner` when given (blocking its foreground
+/// deletion, as a controller's dependents do).
+fn config_map(name: &str, owner: Option<&ConfigMap>) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            owner_references: owner.map(|owner| {
+                vec![OwnerReference {
+                    api_version: "v1".to_owned(),
+                    kind: "ConfigMap".to_owned(),
+                    name: owner.name_any(),
+                    uid: owner.uid().expect("a stored object has a uid"),
+                    block_owner_deletion: Some(true),
+                    controller: Some(true),
+                }]
+            }),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
+#[tokio::test]
+async fn owner_references_cascade_and_a_deleted_namespace_is_emptied() -> Result<()> {
+    let ctx = TestContext::new("cascade").await?;
+    let maps: Api<ConfigMap> = ctx.api();
+    let post = PostParams::default();
+    for name in ["background", "foreground", "orphan"] {
+        let owner = maps.create(&post, &config_map(name, None)).await?;
+        maps.create(&post, &config_map(&format!("{name}-dep"), Some(&owner)))
+            .await?;
+    }
+
+    // Background (the default): the owner goes at once, then its dependent.
+    maps.delete("background", &DeleteParams::background())
+        .await?;
+    wait_for(&maps, "background-dep", DEFAULT_WAIT, "collected", |c| {
+        c.is_none()
+    })
+    .await?;
+
+    // Foreground: the owner stays, with the foregroundDeletion finalizer,
+    // until its dependent is gone.
+    let deleting = maps
+        .delete("foreground", &DeleteParams::foreground())
+        .await?
+        .left()
+        .context("the owner is kept while its dependent exists")?;
+    ensure!(
+        deleting.finalizers() == ["foregroundDeletion"],
+        "{:?}",
+        deleting.finalizers()
+    );
+    wait_for(&maps, "foreground", DEFAULT_WAIT, "deleted", |c| {
+        c.is_none()
+    })
+    .await?;
+    ensure!(
+        maps.get_opt("foreground-dep").await?.is_none(),
+        "the dependent goes first"
+    );
+
+    // Orphan: the dependent stays, its reference taken off.
+    maps.delete("orphan", &DeleteParams::orphan()).await?;
+    wait_for(&maps, "orphan", DEFAULT_WAIT, "deleted", |c| c.is_none()).await?;
+    wait_for(&maps, "orphan-dep", DEFAULT_WAIT, "orphaned", |c| {
+        c.is_some_and(|c| c.owner_references().is_empty())
+    })
+    .await?;
+
+    // A namespace deleted is emptied, then removed.
+    let doomed = TestContext::new("cascade-doomed").await?;
+    doomed
+        .api::<ConfigMap>()
+        .create(&post, &config_map("left", None))
+        .await?;
+    doomed
+        .api::<Pod>()
+        .create(&post, &pod("waiting", "wasmgpu"))
+        .await?;
+    let namespaces: Api<Namespace> = ctx.cluster_api();
+    namespaces
+        .delete(&doomed.namespace, &DeleteParams::default())
+        .await?;
+    wait_for(
+        &namespaces,
+        &doomed.namespace,
+        DEFAULT_WAIT,
+        "deleted",
+        |c| c.is_none(),
+    )
+    .await?;
     Ok(())
 }
