@@ -19,7 +19,7 @@ WASMGPU := $(TARGET_DIR)/release/wasmgpu
 DEMO_SNAPSHOT := policies/snapshots/demo.json
 BENCH_SNAPSHOT := $(TARGET_DIR)/snapshots/large-1000x8-1000.json
 
-.PHONY: toolchain policies policies-all policies-js policies-python policies-go test-sdks deploy-policies build demo demo-offline test lint bench bench-snapshot bench-e2e
+.PHONY: toolchain policies policies-all policies-js policies-python policies-go test-sdks deploy-policies build demo demo-offline test lint bench bench-snapshot bench-e2e bench-e2e-dra
 toolchain: ## Install the Rust pieces the build needs (wasm32-wasip2 target, rustfmt, clippy)
 	@rustup target list --installed | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
 	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
@@ -111,19 +111,32 @@ bench: policies bench-snapshot ## Benchmarks at 1,000 nodes × 8 GPUs and 1,000 
 # of `make test`. Knobs: BENCH_E2E_SCALES (NODESxPODS, comma-separated),
 # BENCH_E2E_REPEAT (runs per scale), BENCH_E2E_SCHEDULERS, BENCH_E2E_WRITE_CONCURRENCY
 # (wasmgpu's --write-concurrency; 0 = its default), BENCH_E2E_CREATE_CONCURRENCY,
-# BENCH_E2E_WASMGPU_ARGS (more controller arguments).
+# BENCH_E2E_WASMGPU_ARGS (more controller arguments), BENCH_E2E_SCENARIO (gpus:
+# nvidia.com/gpu and GPUNodes; dra: ResourceSlices and a ResourceClaim per pod),
+# BENCH_E2E_DRA_CLAIMS (name: claims made before the pods; template: from a
+# ResourceClaimTemplate).
 BENCH_E2E_SCALES ?= 250x1000,1000x5000
 BENCH_E2E_REPEAT ?= 1
 BENCH_E2E_SCHEDULERS ?= kube-scheduler,wasmgpu
 BENCH_E2E_WRITE_CONCURRENCY ?= 0
 BENCH_E2E_CREATE_CONCURRENCY ?= 64
 BENCH_E2E_WASMGPU_ARGS ?=
+BENCH_E2E_SCENARIO ?= gpus
+BENCH_E2E_DRA_CLAIMS ?= name
 bench-e2e: policies build control-plane ## wasmgpu vs kube-scheduler end to end: pods/s, latency to binding, peak RSS (docs/BENCHMARKS.md)
 	@bench=$$(tests/bench/build.sh) && uptime && $$bench run --control-plane $(CONTROL_PLANE_BIN) \
 		--wasmgpu $(WASMGPU) --policy $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm --crds deploy/crds \
 		--work .work/bench-e2e --scales $(BENCH_E2E_SCALES) --repeat $(BENCH_E2E_REPEAT) \
 		--schedulers $(BENCH_E2E_SCHEDULERS) --write-concurrency $(BENCH_E2E_WRITE_CONCURRENCY) \
-		--create-concurrency $(BENCH_E2E_CREATE_CONCURRENCY) --wasmgpu-args "$(BENCH_E2E_WASMGPU_ARGS)"
+		--create-concurrency $(BENCH_E2E_CREATE_CONCURRENCY) --wasmgpu-args "$(BENCH_E2E_WASMGPU_ARGS)" \
+		--scenario $(BENCH_E2E_SCENARIO) --dra-claims $(BENCH_E2E_DRA_CLAIMS)
+
+# The DRA scenario at its scale: 500 nodes x 8 GPUs as ResourceSlices, 2,000
+# pods each asking through a ResourceClaim (the variables above still apply;
+# those of the command line win over these).
+bench-e2e-dra: BENCH_E2E_SCENARIO = dra
+bench-e2e-dra: BENCH_E2E_SCALES = 500x2000
+bench-e2e-dra: bench-e2e ## wasmgpu vs kube-scheduler end to end with DRA ResourceClaims, 500 nodes x 2,000 pods (docs/BENCHMARKS.md)
 
 # --- control plane (tests/control-plane) -----------------------------------
 # kube-apiserver + embedded etcd (+ kubectl), built from the Kubernetes Go

@@ -3,7 +3,9 @@
 // nodes with 8 GPUs each, then M pods asking for one GPU each, created with
 // bounded concurrency; it reports pods/s, the median and p99 latency from each
 // pod's POST to its spec.nodeName seen by a watch, and the peak RSS (VmHWM) of
-// the scheduling process. See docs/BENCHMARKS.md.
+// the scheduling process. With --scenario dra the GPUs are DRA ResourceSlices
+// and each pod asks through a ResourceClaim, and every allocation is checked
+// after the run. See docs/BENCHMARKS.md.
 //
 //	bench-e2e run [flags]                the benchmark (run "bench-e2e run -h")
 //	bench-e2e kube-scheduler ARGS...     kube-scheduler, built from the same modules

@@ -59,6 +59,8 @@ type config struct {
 	wasmgpuArgs       []string
 	schedulerQPS      int
 	timeout           time.Duration
+	scenario          string // scenarioGPUs or scenarioDRA
+	draClaims         string // claimsByName or claimsFromTemplate
 }
 
 type scale struct{ nodes, pods int }
@@ -96,10 +98,20 @@ func run(args []string) int {
 	fs.StringVar(&wasmgpuArgs, "wasmgpu-args", "", "more arguments of wasmgpu controller, space-separated (e.g. \"--allocated-events-per-second 100000\")")
 	fs.IntVar(&c.schedulerQPS, "scheduler-qps", 500, "kube-scheduler client QPS and burst")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "the most one run may take to bind its pods")
+	fs.StringVar(&c.scenario, "scenario", scenarioGPUs, "gpus: GPUs as nvidia.com/gpu capacity and GPUNodes; dra: as DRA ResourceSlices, each pod asking through a ResourceClaim")
+	fs.StringVar(&c.draClaims, "dra-claims", claimsByName, "with --scenario dra: name (a claim per pod, made before the timed creations) or template (one ResourceClaimTemplate; the resourceclaim controller makes each pod's claim)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	c.wasmgpuArgs = strings.Fields(wasmgpuArgs)
+	if c.scenario != scenarioGPUs && c.scenario != scenarioDRA {
+		fmt.Fprintf(os.Stderr, "bench-e2e run: --scenario: %q is neither %s nor %s\n", c.scenario, scenarioGPUs, scenarioDRA)
+		return 2
+	}
+	if c.draClaims != claimsByName && c.draClaims != claimsFromTemplate {
+		fmt.Fprintf(os.Stderr, "bench-e2e run: --dra-claims: %q is neither %s nor %s\n", c.draClaims, claimsByName, claimsFromTemplate)
+		return 2
+	}
 	if c.controlPlane == "" {
 		fmt.Fprintln(os.Stderr, "bench-e2e run: --control-plane is required (tests/control-plane/build.sh prints it)")
 		return 2
@@ -139,8 +151,11 @@ func run(args []string) int {
 		for rep := 1; rep <= c.repeat; rep++ {
 			for _, sched := range c.schedulers {
 				dir := filepath.Join(c.work, fmt.Sprintf("%s-%s-%d", sched, sc, rep))
-				fmt.Fprintf(os.Stderr, "==> %s, %d nodes x %d GPUs, %d pods (run %d; logs in %s)\n",
-					sched, sc.nodes, gpusPerNode, sc.pods, rep, dir)
+				if c.scenario == scenarioDRA {
+					dir = filepath.Join(c.work, fmt.Sprintf("dra-%s-%s-%s-%d", c.draClaims, sched, sc, rep))
+				}
+				fmt.Fprintf(os.Stderr, "==> %s, %d nodes x %d GPUs, %d pods, %s (run %d; logs in %s)\n",
+					sched, sc.nodes, gpusPerNode, sc.pods, c.describe(), rep, dir)
 				r, err := runOne(&c, sched, sc, dir)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "    failed: %v\n", err)
@@ -152,11 +167,24 @@ func run(args []string) int {
 			}
 		}
 	}
+	fmt.Fprintf(os.Stdout, "\nScenario: %s\n", c.describe())
 	printTable(os.Stdout, results)
 	if failed {
 		return 1
 	}
 	return 0
+}
+
+// describe says how the pods ask for their GPU.
+func (c *config) describe() string {
+	switch {
+	case c.scenario == scenarioGPUs:
+		return "gpus (nvidia.com/gpu for kube-scheduler, a GPUResource for wasmgpu)"
+	case c.draClaims == claimsFromTemplate:
+		return "dra (a ResourceClaim per pod, made from a ResourceClaimTemplate by the resourceclaim controller)"
+	default:
+		return "dra (a ResourceClaim per pod, made by name before the pods)"
+	}
 }
 
 func (r result) line() string {
@@ -347,12 +375,25 @@ func runOne(c *config, sched string, sc scale, dir string) (res result, err erro
 		return res, fmt.Errorf("creating namespace %s: %w", namespace, err)
 	}
 	started := time.Now()
+	dra := c.scenario == scenarioDRA
+	if dra {
+		if err := createDeviceClass(ctx, client); err != nil {
+			return res, err
+		}
+	}
 	if err := parallel(32, sc.nodes, func(i int) error {
-		return createNode(ctx, client, dyn, fmt.Sprintf("node-%04d", i), sched == "wasmgpu")
+		name := fmt.Sprintf("node-%04d", i)
+		if err := createNode(ctx, client, dyn, name, !dra, !dra && sched == "wasmgpu"); err != nil {
+			return err
+		}
+		if dra {
+			return createSlice(ctx, client, name)
+		}
+		return nil
 	}); err != nil {
 		return res, err
 	}
-	if sched == "wasmgpu" {
+	if sched == "wasmgpu" && !dra {
 		gr := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "wasmgpu.io/v1alpha1", "kind": "GPUResource",
 			"metadata": map[string]any{"name": "one-gpu", "namespace": namespace},
@@ -363,6 +404,21 @@ func runOne(c *config, sched string, sc scale, dir string) (res result, err erro
 		}
 	}
 	fmt.Fprintf(os.Stderr, "    %d nodes registered in %s\n", sc.nodes, time.Since(started).Round(time.Millisecond))
+	// Pod names; with claims by name, each pod's claim is made now, before
+	// the scheduler starts and before any timed creation.
+	names := make([]string, sc.pods)
+	for i := range names {
+		names[i] = fmt.Sprintf("pod-%05d", i)
+	}
+	if dra {
+		claimsStarted := time.Now()
+		if err := createClaims(ctx, client, c.draClaims, append([]string{"warm-up"}, names...)); err != nil {
+			return res, err
+		}
+		if c.draClaims == claimsByName {
+			fmt.Fprintf(os.Stderr, "    %d ResourceClaims created in %s\n", sc.pods+1, time.Since(claimsStarted).Round(time.Millisecond))
+		}
+	}
 
 	// The scheduler under test.
 	var proc *process
@@ -457,7 +513,7 @@ leaderElection:
 	}
 
 	// Warm-up: one pod bound means the scheduler has listed everything.
-	if _, err := client.CoreV1().Pods(namespace).Create(ctx, benchPod("warm-up", sched), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods(namespace).Create(ctx, benchPod("warm-up", sched, c), metav1.CreateOptions{}); err != nil {
 		return res, fmt.Errorf("creating pod warm-up: %w", err)
 	}
 	select {
@@ -474,8 +530,8 @@ leaderElection:
 	createErr := make(chan error, 1)
 	go func() {
 		createErr <- parallel(c.createConcurrency, sc.pods, func(i int) error {
-			name := fmt.Sprintf("pod-%05d", i)
-			pod := benchPod(name, sched)
+			name := names[i]
+			pod := benchPod(name, sched, c)
 			mu.Lock()
 			posted[name] = time.Now()
 			mu.Unlock()
@@ -507,6 +563,13 @@ leaderElection:
 	res.peakRSS, err = peakRSS(proc.cmd.Process.Pid)
 	if err != nil {
 		return res, err
+	}
+	if dra {
+		checked, err := verifyDRA(ctx, client, c.controlPlane, kubeconfig, dir)
+		if err != nil {
+			return res, err
+		}
+		fmt.Fprintf(os.Stderr, "    %s\n", checked)
 	}
 
 	mu.Lock()
@@ -557,8 +620,10 @@ func parallel(limit, n int, f func(int) error) error {
 }
 
 // createNode registers a Ready node as a kubelet would (status through the
-// status subresource), and for wasmgpu its GPUNode as an agent would.
-func createNode(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, name string, withGPUNode bool) error {
+// status subresource), with nvidia.com/gpu capacity as the device plugin
+// would advertise it if deviceCapacity, and its GPUNode as an agent would
+// publish it if withGPUNode.
+func createNode(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, name string, deviceCapacity, withGPUNode bool) error {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name:   name,
 		Labels: map[string]string{"kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true"},
@@ -571,7 +636,9 @@ func createNode(ctx context.Context, client kubernetes.Interface, dyn dynamic.In
 		corev1.ResourceCPU:    resource.MustParse("96"),
 		corev1.ResourceMemory: resource.MustParse("1Ti"),
 		corev1.ResourcePods:   resource.MustParse("110"),
-		"nvidia.com/gpu":      resource.MustParse(strconv.Itoa(gpusPerNode)),
+	}
+	if deviceCapacity {
+		resources["nvidia.com/gpu"] = resource.MustParse(strconv.Itoa(gpusPerNode))
 	}
 	now := metav1.Now()
 	created.Status = corev1.NodeStatus{
@@ -628,8 +695,9 @@ func createNode(ctx context.Context, client kubernetes.Interface, dyn dynamic.In
 	return nil
 }
 
-// benchPod is one pod asking for one GPU, the way each scheduler is asked.
-func benchPod(name, sched string) *corev1.Pod {
+// benchPod is one pod asking for one GPU, the way each scheduler is asked in
+// the scenario.
+func benchPod(name, sched string, c *config) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: corev1.PodSpec{
@@ -637,11 +705,15 @@ func benchPod(name, sched string) *corev1.Pod {
 			Containers:    []corev1.Container{{Name: "work", Image: "registry.k8s.io/pause:3.10"}},
 		},
 	}
-	switch sched {
-	case "kube-scheduler":
-		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
-	case "wasmgpu":
+	if sched == "wasmgpu" {
 		pod.Spec.SchedulerName = "wasmgpu"
+	}
+	switch {
+	case c.scenario == scenarioDRA:
+		useClaim(pod, c.draClaims)
+	case sched == "kube-scheduler":
+		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	default:
 		pod.Annotations = map[string]string{"wasmgpu.io/gpuresource": "one-gpu"}
 	}
 	return pod
