@@ -88,7 +88,7 @@ pub(super) async fn claim(
 
 /// A pending pod of wasmgpu using the claim `claim` (by name), restricted
 /// to the test's nodes.
-async fn dra_pod(ctx: &TestContext, name: &str, claim: &str) -> Result<Pod> {
+pub(super) async fn dra_pod(ctx: &TestContext, name: &str, claim: &str) -> Result<Pod> {
     dra_pod_with(ctx, name, &[("gpus", claim)]).await
 }
 

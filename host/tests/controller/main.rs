@@ -7,6 +7,7 @@ mod cleanup;
 mod configmaps;
 mod dra;
 mod dra_claims;
+mod dra_crash;
 mod dra_extended;
 mod dra_preemption;
 mod fairshare;
