@@ -19,6 +19,7 @@
 //! the claim, the field and the error named, and nothing is guessed.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::v1::{
@@ -65,17 +66,20 @@ pub(crate) struct PendingRequest {
 pub(crate) struct PendingAlternative {
     pub subrequest: Option<String>,
     pub count: Count,
-    /// Eligible devices as (node, UUID).
-    pub devices: Vec<(String, String)>,
-    /// Taints (`key=value:effect`) that keep devices its selectors select
-    /// from it, for the reason when it cannot be met.
-    pub untolerated: BTreeSet<String>,
+    /// The devices it may take: one list for every request of the survey
+    /// that selects alike (a thousand claims of one class share it).
+    pub candidates: Arc<Candidates>,
 }
 
 /// The devices a request may take, and the taints that kept others away.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Candidates {
+    /// Eligible devices as (node, UUID), sorted.
     pub devices: Vec<(String, String)>,
+    /// How many of them each node has.
+    pub per_node: Vec<(String, u32)>,
+    /// Taints (`key=value:effect`) that keep devices its selectors select
+    /// from it, for the reason when it cannot be met.
     pub untolerated: BTreeSet<String>,
 }
 
@@ -112,7 +116,11 @@ pub(crate) struct PendingConstraint {
 #[derive(Default)]
 pub(crate) struct CandidateCache {
     evaluator: Option<Evaluator>,
-    found: HashMap<String, Result<Candidates, String>>,
+    found: HashMap<String, Result<Arc<Candidates>, String>>,
+    /// The most devices of a candidate list (by its address: the lists
+    /// live in `found` as long as this cache) on one node that pods of the
+    /// same scheduling constraints (`PodFacts::constraints_key`) may run on.
+    most_on_one_node: HashMap<*const Candidates, HashMap<String, u32>>,
 }
 
 // === impl Index ===
@@ -207,30 +215,43 @@ impl Index {
     /// now: a request none of whose alternatives has its count of eligible
     /// devices on one node the pod may run on. The claim (`namespace/name`)
     /// and the reason; `None` when some node could hold each request.
-    pub(crate) fn claims_never_fit(
+    pub(crate) fn claims_never_fit<'a>(
         &self,
         pod: &PodFacts,
-        ask: &DraAsk,
+        ask: &'a DraAsk,
+        cache: &mut CandidateCache,
     ) -> Option<(String, String)> {
-        let mut node_allows = HashMap::new();
-        let mut allows = |node: &str| {
-            *node_allows.entry(node.to_string()).or_insert_with(|| {
+        let mut node_allows: HashMap<&str, bool> = HashMap::new();
+        let mut allows = |node: &'a str| {
+            *node_allows.entry(node).or_insert_with(|| {
                 self.name_to_node
                     .get(node)
                     .is_some_and(|facts| super::eligibility::check(pod, node, facts).is_ok())
             })
         };
+        let mut most_on_one_node = |candidates: &'a Arc<Candidates>| {
+            let by_constraints = cache
+                .most_on_one_node
+                .entry(Arc::as_ptr(candidates))
+                .or_default();
+            if let Some(&most) = by_constraints.get(pod.constraints_key.as_str()) {
+                return most;
+            }
+            let most = candidates
+                .per_node
+                .iter()
+                .filter(|(node, _)| allows(node))
+                .map(|(_, n)| *n)
+                .max()
+                .unwrap_or(0);
+            by_constraints.insert(pod.constraints_key.clone(), most);
+            most
+        };
         for claim in &ask.claims {
             for request in &claim.requests {
                 let mut most = 0;
                 let fits = request.alternatives.iter().any(|alternative| {
-                    let mut per_node: HashMap<&str, u32> = HashMap::new();
-                    for (node, _) in &alternative.devices {
-                        if allows(node) {
-                            *per_node.entry(node).or_default() += 1;
-                        }
-                    }
-                    let on_one = per_node.into_values().max().unwrap_or(0);
+                    let on_one = most_on_one_node(&alternative.candidates);
                     most = most.max(on_one);
                     on_one >= alternative.count.least()
                 });
@@ -238,7 +259,7 @@ impl Index {
                     let taints: BTreeSet<&str> = request
                         .alternatives
                         .iter()
-                        .flat_map(|a| &a.untolerated)
+                        .flat_map(|a| &a.candidates.untolerated)
                         .map(String::as_str)
                         .collect();
                     let reason = if most == 0 && !taints.is_empty() {
@@ -374,15 +395,11 @@ impl Index {
         tolerations: &[DeviceToleration],
         cache: &mut CandidateCache,
     ) -> Result<PendingAlternative, String> {
-        let Candidates {
-            devices,
-            untolerated,
-        } = self.candidates(at, class_name, selectors, tolerations, cache)?;
+        let candidates = self.candidates(at, class_name, selectors, tolerations, cache)?;
         Ok(PendingAlternative {
             subrequest,
             count,
-            devices,
-            untolerated,
+            candidates,
         })
     }
 
@@ -395,13 +412,15 @@ impl Index {
         selectors: &[DeviceSelector],
         tolerations: &[DeviceToleration],
         cache: &mut CandidateCache,
-    ) -> Result<Candidates, String> {
+    ) -> Result<Arc<Candidates>, String> {
         let cache_key =
             serde_json::to_string(&(class_name, selectors, tolerations)).unwrap_or_default();
         if let Some(found) = cache.found.get(&cache_key) {
             return found.clone();
         }
-        let found = self.evaluate(at, class_name, selectors, tolerations, cache);
+        let found = self
+            .evaluate(at, class_name, selectors, tolerations, cache)
+            .map(Arc::new);
         cache.found.insert(cache_key, found.clone());
         found
     }
@@ -471,6 +490,12 @@ impl Index {
             }
         }
         found.devices.sort();
+        for (node, _) in &found.devices {
+            match found.per_node.last_mut() {
+                Some((last, n)) if last == node => *n += 1,
+                _ => found.per_node.push((node.clone(), 1)),
+            }
+        }
         Ok(found)
     }
 
@@ -517,7 +542,7 @@ impl Index {
             .collect();
         for &p in &positions {
             for alternative in &requests[p as usize].alternatives {
-                for (node, uuid) in &alternative.devices {
+                for (node, uuid) in &alternative.candidates.devices {
                     let Some(gpu) = by_uuid.get(&(node.as_str(), uuid.as_str())) else {
                         continue;
                     };

@@ -4,13 +4,14 @@
 //! allocated claims pin it to.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use wasmgpu_contract::bits;
 use wasmgpu_contract::types::{
     Alternative, AttributeValue, Claim, ClaimRequest, Constraint, GpuRef,
 };
 
-use super::claim_asks::{Count, DraAsk, PendingAlternative};
+use super::claim_asks::{Candidates, Count, DraAsk, PendingAlternative};
 use super::eligibility::term_matches;
 use crate::facts::node::NodeFacts;
 
@@ -19,6 +20,11 @@ use crate::facts::node::NodeFacts;
 pub(crate) struct CandidateSets {
     pub sets: Vec<Vec<GpuRef>>,
     set_to_position: HashMap<Vec<GpuRef>, u32>,
+    /// Candidate lists already turned into a set, by the list's address
+    /// (kept alive here, so no other list takes it): the survey shares one
+    /// list among the requests that select alike, so a thousand such
+    /// requests cost one translation.
+    list_to_set: HashMap<*const Candidates, (Arc<Candidates>, u32)>,
 }
 
 impl CandidateSets {
@@ -30,6 +36,30 @@ impl CandidateSets {
         let p = self.sets.len() as u32 - 1;
         self.set_to_position.insert(set, p);
         p
+    }
+
+    /// The positions of `candidates` on the candidate nodes, sorted, and
+    /// their set's position in the snapshot.
+    fn of(&mut self, candidates: &Arc<Candidates>, view: &NodesView<'_>) -> (&[GpuRef], u32) {
+        let key = Arc::as_ptr(candidates);
+        let set = match self.list_to_set.get(&key) {
+            Some(&(_, set)) => set,
+            None => {
+                let mut refs: Vec<GpuRef> = candidates
+                    .devices
+                    .iter()
+                    .filter_map(|(node, uuid)| {
+                        view.positions.get(&(node.as_str(), uuid.as_str())).copied()
+                    })
+                    .collect();
+                refs.sort();
+                refs.dedup();
+                let set = self.intern(refs);
+                self.list_to_set.insert(key, (Arc::clone(candidates), set));
+                set
+            }
+        };
+        (&self.sets[set as usize], set)
     }
 }
 
@@ -118,18 +148,12 @@ fn alternative_record(
     eligible: &mut [u64],
     sets: &mut CandidateSets,
 ) -> Alternative {
-    let mut refs: Vec<GpuRef> = alternative
-        .devices
-        .iter()
-        .filter_map(|(node, uuid)| view.positions.get(&(node.as_str(), uuid.as_str())).copied())
-        .collect();
-    refs.sort();
-    refs.dedup();
+    let (refs, set) = sets.of(&alternative.candidates, view);
     let count = match alternative.count {
         Count::Exactly(n) => n,
         Count::All => {
             let mut per_node: HashMap<u32, u32> = HashMap::new();
-            for r in &refs {
+            for r in refs {
                 *per_node.entry(r.node).or_default() += 1;
             }
             let on = |n: u32| per_node.get(&n).copied().unwrap_or(0);
@@ -144,7 +168,7 @@ fn alternative_record(
     Alternative {
         subrequest: alternative.subrequest.clone(),
         count,
-        candidates: sets.intern(refs),
+        candidates: set,
     }
 }
 

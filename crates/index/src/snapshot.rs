@@ -128,10 +128,15 @@ impl Index {
         problems
     }
 
-    /// The problems of [`Index::problems`], and gang members waiting past
-    /// their PodGroup's `scheduleTimeoutSeconds` at `now_ms`.
-    pub(super) fn problems_in(&self, holdings: &Holdings, now_ms: u64) -> Vec<Problem> {
-        let survey = self.survey(holdings);
+    /// The problems of [`Index::problems`] from `survey`, made of
+    /// `holdings`, and gang members waiting past their PodGroup's
+    /// `scheduleTimeoutSeconds` at `now_ms`.
+    pub(super) fn problems_of(
+        &self,
+        survey: Survey<'_>,
+        holdings: &Holdings,
+        now_ms: u64,
+    ) -> Vec<Problem> {
         let mut problems = survey.problems;
         problems.extend(self.gang_timeouts(&survey.waiting, holdings, now_ms));
         problems.extend(self.resourceslice_problems());
@@ -279,7 +284,7 @@ impl Index {
             });
         }
         let ask = self.dra_ask(key, pod, cache)?;
-        if let Some((claim, reason)) = self.claims_never_fit(pod, &ask) {
+        if let Some((claim, reason)) = self.claims_never_fit(pod, &ask, cache) {
             return Err(Problem::UnsatisfiableClaim {
                 pod: key.clone(),
                 claim,

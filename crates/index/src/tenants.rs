@@ -21,6 +21,7 @@ use wasmgpu_contract::types::{Ask, Tenant};
 use crate::facts::tenant::TenantFacts;
 use crate::holdings::Holdings;
 use crate::index::Index;
+use crate::snapshot::Survey;
 
 /// Most namespaces a tenant's status lists.
 const MAX_NAMESPACES_SEEN: usize = 100;
@@ -164,7 +165,18 @@ impl Index {
         if self.name_to_tenant.is_empty() {
             return Vec::new();
         }
-        let survey = self.survey(holdings);
+        self.tenant_views_of(holdings, &self.survey(holdings))
+    }
+
+    /// [`Index::tenant_views_in`] from a survey already made.
+    pub(crate) fn tenant_views_of(
+        &self,
+        holdings: &Holdings,
+        survey: &Survey<'_>,
+    ) -> Vec<TenantView> {
+        if self.name_to_tenant.is_empty() {
+            return Vec::new();
+        }
         self.tenant_table(holdings, survey.asks()).views
     }
 

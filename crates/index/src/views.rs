@@ -224,14 +224,17 @@ impl Index {
     /// `now_ms` (milliseconds since the Unix epoch: gang timeouts).
     pub fn round_report(&self, now_ms: u64) -> RoundReport {
         let holdings = self.holdings();
+        // One survey for the tenants' views and the problems.
+        let survey = self.survey(&holdings);
+        let tenants = self.tenant_views_of(&holdings, &survey);
         RoundReport {
             resources: self.resources(),
             counts: self.pod_counts_in(&holdings),
-            problems: self.problems_in(&holdings, now_ms),
+            problems: self.problems_of(survey, &holdings, now_ms),
             unhealthy: self.unhealthy_holdings_in(&holdings),
             outdated: self.outdated_holdings_in(&holdings),
             gpus: self.gpu_states_in(&holdings),
-            tenants: self.tenant_views_in(&holdings),
+            tenants,
         }
     }
 }
