@@ -21,7 +21,6 @@ use wasmgpu_contract::types::{Ask, Tenant};
 use crate::facts::tenant::TenantFacts;
 use crate::holdings::Holdings;
 use crate::index::Index;
-use crate::snapshot::Survey;
 
 /// Most namespaces a tenant's status lists.
 const MAX_NAMESPACES_SEEN: usize = 100;
@@ -165,19 +164,19 @@ impl Index {
         if self.name_to_tenant.is_empty() {
             return Vec::new();
         }
-        self.tenant_views_of(holdings, &self.survey(holdings))
+        self.tenant_views_of(holdings, self.survey(holdings).asks())
     }
 
-    /// [`Index::tenant_views_in`] from a survey already made.
-    pub(crate) fn tenant_views_of(
+    /// [`Index::tenant_views_in`] from the asks of a survey already made.
+    pub(crate) fn tenant_views_of<'w>(
         &self,
         holdings: &Holdings,
-        survey: &Survey<'_>,
+        waiting: impl Iterator<Item = (&'w str, &'w Ask)>,
     ) -> Vec<TenantView> {
         if self.name_to_tenant.is_empty() {
             return Vec::new();
         }
-        self.tenant_table(holdings, survey.asks()).views
+        self.tenant_table(holdings, waiting).views
     }
 
     /// The round's tenant table: `waiting` is every pod that waits, of

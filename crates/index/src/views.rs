@@ -226,7 +226,7 @@ impl Index {
         let holdings = self.holdings();
         // One survey for the tenants' views and the problems.
         let survey = self.survey(&holdings);
-        let tenants = self.tenant_views_of(&holdings, &survey);
+        let tenants = self.tenant_views_of(&holdings, survey.asks());
         RoundReport {
             resources: self.resources(),
             counts: self.pod_counts_in(&holdings),
