@@ -5,6 +5,8 @@
 //	control-plane serve --kubeconfig PATH   start; one line on stdout once ready
 //	control-plane kubectl ARGS...           kubectl (also when run through a link named kubectl)
 //	control-plane dra-check --kubeconfig PATH upstream's check of every allocated ResourceClaim
+//	control-plane kubelet-dra --kubeconfig PATH --node NODE --pod NS/NAME...
+//	                                        the kubelet's DRA manager prepares the pods' claims
 //	control-plane version                   the Kubernetes version it was built from
 package main
 
@@ -30,6 +32,8 @@ func main() {
 		os.Exit(runKubectl(os.Args[2:]))
 	case "dra-check":
 		os.Exit(draCheck(os.Args[2:]))
+	case "kubelet-dra":
+		os.Exit(kubeletDRA(os.Args[2:]))
 	case "version", "--version":
 		fmt.Println(kubernetesVersion())
 	case "help", "-h", "--help":
@@ -45,6 +49,8 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   control-plane serve [--kubeconfig PATH] [--stop-on-stdin-eof] [--controllers=resourceclaim,garbagecollector,namespace] [--apiserver-arg=--flag=value ...]
   control-plane dra-check [--kubeconfig PATH] [--namespace NS]   upstream's check of every allocated ResourceClaim
+  control-plane kubelet-dra [--kubeconfig PATH] --node NODE --pod NS/NAME [--pod NS/NAME ...]
+                                  the kubelet's DRA manager prepares the pods' claims (stub gpu.nvidia.com plugin)
   control-plane kubectl ARGS...   (or run it through a link named kubectl)
   control-plane version
 Run "control-plane serve -h" for the options of serve.

@@ -9,6 +9,7 @@ mod dra;
 mod dra_claims;
 mod dra_crash;
 mod dra_extended;
+mod dra_kubelet;
 mod dra_preemption;
 mod fairshare;
 mod gangs;
