@@ -84,7 +84,7 @@ demo-offline: policies build ## Run binpack and spread on the demo snapshot and 
 	@echo "==> binpack and spread side by side"
 	@$(WASMGPU) policy compare $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm $(WASMGPU_POLICY_DIR)/wasmgpu_spread.wasm --snapshot $(DEMO_SNAPSHOT)
 
-test: policies-all test-sdks control-plane registry helm promtool chromium ## Run every test (unit, Wasm engine, real control plane, registry, Helm chart, SDKs)
+test: policies-all test-sdks control-plane kube-scheduler registry helm promtool chromium ## Run every test (unit, Wasm engine, real control plane, registry, Helm chart, SDKs)
 	@echo "==> tests/bench/figures.py (how make bench writes docs/BENCHMARKS.md)"
 	@python3 tests/bench/figures.py --self-test
 	@echo "==> cargo test (release)"
@@ -150,6 +150,18 @@ CLUSTER_KUBECONFIG := $(CURDIR)/.work/kubeconfig
 # The test harness (tests/harness) finds the binaries through these.
 export WASMGPU_CONTROL_PLANE := $(CONTROL_PLANE_BIN)
 export WASMGPU_KUBECTL := $(KUBECTL_BIN)
+
+# kube-scheduler v1.37, for the DRA test that runs it beside the controller
+# (host/tests/controller/dra_churn.rs): the end-to-end benchmark's binary
+# (tests/bench, the same Kubernetes modules), built once into a cache outside
+# the clone by the hash of tests/bench; its `kube-scheduler` command runs it.
+BENCH_BUILD := tests/bench/build.sh
+export WASMGPU_BENCH_E2E := $(shell $(BENCH_BUILD) --path)
+
+.PHONY: kube-scheduler
+kube-scheduler: ## Build kube-scheduler (inside the end-to-end benchmark's binary; once, cached outside the clone) and print its path
+	@$(BENCH_BUILD) >/dev/null
+	@echo $(WASMGPU_BENCH_E2E)
 
 # The OCI registry the policy-component tests push to and pull from: the CNCF
 # distribution registry, built from its Go module like the control plane,

@@ -6,6 +6,7 @@ mod chaos;
 mod cleanup;
 mod configmaps;
 mod dra;
+mod dra_churn;
 mod dra_claims;
 mod dra_crash;
 mod dra_extended;

@@ -23,9 +23,11 @@
 //! starts an OCI registry (TLS, basic auth) to push policy components to.
 //!
 //! The binary comes from `make control-plane` (see `docs/CONTROL-PLANE.md`);
-//! `WASMGPU_CONTROL_PLANE` names it. Set `WASMGPU_TEST_KUBECONFIG` to run the
-//! tests against a cluster that is already running (e.g. `make cluster`)
-//! instead, and `WASMGPU_CONTROL_PLANE_LOG` to keep the server's whole log.
+//! `WASMGPU_CONTROL_PLANE` names it. A test that runs kube-scheduler finds
+//! it with [`kube_scheduler_binary`] (`make kube-scheduler`). Set
+//! `WASMGPU_TEST_KUBECONFIG` to run the tests against a cluster that is
+//! already running (e.g. `make cluster`) instead, and
+//! `WASMGPU_CONTROL_PLANE_LOG` to keep the server's whole log.
 
 #![forbid(unsafe_code)]
 
@@ -50,7 +52,10 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, Resource};
 
 pub use identity::ServiceAccountIdentity;
-pub use locate::{CONTROL_PLANE_ENV, KUBECTL_ENV, control_plane_binary, kubectl_binary};
+pub use locate::{
+    CONTROL_PLANE_ENV, KUBE_SCHEDULER_ENV, KUBECTL_ENV, control_plane_binary,
+    kube_scheduler_binary, kubectl_binary,
+};
 pub use node::FakeNode;
 pub use pod::{PodPhase, set_pod_phase};
 pub use proxy::ApiProxy;

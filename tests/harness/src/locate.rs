@@ -1,4 +1,5 @@
-//! Finding the control-plane binary and kubectl.
+//! Finding the binaries built from the Kubernetes Go modules: the control
+//! plane, kubectl and kube-scheduler.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,26 +10,39 @@ use anyhow::{Context, Result, bail};
 pub const CONTROL_PLANE_ENV: &str = "WASMGPU_CONTROL_PLANE";
 /// Names kubectl; by default the `kubectl` next to the control-plane binary.
 pub const KUBECTL_ENV: &str = "WASMGPU_KUBECTL";
-
-/// The script that builds the control plane and knows where its cache is.
-fn build_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../control-plane/build.sh")
-}
+/// Names the end-to-end benchmark's binary (`tests/bench`), whose
+/// `kube-scheduler` command is kube-scheduler; `make` sets it.
+pub const KUBE_SCHEDULER_ENV: &str = "WASMGPU_BENCH_E2E";
 
 /// The control-plane binary: `$WASMGPU_CONTROL_PLANE`, or else the cache
 /// entry that `make control-plane` builds for the sources in this checkout.
 pub fn control_plane_binary() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os(CONTROL_PLANE_ENV).filter(|p| !p.is_empty()) {
+    built("control-plane", CONTROL_PLANE_ENV, "control-plane")
+}
+
+/// The binary whose first argument `kube-scheduler` runs kube-scheduler
+/// (v1.37, from the same modules as the control plane; the one `make
+/// bench-e2e` compares with): `$WASMGPU_BENCH_E2E`, or else the cache entry
+/// that `make kube-scheduler` builds for the sources in this checkout.
+pub fn kube_scheduler_binary() -> Result<PathBuf> {
+    built("bench", KUBE_SCHEDULER_ENV, "kube-scheduler")
+}
+
+/// The binary `tests/<dir>/build.sh` builds: the path `env` names, or else
+/// the cache entry the script names for these sources (`make <target>`
+/// builds it).
+fn built(dir: &str, env: &str, target: &str) -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os(env).filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
         if !path.is_file() {
             bail!(
-                "{CONTROL_PLANE_ENV}={} does not exist: run `make control-plane` to build it",
+                "{env}={} does not exist: run `make {target}` to build it",
                 path.display()
             );
         }
         return Ok(path);
     }
-    let script = build_script();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../{dir}/build.sh"));
     let output = Command::new(&script)
         .arg("--path")
         .output()
@@ -43,8 +57,8 @@ pub fn control_plane_binary() -> Result<PathBuf> {
     let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
     if !path.is_file() {
         bail!(
-            "the control plane is not built for these sources (expected at {}): run \
-             `make control-plane` (a cold build takes several minutes), or set {CONTROL_PLANE_ENV}",
+            "tests/{dir} is not built for these sources (expected at {}): run \
+             `make {target}` (a cold build takes several minutes), or set {env}",
             path.display()
         );
     }
