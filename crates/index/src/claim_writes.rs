@@ -88,6 +88,35 @@ impl Index {
         Ok(writes)
     }
 
+    /// Why `write`'s allocation can no longer be written: one of its
+    /// devices is in another claim's allocation, as the watch shows it now.
+    /// Nothing serialises two schedulers: kube-scheduler may have allocated
+    /// the device between the round that chose it and this write. `None`
+    /// when none of its devices is held by another claim (or it writes no
+    /// allocation).
+    pub fn taken_meanwhile(&self, write: &ClaimWrite) -> Option<String> {
+        let results = write
+            .allocation
+            .as_ref()?
+            .devices
+            .as_ref()?
+            .results
+            .as_ref()?;
+        results.iter().find_map(|result| {
+            self.dra
+                .allocated()
+                .find(|(claim, id)| {
+                    **claim != write.claim
+                        && id.driver == result.driver
+                        && id.pool == result.pool
+                        && id.device == result.device
+                })
+                .map(|(claim, id)| {
+                    format!("device {id} was allocated to ResourceClaim {claim} meanwhile")
+                })
+        })
+    }
+
     /// The pod's claims allocated already and not reserved for it yet.
     fn reservations(&self, pod: &ObjectKey) -> Vec<ClaimWrite> {
         let Some(facts) = self.key_to_pod.get(pod) else {

@@ -9,6 +9,7 @@
 //!  GET claim ─ gone / recreated / deleting / allocated by another ─▶ NotBound
 //!     │                                   (the GPUs are free again)
 //!     ├─ finalizer missing ─▶ update (resourceVersion)
+//!     ├─ a device another claim holds by now (the watch) ─▶ NotBound
 //!     └─ status: allocation (ours, or already ours) + reservedFor ∪ pod
 //!          409 / 4xx ─▶ NotBound · timeout, 5xx ─▶ Unknown (sent again: the
 //!          read-back finds its own allocation and goes on)
@@ -65,6 +66,17 @@ impl Writer {
                 .timed("claim", api.replace(name, &PostParams::default(), &claim))
                 .await
                 .map_err(|e| refused_or_unknown(&write.claim, &e))?;
+        }
+        let allocating = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .is_none();
+        if allocating {
+            let taken = self.shared.index().taken_meanwhile(write);
+            if let Some(reason) = taken {
+                return Err(Outcome::NotBound(reason));
+            }
         }
         reserve(&mut claim, write, binding);
         self.timed(

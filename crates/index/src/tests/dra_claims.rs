@@ -593,6 +593,54 @@ fn the_allocation_written_names_the_devices_the_node_and_the_class_config() {
 }
 
 #[test]
+fn a_device_another_claim_took_since_the_round_is_not_written() {
+    let mut index = dra_index();
+    index.apply_resourceclaim(&claim("c", vec![exactly("gpus", 2, &[])]));
+    index.apply_pod(&pod("ml", "p").claim("gpus", "c").build());
+    let (claims, _) = claims_of(&index, "ml/p");
+    let chosen = ["GPU-node-a-2", "GPU-node-a-5"].map(|uuid| Chosen {
+        claim: 0,
+        request: "gpus".into(),
+        uuid,
+    });
+    let writes = index
+        .claim_writes(
+            &ObjectKey::new("ml", "p"),
+            &names(&claims),
+            &chosen,
+            "node-a",
+        )
+        .unwrap();
+    assert_eq!(index.taken_meanwhile(&writes[0]), None);
+
+    // Another scheduler allocates gpu-5 before the write: it is not written.
+    index.apply_resourceclaim(&allocated_claim(
+        "other",
+        "theirs",
+        "node-a",
+        &[("gpu-5", false)],
+    ));
+    let why = index.taken_meanwhile(&writes[0]).expect("gpu-5 is taken");
+    assert_eq!(
+        why,
+        "device gpu.nvidia.com/node-a/gpu-5 was allocated to ResourceClaim other/theirs meanwhile"
+    );
+
+    // A result with adminAccess monitors the device without holding it.
+    index.apply_resourceclaim(&allocated_claim(
+        "other",
+        "theirs",
+        "node-a",
+        &[("gpu-5", true)],
+    ));
+    assert_eq!(index.taken_meanwhile(&writes[0]), None);
+
+    // The claim's own allocation (a write sent again) is not another's.
+    index.apply_resourceclaim(&allocated_claim("ml", "c", "node-a", &[("gpu-2", false)]));
+    assert_eq!(index.taken_meanwhile(&writes[0]), None);
+}
+
+#[test]
 fn a_claim_no_node_could_ever_hold_is_kept_from_the_policy_with_the_reason() {
     let mut index = dra_index();
     // More than any node has.
