@@ -4,6 +4,8 @@
 //! selector naming the node) and the pod in `status.reservedFor`, in one
 //! status update; a claim allocated already only gets the pod reserved.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceRequest,
@@ -74,6 +76,7 @@ impl Index {
             writes.push(ClaimWrite {
                 claim: key,
                 uid: facts.uid().to_string(),
+                seen: Some(Arc::clone(&facts.claim)),
                 allocation: Some(AllocationResult {
                     devices: Some(DeviceAllocationResult {
                         config: Some(self.allocation_config(&facts.claim, &results)),
@@ -132,6 +135,7 @@ impl Index {
                     uid: claim.uid().to_string(),
                     claim: key,
                     allocation: None,
+                    seen: Some(Arc::clone(&claim.claim)),
                 })
             })
             .collect()

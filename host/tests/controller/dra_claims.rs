@@ -615,3 +615,116 @@ async fn a_device_taint_rule_keeps_its_devices_from_claims_that_do_not_tolerate_
     upstream_agrees(&ctx).await?;
     clean_up(&ctx, controller, &slice_name, node).await
 }
+
+/// The controller writes a claim from the copy its watch showed when the
+/// round decided, without reading it again. Here another writer changes
+/// every claim every few milliseconds while they are allocated, so that
+/// copy is often out of date: the server refuses the write (409), the
+/// controller reads the claim and writes from what it finds, and nothing
+/// the other writer wrote is lost.
+#[tokio::test]
+async fn a_claim_changed_after_the_round_saw_it_is_written_from_what_the_server_has() -> Result<()>
+{
+    let _turn = exclusive().await;
+    let ctx = TestContext::new("ctl-dra-stale").await?;
+    install_crds(&ctx).await?;
+    nvidia_class(&ctx).await?;
+    let (node, slice_name) = h100_node(&ctx, 8).await?;
+    let names: Vec<String> = (0..4).map(|i| format!("busy-{i}")).collect();
+    for name in &names {
+        claim(&ctx, name, 2, "true", "gpu.nvidia.com").await?;
+    }
+
+    // The other writer: a label bumped on every claim, every 5 ms.
+    let claims = ctx.api::<ResourceClaim>();
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let toucher = {
+        let (claims, names) = (claims.clone(), names.clone());
+        tokio::spawn(async move {
+            let mut touches = 0u32;
+            while !*stopped.borrow_and_update() {
+                touches += 1;
+                for name in &names {
+                    let patch = json!({"metadata": {"labels": {"touched": touches.to_string()}}});
+                    claims
+                        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await?;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            anyhow::Ok(touches)
+        })
+    };
+
+    let port = super::operate::free_port()?;
+    let controller = Controller::start_with(
+        &ctx,
+        &["--http-address".into(), format!("127.0.0.1:{port}")],
+    )
+    .await?;
+    for name in &names {
+        dra_pod(&ctx, name, name).await?;
+    }
+    let mut devices = BTreeSet::new();
+    for name in &names {
+        let pod = wait_bound(&ctx, name).await?;
+        assert_eq!(node_of(&pod).as_deref(), Some(node.as_str()));
+    }
+    stop.send(true)?;
+    let touches = toucher.await??;
+
+    for name in &names {
+        let claim = claims.get(name).await?;
+        let reserved: Vec<String> = claim
+            .status
+            .iter()
+            .flat_map(|s| s.reserved_for.iter().flatten())
+            .map(|r| r.name.clone())
+            .collect();
+        assert_eq!(
+            reserved,
+            std::slice::from_ref(name),
+            "{name} reserved for its pod"
+        );
+        let held = allocated(&claim);
+        assert_eq!(held.len(), 2, "{name}: {held:?}");
+        for device in held {
+            assert!(devices.insert(device.clone()), "{device} in two claims");
+        }
+        // The other writer's last label is there: no write of the
+        // controller overwrote the claim from an older copy.
+        assert_eq!(
+            claim
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("touched")),
+            Some(&touches.to_string()),
+            "{name}"
+        );
+        assert!(
+            claim
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == "resource.kubernetes.io/delete-protection")
+        );
+    }
+    // The path this test is about was taken: writes from an out-of-date
+    // copy were refused and done again from the server's.
+    let (_, metrics) = super::operate::get(port, "/metrics").await?;
+    let conflicts: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("wasmgpu_api_writes_total{") && l.contains("result=\"409\""))
+        .filter(|l| l.contains("kind=\"claim\"") || l.contains("kind=\"claim-status\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(conflicts > 0, "no claim write refused:\n{metrics}");
+    println!(
+        "{touches} touches of each claim; {conflicts} claim writes refused (409) and done again"
+    );
+    upstream_agrees(&ctx).await?;
+
+    clean_up(&ctx, controller, &slice_name, node).await
+}

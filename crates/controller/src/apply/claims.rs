@@ -1,18 +1,22 @@
 //! A DRA pod's claims, written before its binding as kube-scheduler writes
-//! them (PreBind): read the claim again; add the finalizer
-//! `resource.kubernetes.io/delete-protection`; then one status update
-//! setting `allocation` and adding the pod to `reservedFor`. Both writes
-//! carry the `resourceVersion` read, so a claim another writer changed
-//! meanwhile is never overwritten.
+//! them (PreBind): add the finalizer `resource.kubernetes.io/delete-protection`;
+//! then one status update setting `allocation` and adding the pod to
+//! `reservedFor`. The writes start from the claim as the watch showed it
+//! when the round decided (no read), and carry its `resourceVersion`, so a
+//! claim another writer changed meanwhile is never overwritten: the server
+//! answers 409, and the writer reads the claim and tries once more from
+//! what it finds.
 //!
 //! ```text
-//!  GET claim ─ gone / recreated / deleting / allocated by another ─▶ NotBound
+//!  claim as watched (else GET)
+//!     │ ─ recreated / deleting / allocated by another ─▶ NotBound
 //!     │                                   (the GPUs are free again)
 //!     ├─ finalizer missing ─▶ update (resourceVersion)
 //!     ├─ a device another claim holds by now (the watch) ─▶ NotBound
 //!     └─ status: allocation (ours, or already ours) + reservedFor ∪ pod
-//!          409 / 4xx ─▶ NotBound · timeout, 5xx ─▶ Unknown (sent again: the
-//!          read-back finds its own allocation and goes on)
+//!          409 ─▶ GET, once more from the top (gone ─▶ NotBound)
+//!          other 4xx ─▶ NotBound · timeout, 5xx ─▶ Unknown (sent again:
+//!          it finds its own allocation and goes on)
 //! ```
 //!
 //! A crash after the status update leaves the claim allocated and reserved
@@ -41,14 +45,27 @@ impl Writer {
         Ok(())
     }
 
+    /// One claim's writes. The first try starts from the copy the decision
+    /// saw (no read); a conflict (409: the claim changed since) reads the
+    /// claim and tries once more from what the server has, as
+    /// kube-scheduler's PreBind does.
     async fn write_claim(
         &self,
         binding: &PendingBinding,
         write: &ClaimWrite,
     ) -> Result<(), Outcome> {
         let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &write.claim.namespace);
-        let name = &write.claim.name;
-        let mut claim = match self.timed("claim", api.get_opt(name)).await {
+        let seen = write
+            .seen
+            .as_deref()
+            .filter(|c| c.metadata.resource_version.is_some());
+        if let Some(seen) = seen {
+            match self.write_from(&api, seen.clone(), binding, write).await {
+                Err(Written::Conflict(_)) => {}
+                other => return other.map_err(Written::outcome),
+            }
+        }
+        let claim = match self.timed("claim", api.get_opt(&write.claim.name)).await {
             Ok(Some(claim)) => claim,
             Ok(None) => {
                 return Err(Outcome::NotBound(format!(
@@ -58,14 +75,29 @@ impl Writer {
             }
             Err(error) => return Err(unknown(&write.claim, &error)),
         };
-        still_writable(&claim, write).map_err(Outcome::NotBound)?;
+        self.write_from(&api, claim, binding, write)
+            .await
+            .map_err(Written::outcome)
+    }
+
+    /// The finalizer (if missing) and the status update, from `claim` as
+    /// last known; each write carries its `resourceVersion`.
+    async fn write_from(
+        &self,
+        api: &Api<ResourceClaim>,
+        mut claim: ResourceClaim,
+        binding: &PendingBinding,
+        write: &ClaimWrite,
+    ) -> Result<(), Written> {
+        let name = &write.claim.name;
+        still_writable(&claim, write).map_err(|e| Written::Failed(Outcome::NotBound(e)))?;
         let finalizers = claim.metadata.finalizers.get_or_insert_default();
         if write.allocation.is_some() && !finalizers.iter().any(|f| f == CLAIM_DELETE_PROTECTION) {
             finalizers.push(CLAIM_DELETE_PROTECTION.to_string());
             claim = self
                 .timed("claim", api.replace(name, &PostParams::default(), &claim))
                 .await
-                .map_err(|e| refused_or_unknown(&write.claim, &e))?;
+                .map_err(|e| Written::of(&write.claim, &e))?;
         }
         let allocating = claim
             .status
@@ -75,7 +107,7 @@ impl Writer {
         if allocating {
             let taken = self.shared.index().taken_meanwhile(write);
             if let Some(reason) = taken {
-                return Err(Outcome::NotBound(reason));
+                return Err(Written::Failed(Outcome::NotBound(reason)));
             }
         }
         reserve(&mut claim, write, binding);
@@ -84,7 +116,7 @@ impl Writer {
             api.replace_status(name, &PostParams::default(), &claim),
         )
         .await
-        .map_err(|e| refused_or_unknown(&write.claim, &e))?;
+        .map_err(|e| Written::of(&write.claim, &e))?;
         tracing::debug!(pod = %binding.pod, claim = %write.claim, allocated = write.allocation.is_some(), "Claim written");
         Ok(())
     }
@@ -180,14 +212,36 @@ fn same_devices(
     results(a) == results(b)
 }
 
-/// A write refused by the server (4xx, a conflict among them) did not
-/// happen: the binding is decided again. Anything else may have.
-fn refused_or_unknown(claim: &wasmgpu_index::ObjectKey, error: &ApplyError) -> Outcome {
-    match error {
-        ApplyError::Api(kube::Error::Api(status)) if (400..500).contains(&status.code) => {
-            Outcome::NotBound(format!("writing ResourceClaim {claim}: {error}"))
+/// Why a claim's write did not go through.
+enum Written {
+    /// The server refused it for a changed claim (409): read the claim and
+    /// decide again.
+    Conflict(Outcome),
+    /// What became of the binding.
+    Failed(Outcome),
+}
+
+impl Written {
+    /// A write refused by the server (4xx) did not happen: the binding is
+    /// decided again. Anything else may have.
+    fn of(claim: &wasmgpu_index::ObjectKey, error: &ApplyError) -> Self {
+        match error {
+            ApplyError::Api(kube::Error::Api(status)) if (400..500).contains(&status.code) => {
+                let refused = Outcome::NotBound(format!("writing ResourceClaim {claim}: {error}"));
+                if status.code == 409 {
+                    Self::Conflict(refused)
+                } else {
+                    Self::Failed(refused)
+                }
+            }
+            _ => Self::Failed(unknown(claim, error)),
         }
-        _ => unknown(claim, error),
+    }
+
+    fn outcome(self) -> Outcome {
+        match self {
+            Self::Conflict(outcome) | Self::Failed(outcome) => outcome,
+        }
     }
 }
 
@@ -289,6 +343,7 @@ mod tests {
             claim: ObjectKey::new("ml", "c"),
             uid: "u1".into(),
             allocation: allocating.map(allocation),
+            seen: None,
         }
     }
 

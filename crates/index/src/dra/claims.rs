@@ -1,15 +1,18 @@
 //! What the index keeps of ResourceClaims and DeviceClasses.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceClassConfiguration, ResourceClaim};
 
 use super::cel::{self, Selector};
 use super::pools::DeviceId;
 
-/// A ResourceClaim as watched, and the devices its allocation holds.
+/// A ResourceClaim as watched (shared with the writes decided on it), and
+/// the devices its allocation holds.
 #[derive(Clone, Debug)]
 pub(crate) struct ClaimFacts {
-    pub claim: ResourceClaim,
+    pub claim: Arc<ResourceClaim>,
     /// Every allocated device but those with `adminAccess`.
     pub held: Vec<DeviceId>,
 }
@@ -18,7 +21,7 @@ impl ClaimFacts {
     pub fn of(claim: &ResourceClaim) -> Self {
         Self {
             held: allocated_devices(claim),
-            claim: claim.clone(),
+            claim: Arc::new(claim.clone()),
         }
     }
 

@@ -276,7 +276,7 @@ impl DraInventory {
         self.key_to_claim
             .range(first..)
             .take_while(move |(k, _)| k.namespace == namespace)
-            .map(|(_, c)| &c.claim)
+            .map(|(_, c)| &*c.claim)
     }
 
     /// Records a DeviceClass (compiling its selectors).

@@ -2,7 +2,9 @@
 //! claims get), and what the index keeps of one sent until the pod watch
 //! shows it.
 
-use k8s_openapi::api::resource::v1::AllocationResult;
+use std::sync::Arc;
+
+use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use wasmgpu_api::PodAllocation;
 
 use crate::key::ObjectKey;
@@ -45,4 +47,9 @@ pub struct ClaimWrite {
     /// The allocation to write; `None` when the claim is allocated already
     /// and the pod is only added to `status.reservedFor`.
     pub allocation: Option<AllocationResult>,
+    /// The claim as the watch showed it when the write was decided. The
+    /// writer starts from this copy instead of reading the claim again; its
+    /// `resourceVersion` makes the server refuse the write (409) if the
+    /// claim changed since, and the writer then reads it and decides again.
+    pub seen: Option<Arc<ResourceClaim>>,
 }
