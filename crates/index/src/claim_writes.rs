@@ -12,6 +12,7 @@ use k8s_openapi::api::resource::v1::{
     DeviceRequestAllocationResult, DeviceToleration, ResourceClaim,
 };
 
+use crate::dra::DeviceId;
 use crate::facts::binding::ClaimWrite;
 use crate::index::Index;
 use crate::key::ObjectKey;
@@ -106,17 +107,19 @@ impl Index {
             .results
             .as_ref()?;
         results.iter().find_map(|result| {
-            self.dra
-                .allocated()
-                .find(|(claim, id)| {
-                    **claim != write.claim
-                        && id.driver == result.driver
-                        && id.pool == result.pool
-                        && id.device == result.device
-                })
-                .map(|(claim, id)| {
-                    format!("device {id} was allocated to ResourceClaim {claim} meanwhile")
-                })
+            let id = DeviceId {
+                driver: result.driver.clone(),
+                pool: result.pool.clone(),
+                device: result.device.clone(),
+            };
+            let other = self
+                .dra
+                .holders_of(&id)
+                .iter()
+                .find(|claim| **claim != write.claim)?;
+            Some(format!(
+                "device {id} was allocated to ResourceClaim {other} meanwhile"
+            ))
         })
     }
 

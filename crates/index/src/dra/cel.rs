@@ -21,6 +21,8 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
+use cel::common::value::{CowVal, Val};
+use cel::context::VariableResolver;
 use cel::extractors::This;
 use cel::objects::{Key, Map, Opaque};
 use cel::{Context, Env, ExecutionError, Program, Value};
@@ -74,11 +76,14 @@ impl Evaluator {
         Self { root }
     }
 
-    /// Whether `device` (see [`device`]) matches; an error when the
-    /// expression fails on it or is not a boolean.
-    pub fn matches(&self, selector: &Selector, device: &Value) -> Result<bool, String> {
-        let mut scope = self.root.new_inner_scope();
-        scope.add_variable_from_value("device", device.clone());
+    /// Whether `device` (see [`DeviceInput`]) matches; an error when the
+    /// expression fails on it or is not a boolean. The device is lent to
+    /// the expression as it is, not copied.
+    pub fn matches(&self, selector: &Selector, device: &DeviceInput) -> Result<bool, String> {
+        let root: &Context<'_, '_> = &self.root;
+        let lent = Lent(&*device.val);
+        let mut scope = root.new_inner_scope();
+        scope.set_variable_resolver(&lent);
         match selector.program.execute(&scope) {
             Ok(Value::Bool(b)) => Ok(b),
             Ok(other) => Err(format!(
@@ -87,6 +92,44 @@ impl Evaluator {
             )),
             Err(error) => Err(error.to_string()),
         }
+    }
+}
+
+/// The `device` variable of one device, in the form expressions read it,
+/// made once per published device rather than once per evaluation.
+#[derive(Clone, Debug)]
+pub(crate) struct DeviceInput {
+    value: Value,
+    val: Arc<dyn Val>,
+}
+
+impl DeviceInput {
+    /// The `device` variable of a device `driver` publishes.
+    pub fn of(driver: &str, device: &Device) -> Self {
+        let value = self::device(driver, device);
+        let val: Box<dyn Val> = value
+            .clone()
+            .try_into()
+            .expect("maps, strings, booleans and quantities convert");
+        Self {
+            value,
+            val: Arc::from(val),
+        }
+    }
+}
+
+impl PartialEq for DeviceInput {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+/// Resolves `device` to a device lent for one evaluation.
+struct Lent<'a>(&'a dyn Val);
+
+impl VariableResolver for Lent<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        (variable == "device").then_some(CowVal::Borrowed(self.0))
     }
 }
 
@@ -429,7 +472,7 @@ mod tests {
             },
         );
         let selector = compile(expression)?;
-        Evaluator::new().matches(&selector, &super::device("gpu.nvidia.com", &device))
+        Evaluator::new().matches(&selector, &DeviceInput::of("gpu.nvidia.com", &device))
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
 
-use super::cel as selectors;
+use super::cel::DeviceInput;
 use super::pools::{DeviceId, Pool, PoolKey};
 use super::quantity;
 
@@ -53,7 +53,7 @@ pub(crate) struct DraGpu {
     /// and constraints.
     pub published: Arc<Device>,
     /// The device as CEL selectors see it (`device`).
-    pub selector_input: cel::Value,
+    pub selector_input: DeviceInput,
 }
 
 /// A device's use of one shared counter.
@@ -227,7 +227,7 @@ fn read(driver: &str, device: &Device) -> Result<DraGpu, Skip> {
             .collect(),
         consumes: Vec::new(),
         published: Arc::new(device.clone()),
-        selector_input: selectors::device(driver, device),
+        selector_input: DeviceInput::of(driver, device),
     })
 }
 

@@ -59,6 +59,9 @@ pub(crate) struct DraInventory {
     device_to_gpu: HashMap<DeviceId, (String, String)>,
     /// Claim → what it asks for and the devices its allocation holds.
     key_to_claim: BTreeMap<ObjectKey, ClaimFacts>,
+    /// Device → the claims whose allocation holds it (one, unless two
+    /// schedulers raced for it).
+    device_to_claims: HashMap<DeviceId, Vec<ObjectKey>>,
     /// DeviceClass → its compiled selectors and configuration.
     name_to_class: BTreeMap<String, ClassFacts>,
     /// Taints DeviceTaintRules put on devices.
@@ -250,19 +253,50 @@ impl DraInventory {
         else {
             return;
         };
-        self.key_to_claim
-            .insert(ObjectKey::new(namespace, name), ClaimFacts::of(claim));
+        let key = ObjectKey::new(namespace, name);
+        self.forget_holder(&key);
+        let facts = ClaimFacts::of(claim);
+        for device in &facts.held {
+            self.device_to_claims
+                .entry(device.clone())
+                .or_default()
+                .push(key.clone());
+        }
+        self.key_to_claim.insert(key, facts);
     }
 
     /// Forgets a ResourceClaim: its devices are free.
     pub fn delete_claim(&mut self, namespace: &str, name: &str) {
-        self.key_to_claim.remove(&ObjectKey::new(namespace, name));
+        let key = ObjectKey::new(namespace, name);
+        self.forget_holder(&key);
+        self.key_to_claim.remove(&key);
+    }
+
+    /// Takes `key`'s devices out of `device_to_claims`.
+    fn forget_holder(&mut self, key: &ObjectKey) {
+        let Some(old) = self.key_to_claim.get(key) else {
+            return;
+        };
+        for device in &old.held {
+            if let Some(holders) = self.device_to_claims.get_mut(device) {
+                holders.retain(|k| k != key);
+                if holders.is_empty() {
+                    self.device_to_claims.remove(device);
+                }
+            }
+        }
     }
 
     /// Replaces every ResourceClaim (after a relist).
     pub fn reset_claims(&mut self, claims: &[ResourceClaim]) {
         self.key_to_claim.clear();
+        self.device_to_claims.clear();
         claims.iter().for_each(|c| self.apply_claim(c));
+    }
+
+    /// The claims whose allocation holds `device`.
+    pub fn holders_of(&self, device: &DeviceId) -> &[ObjectKey] {
+        self.device_to_claims.get(device).map_or(&[], Vec::as_slice)
     }
 
     /// A ResourceClaim, as last watched.

@@ -638,6 +638,17 @@ fn a_device_another_claim_took_since_the_round_is_not_written() {
     // The claim's own allocation (a write sent again) is not another's.
     index.apply_resourceclaim(&allocated_claim("ml", "c", "node-a", &[("gpu-2", false)]));
     assert_eq!(index.taken_meanwhile(&writes[0]), None);
+
+    // Taken again, then the other claim deleted: free again.
+    index.apply_resourceclaim(&allocated_claim(
+        "other",
+        "theirs",
+        "node-a",
+        &[("gpu-5", false)],
+    ));
+    assert!(index.taken_meanwhile(&writes[0]).is_some());
+    index.delete_resourceclaim("other", "theirs");
+    assert_eq!(index.taken_meanwhile(&writes[0]), None);
 }
 
 #[test]
