@@ -72,8 +72,9 @@ pub struct ControllerCommand {
     resync: Duration,
 
     /// Bindings sent to the API server at once. Each pod is one write (the
-    /// binding carries its allocation); a DRA pod is its claims' writes (the
-    /// claim read again, its finalizer, its status), then the binding.
+    /// binding carries its allocation); a DRA pod is its claims' writes (its
+    /// finalizer, its status; the claim read again only after a conflict),
+    /// then the binding.
     /// Writes start as soon as a decision is validated and do not hold back
     /// the next round.
     #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024))]
