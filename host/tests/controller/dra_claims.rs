@@ -132,6 +132,27 @@ pub(super) async fn dra_pod_of_class(
         .await?)
 }
 
+/// A pending pod of wasmgpu whose one claim `gpus` comes from the
+/// ResourceClaimTemplate `template`, restricted to the test's nodes.
+pub(super) async fn template_pod(ctx: &TestContext, name: &str, template: &str) -> Result<Pod> {
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "wasmgpu",
+            "nodeSelector": {GROUP_LABEL: ctx.namespace},
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"claims": [{"name": "gpus"}]}}],
+        },
+    }))?;
+    Ok(ctx
+        .api::<Pod>()
+        .create(&PostParams::default(), &pod)
+        .await?)
+}
+
 /// The devices a claim's allocation holds, as `pool/device`.
 pub(super) fn allocated(claim: &ResourceClaim) -> Vec<String> {
     claim
@@ -331,19 +352,7 @@ async fn a_claim_from_a_template_is_allocated_for_its_pod() -> Result<()> {
     let (node, slice_name) = h100_node(&ctx, 4).await?;
     let controller = Controller::start(&ctx).await?;
     let pods = ctx.api::<Pod>();
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "worker"},
-        "spec": {
-            "schedulerName": "wasmgpu",
-            "nodeSelector": {GROUP_LABEL: ctx.namespace},
-            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}],
-            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                "resources": {"claims": [{"name": "gpus"}]}}],
-        },
-    }))?;
-    let pod = pods.create(&PostParams::default(), &pod).await?;
+    let pod = template_pod(&ctx, "worker", "two-gpus").await?;
     let note = wait_event(&ctx, "worker", "UnusableClaim", &controller).await?;
     assert!(
         note.contains("ResourceClaimTemplate two-gpus is not made yet"),

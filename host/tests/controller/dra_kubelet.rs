@@ -20,7 +20,8 @@ use wasmgpu_test_harness::{FakeNode, TestContext, control_plane_binary};
 
 use super::dra::nvidia_slice;
 use super::dra_claims::{
-    claim, clean_up, dra_pod, dra_pod_of_class, h100_node, nvidia_class, upstream_agrees,
+    claim, clean_up, dra_pod, dra_pod_of_class, h100_node, nvidia_class, template_pod,
+    upstream_agrees,
 };
 use super::{node_of, wait_bound};
 use crate::support::*;
@@ -198,19 +199,7 @@ async fn the_kubelets_dra_manager_prepares_every_pod_wasmgpu_places_with_exactly
     ctx.api::<ResourceClaimTemplate>()
         .create(&PostParams::default(), &template)
         .await?;
-    let worker: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "worker"},
-        "spec": {
-            "schedulerName": "wasmgpu",
-            "nodeSelector": {GROUP_LABEL: ctx.namespace},
-            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}],
-            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                "resources": {"claims": [{"name": "gpus"}]}}],
-        },
-    }))?;
-    pods.create(&PostParams::default(), &worker).await?;
+    template_pod(&ctx, "worker", "two-gpus").await?;
     wait_bound(&ctx, "worker").await?;
     claim(&ctx, "shared", 1, "true", "gpu.nvidia.com").await?;
     dra_pod(&ctx, "first", "shared").await?;
