@@ -36,6 +36,9 @@ impl Index {
 
     /// Whether the pod `key` (with `labels`) may be evicted now.
     pub(crate) fn evictable(&self, key: &ObjectKey, labels: &BTreeMap<String, String>) -> bool {
+        if self.key_to_budget.is_empty() {
+            return true;
+        }
         let first = ObjectKey::new(&key.namespace, "");
         self.key_to_budget
             .range(first..)

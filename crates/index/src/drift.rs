@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use super::holdings::{FastMap, Holdings};
 use crate::index::Index;
+use crate::inventory::NodeInventory;
 use crate::key::ObjectKey;
 use wasmgpu_api::{PodAllocation, Sharing};
 
@@ -48,8 +49,18 @@ impl Index {
 
     pub(super) fn unhealthy_holdings_in(&self, holdings: &Holdings) -> Vec<UnhealthyHolding> {
         let mut found = Vec::new();
-        for holding in &holdings.live {
-            let Some(inventory) = self.node_to_inventory.get(&holding.allocation.node) else {
+        // Only nodes with an unhealthy GPU are looked at: usually none.
+        let unhealthy: FastMap<&str, &NodeInventory> = self
+            .node_to_inventory
+            .iter()
+            .filter(|(_, inventory)| inventory.gpus.iter().any(|g| !g.healthy))
+            .map(|(node, inventory)| (node.as_str(), inventory))
+            .collect();
+        if unhealthy.is_empty() {
+            return found;
+        }
+        for holding in holdings.live() {
+            let Some(inventory) = unhealthy.get(holding.allocation.node.as_str()) else {
                 continue;
             };
             for device in &holding.allocation.devices {
@@ -59,7 +70,7 @@ impl Index {
                     .find(|g| !g.healthy && g.uuid == device.uuid)
                 {
                     found.push(UnhealthyHolding {
-                        pod: holding.pod.clone().into_owned(),
+                        pod: holding.pod.clone(),
                         uid: holding.uid.to_string(),
                         resource: holding.resource(),
                         node: holding.allocation.node.clone(),
@@ -93,13 +104,13 @@ impl Index {
             .iter()
             .map(|(key, state)| ((key.namespace.as_str(), key.name.as_str()), state))
             .collect();
-        for holding in &holdings.live {
+        for holding in holdings.live() {
             let name = (holding.pod.namespace.as_str(), holding.resource_name);
             let Some(state) = name_to_resource.get(&name) else {
                 continue;
             };
             let spec = &state.spec;
-            let held = &holding.allocation;
+            let held = holding.allocation;
             let held_mib = held.devices.first().map_or(0, |d| d.memory_mib);
             let same = held.devices.len() == spec.count as usize
                 && held.sharing == spec.sharing

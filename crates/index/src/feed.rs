@@ -255,25 +255,40 @@ impl Index {
             return;
         };
         let key = ObjectKey::new(ns, name);
-        match PodFacts::from_pod(pod) {
-            Some(facts) => self.key_to_pod.insert(key.clone(), facts),
-            None => self.key_to_pod.remove(&key),
-        };
+        self.store_pod(key.clone(), PodFacts::from_pod(pod));
         self.resolve_in_flight(&key);
     }
 
     /// Forgets a pod; the GPUs it held are free.
     pub fn delete_pod(&mut self, namespace: &str, name: &str) {
         let key = ObjectKey::new(namespace, name);
-        self.key_to_pod.remove(&key);
+        self.store_pod(key.clone(), None);
         self.preemption_backoffs.forget(&key);
         self.resolve_in_flight(&key);
+    }
+
+    /// Keeps `facts` as pod `key`'s (`None`: forgets the pod), and what
+    /// bound pods hold with them.
+    fn store_pod(&mut self, key: ObjectKey, facts: Option<PodFacts>) {
+        match facts {
+            Some(facts) => {
+                let old = self.key_to_pod.get(&key);
+                self.bound_use.replace(&key, old, Some(&facts));
+                self.key_to_pod.insert(key, facts);
+            }
+            None => {
+                if let Some(old) = self.key_to_pod.remove(&key) {
+                    self.bound_use.replace(&key, Some(&old), None);
+                }
+            }
+        }
     }
 
     /// Replaces every pod (after a relist). From the first call on, ledger
     /// entries of unknown pods are stale (see [`Index::releases`]).
     pub fn reset_pods(&mut self, pods: &[Pod]) {
         self.key_to_pod.clear();
+        self.bound_use.clear();
         pods.iter().for_each(|pod| self.apply_pod(pod));
         let in_flight: Vec<ObjectKey> = self.key_to_in_flight.keys().cloned().collect();
         in_flight.iter().for_each(|pod| self.resolve_in_flight(pod));

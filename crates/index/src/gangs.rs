@@ -24,7 +24,7 @@ use crate::holdings::Holdings;
 use crate::index::Index;
 use crate::key::ObjectKey;
 use crate::problem::Problem;
-use crate::snapshot::Waiting;
+use crate::snapshot::{RunningPod, Waiting};
 
 // === impl Index ===
 
@@ -89,27 +89,22 @@ impl Index {
     /// Members of gang `key` holding GPUs.
     pub(crate) fn gang_bound(&self, key: &ObjectKey, holdings: &Holdings) -> u32 {
         holdings
-            .holders
-            .iter()
-            .filter(|pod| {
-                pod.namespace == key.namespace
-                    && self
-                        .key_to_pod
-                        .get(*pod)
-                        .and_then(|p| p.pod_group.as_deref())
-                        == Some(key.name.as_str())
+            .live()
+            .filter(|h| {
+                h.pod.namespace == key.namespace
+                    && h.facts.and_then(|p| p.pod_group.as_deref()) == Some(key.name.as_str())
             })
             .count() as u32
     }
 
-    /// The gangs of `waiting` and of the `running` pods (whose keys are
-    /// `running_keys`), sorted by name, each with its members already
+    /// The gangs of `waiting` and of the `running` pods (which are
+    /// `running_pods`), sorted by name, each with its members already
     /// holding GPUs counted as bound; sets each member's `gang`.
     pub(crate) fn gangs_of(
         &self,
         waiting: &mut [Waiting<'_>],
         running: &mut [Running],
-        running_keys: &[ObjectKey],
+        running_pods: &[RunningPod<'_>],
         holdings: &Holdings,
     ) -> Vec<Gang> {
         let mut key_to_members: BTreeMap<ObjectKey, (Vec<u32>, Vec<u32>)> = BTreeMap::new();
@@ -123,9 +118,9 @@ impl Index {
                     .push(position as u32);
             }
         }
-        for (position, key) in running_keys.iter().enumerate() {
-            if let Some(group) = self.key_to_pod.get(key).and_then(|p| p.pod_group.as_ref()) {
-                let gang = ObjectKey::new(&key.namespace, group);
+        for (position, pod) in running_pods.iter().enumerate() {
+            if let Some(group) = pod.facts.and_then(|p| p.pod_group.as_ref()) {
+                let gang = ObjectKey::new(&pod.key.namespace, group);
                 key_to_members
                     .entry(gang)
                     .or_default()

@@ -1,20 +1,32 @@
 //! Who holds which GPU.
 //!
 //! ```text
-//!  bound pods, not finished, with wasmgpu.io/allocation ──┐
-//!  bindings this controller sent, not echoed yet ─────────┼─▶ Holdings: GPU use,
-//!  ledger entries of earlier versions (status.allocations)┘   the holders
+//!  bound pods, not finished, with wasmgpu.io/allocation ─▶ BoundUse (kept
+//!                                                          between rounds)
+//!  devices of allocated ResourceClaims ───────────────┐          │
+//!  preemptors' nominations ───────────────────────────┤          ▼
+//!  bindings this controller sent, not echoed yet ─────┼─▶ Holdings: GPU use,
+//!  gang members reserved, not bound yet ──────────────┤   the holders
+//!  ledger entries of earlier versions (status.allocations)┘
 //! ```
 //!
 //! A GPU is free only when no pod holds it: the pod is gone, finished, or
 //! recreated under another UID. What the pod's GPUResource does (changed,
 //! deleted) never frees a GPU.
+//!
+//! What bound pods hold by their own allocation is kept in the index and
+//! updated as the pod watch reports each pod ([`crate::bound`]); reading the
+//! holdings lays the other sources, read afresh, over it. So a reading
+//! costs what the claims, nominations, bindings in flight, reservations and
+//! ledgers hold, not what the cluster's bound pods do.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
+use crate::bound::{BoundGpu, BoundUse, NodeBound, held_by_itself};
 use crate::facts::binding::{InFlight, PendingBinding};
+use crate::facts::pod::PodFacts;
 use crate::index::Index;
 use crate::key::ObjectKey;
 use wasmgpu_api::{Allocation, Device, PodAllocation, Sharing};
@@ -73,41 +85,82 @@ pub(crate) enum Source {
 }
 
 /// What holders keep on one GPU.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct GpuUse<'a> {
-    /// The pod holding the GPU exclusively.
-    pub exclusive_owner: Option<Cow<'a, ObjectKey>>,
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct GpuUse {
+    /// A pod (or a claim) holds the GPU exclusively.
+    pub exclusive: bool,
     /// Memory promised to shared holders, MiB.
     pub shared_mib: u64,
     /// Number of shared holders.
     pub shared_owners: u32,
 }
 
+/// What the sources other than bound pods' own allocations keep on one
+/// GPU.
+#[derive(Clone, Debug, Default)]
+struct OtherUse<'a> {
+    exclusive_owner: Option<Cow<'a, ObjectKey>>,
+    shared_mib: u64,
+    shared_owners: u32,
+}
+
 /// One pod holding GPUs.
-#[derive(Clone, Debug)]
-pub(crate) struct Holding<'a> {
-    pub pod: Cow<'a, ObjectKey>,
-    pub uid: &'a str,
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Holding<'h> {
+    pub pod: &'h ObjectKey,
+    pub uid: &'h str,
     /// The name of the GPUResource (in the pod's namespace) whose shape it
     /// holds.
-    pub resource_name: &'a str,
-    pub allocation: Cow<'a, PodAllocation>,
+    pub resource_name: &'h str,
+    pub allocation: &'h PodAllocation,
     pub source: Source,
+    /// What the index knows of the pod; `None` when it does not know it.
+    pub facts: Option<&'h PodFacts>,
+}
+
+/// A holding of a source other than a bound pod's own allocation, as
+/// read: a reservation names its pod, and a ledger entry its allocation,
+/// only as parts.
+#[derive(Debug)]
+struct Other<'a> {
+    pod: Cow<'a, ObjectKey>,
+    uid: &'a str,
+    resource_name: &'a str,
+    allocation: Cow<'a, PodAllocation>,
+    source: Source,
+    facts: Option<&'a PodFacts>,
+}
+
+impl Other<'_> {
+    fn as_holding(&self) -> Holding<'_> {
+        Holding {
+            pod: &self.pod,
+            uid: self.uid,
+            resource_name: self.resource_name,
+            allocation: &self.allocation,
+            source: self.source,
+            facts: self.facts,
+        }
+    }
 }
 
 /// A hash map with aHash's randomly seeded hasher: keys are names users
 /// choose, and the holdings are read several times a round.
 pub(crate) type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 
-/// Every holding, read together. Borrows from the index: reading the
-/// holdings of a cluster with thousands of bound pods copies no names.
-#[derive(Debug, Default)]
+/// Every holding, read together: what bound pods hold, kept by the index
+/// ([`BoundUse`]), and over it what the other sources hold, read afresh.
+/// Borrows from the index: reading the holdings copies no names.
+#[derive(Debug)]
 pub(crate) struct Holdings<'a> {
-    /// `(node, GPU uuid)` → what holders keep on it.
-    pub gpu_to_use: FastMap<(&'a str, &'a str), GpuUse<'a>>,
-    /// Pods holding GPUs.
-    pub holders: HashSet<Cow<'a, ObjectKey>, ahash::RandomState>,
-    pub live: Vec<Holding<'a>>,
+    pods: &'a BTreeMap<ObjectKey, PodFacts>,
+    bound: &'a BoundUse,
+    /// Node → GPU uuid → what the other sources keep on it.
+    gpu_to_use: FastMap<&'a str, FastMap<&'a str, OtherUse<'a>>>,
+    /// Pods holding GPUs through another source.
+    holders: HashSet<Cow<'a, ObjectKey>, ahash::RandomState>,
+    /// Their holdings, in the order read.
+    others: Vec<Other<'a>>,
     /// Ledger entries of earlier versions to remove.
     pub releases: Vec<Release>,
 }
@@ -126,58 +179,57 @@ impl Index {
     /// (`reset_pods`) every ledger entry counts as live: GPUs are never
     /// handed out twice because the index had not seen a pod yet.
     pub(crate) fn holdings(&self) -> Holdings<'_> {
-        let mut holdings = Holdings::default();
-        for (key, pod) in &self.key_to_pod {
-            if pod.terminal || pod.node_name.is_none() {
-                continue;
-            }
-            if let Some(Ok(allocation)) = &pod.allocation {
-                holdings.hold_allocation(
-                    Cow::Borrowed(key),
-                    &key.namespace,
-                    &pod.uid,
-                    allocation,
-                    Source::Pod,
-                );
-            }
-        }
+        let mut holdings = Holdings {
+            pods: &self.key_to_pod,
+            bound: &self.bound_use,
+            gpu_to_use: FastMap::default(),
+            holders: HashSet::default(),
+            others: Vec::new(),
+            releases: Vec::new(),
+        };
+        // Bound pods' own allocations are in `bound_use` already.
         // Devices a ResourceClaim's allocation holds, whoever allocated
         // them: no one else takes them while the claim keeps them.
         for (claim, device) in self.dra.allocated() {
             if let Some((node, uuid)) = self.dra.locate(device) {
                 holdings
                     .gpu_to_use
-                    .entry((node, uuid))
+                    .entry(node)
+                    .or_default()
+                    .entry(uuid)
                     .or_default()
                     .exclusive_owner
                     .get_or_insert(Cow::Borrowed(claim));
             }
         }
-        for (key, pod) in &self.key_to_pod {
-            if let Some(nomination) = pod.nomination()
-                && !holdings.holders.contains(key)
+        for key in self.bound_use.nominated() {
+            if let Some(pod) = self.key_to_pod.get(key)
+                && let Some(nomination) = pod.nomination()
+                && !holdings.holds(key, pod)
             {
                 holdings.hold_allocation(
                     Cow::Borrowed(key),
-                    &key.namespace,
                     &pod.uid,
                     &nomination.allocation,
                     Source::Nomination,
+                    Some(pod),
                 );
             }
         }
         for (key, in_flight) in &self.key_to_in_flight {
-            let live = self
+            let facts = self
                 .key_to_pod
                 .get(key)
-                .is_some_and(|pod| pod.uid == in_flight.uid && !pod.terminal);
-            if live && !holdings.holders.contains(key) {
+                .filter(|pod| pod.uid == in_flight.uid && !pod.terminal);
+            if let Some(pod) = facts
+                && !holdings.holds(key, pod)
+            {
                 holdings.hold_allocation(
                     Cow::Borrowed(key),
-                    &key.namespace,
                     &in_flight.uid,
                     &in_flight.allocation,
                     Source::InFlight,
+                    Some(pod),
                 );
             }
         }
@@ -187,19 +239,20 @@ impl Index {
             };
             for (name, member) in &reservation.members {
                 let pod = ObjectKey::new(&group.namespace, name);
+                let facts = self.key_to_pod.get(&pod);
                 // Until the pods are listed, a reserved member counts as
                 // waiting: its GPUs are never handed to anyone else.
-                let waiting = match self.key_to_pod.get(&pod) {
+                let waiting = match facts {
                     Some(facts) => facts.uid == member.uid && facts.unplaced(),
                     None => !self.pods_listed,
                 };
-                if waiting && !holdings.holders.contains(&pod) {
+                if waiting && !holdings.is_holder(&pod) {
                     holdings.hold_allocation(
                         Cow::Owned(pod),
-                        &group.namespace,
                         &member.uid,
                         &member.allocation,
                         Source::Reservation,
+                        facts,
                     );
                 }
             }
@@ -207,9 +260,9 @@ impl Index {
         for (resource, state) in &self.key_to_resource {
             for entry in &state.allocations {
                 let pod = ObjectKey::new(&resource.namespace, &entry.pod);
-                let reason = self.staleness(&pod, entry).or_else(|| {
-                    self.key_to_pod
-                        .get(&pod)
+                let facts = self.key_to_pod.get(&pod);
+                let reason = self.staleness(facts, entry).or_else(|| {
+                    facts
                         .filter(|facts| facts.node_name.is_some())
                         .and_then(|facts| facts.allocation.as_ref())
                         .is_some_and(|allocation| allocation.is_ok())
@@ -222,10 +275,9 @@ impl Index {
                         pod_uid: entry.pod_uid.clone(),
                         reason,
                     }),
-                    None if holdings.holders.contains(&pod) => {}
+                    None if holdings.is_holder(&pod) => {}
                     None => holdings.hold(
                         Cow::Owned(pod),
-                        &resource.namespace,
                         &entry.pod_uid,
                         Held {
                             node: &entry.node,
@@ -235,6 +287,7 @@ impl Index {
                         },
                         Cow::Owned(from_ledger(&resource.name, entry)),
                         Source::Ledger,
+                        facts,
                     ),
                 }
             }
@@ -242,13 +295,13 @@ impl Index {
         holdings
     }
 
-    /// Why a ledger entry is stale, or `None` while its pod still holds the
-    /// GPUs.
-    fn staleness(&self, pod: &ObjectKey, entry: &Allocation) -> Option<ReleaseReason> {
+    /// Why a ledger entry is stale, or `None` while its pod (`facts`, when
+    /// the index knows it) still holds the GPUs.
+    fn staleness(&self, facts: Option<&PodFacts>, entry: &Allocation) -> Option<ReleaseReason> {
         if !self.pods_listed {
             return None;
         }
-        match self.key_to_pod.get(pod) {
+        match facts {
             None => Some(ReleaseReason::PodDeleted),
             Some(facts) if facts.uid != entry.pod_uid => Some(ReleaseReason::PodReplaced),
             Some(facts) if facts.terminal => Some(ReleaseReason::PodFinished),
@@ -321,21 +374,22 @@ impl Index {
                 claims: in_flight.claims.clone(),
             })
             .collect();
+        // A bound pod's own allocation needs no binding: only the other
+        // sources are read.
         bindings.extend(
             holdings
-                .live
-                .iter()
-                .filter(|h| unplaced(&h.pod))
+                .others()
+                .filter(|h| h.facts.is_some_and(PodFacts::unplaced))
                 .filter_map(|h| {
                     let claims = match h.source {
                         Source::Ledger | Source::Reservation => Vec::new(),
-                        Source::Nomination => self.nomination_ready(&h.pod)?,
+                        Source::Nomination => self.nomination_ready(h.pod)?,
                         Source::Pod | Source::InFlight => return None,
                     };
                     Some(PendingBinding {
-                        pod: h.pod.clone().into_owned(),
+                        pod: h.pod.clone(),
                         uid: h.uid.to_string(),
-                        allocation: h.allocation.clone().into_owned(),
+                        allocation: h.allocation.clone(),
                         claims,
                     })
                 }),
@@ -352,19 +406,14 @@ impl Index {
 
     pub(super) fn allocations_to_move_in(&self, holdings: &Holdings) -> Vec<PendingBinding> {
         holdings
-            .live
-            .iter()
+            .others()
             .filter(|h| {
-                h.source == Source::Ledger
-                    && self
-                        .key_to_pod
-                        .get(&h.pod)
-                        .is_some_and(|p| p.node_name.is_some())
+                h.source == Source::Ledger && h.facts.is_some_and(|p| p.node_name.is_some())
             })
             .map(|h| PendingBinding {
-                pod: h.pod.clone().into_owned(),
+                pod: h.pod.clone(),
                 uid: h.uid.to_string(),
-                allocation: h.allocation.clone().into_owned(),
+                allocation: h.allocation.clone(),
                 claims: Vec::new(),
             })
             .collect()
@@ -422,31 +471,28 @@ impl<'a> Holdings<'a> {
     fn hold_allocation(
         &mut self,
         pod: Cow<'a, ObjectKey>,
-        namespace: &'a str,
         uid: &'a str,
         allocation: &'a PodAllocation,
         source: Source,
+        facts: Option<&'a PodFacts>,
     ) {
         let held = Held::of(allocation);
-        self.hold(pod, namespace, uid, held, Cow::Borrowed(allocation), source);
+        self.hold(pod, uid, held, Cow::Borrowed(allocation), source, facts);
     }
 
-    /// Holds `held` for `pod` (in `namespace`), as read from `allocation`.
+    /// Holds `held` for `pod`, as read from `allocation`.
     fn hold(
         &mut self,
         pod: Cow<'a, ObjectKey>,
-        namespace: &'a str,
         uid: &'a str,
         held: Held<'a>,
         allocation: Cow<'a, PodAllocation>,
         source: Source,
+        facts: Option<&'a PodFacts>,
     ) {
-        let _ = namespace;
+        let gpus = self.gpu_to_use.entry(held.node).or_default();
         for device in held.devices {
-            let gpu = self
-                .gpu_to_use
-                .entry((held.node, device.uuid.as_str()))
-                .or_default();
+            let gpu = gpus.entry(device.uuid.as_str()).or_default();
             match held.sharing {
                 Sharing::Exclusive => {
                     gpu.exclusive_owner.get_or_insert_with(|| pod.clone());
@@ -458,13 +504,135 @@ impl<'a> Holdings<'a> {
             }
         }
         self.holders.insert(pod.clone());
-        self.live.push(Holding {
+        self.others.push(Other {
             pod,
             uid,
             resource_name: held.resource_name,
             allocation,
             source,
+            facts,
         });
+    }
+}
+
+impl Holdings<'_> {
+    /// What holders keep on GPU `uuid` of `node`; `None` when nothing holds
+    /// it.
+    #[cfg(test)]
+    pub fn gpu(&self, node: &str, uuid: &str) -> Option<GpuUse> {
+        self.on_node(node).gpu(uuid)
+    }
+
+    /// What holders keep on the GPUs of `node`, to look up GPU by GPU.
+    pub fn on_node(&self, node: &str) -> NodeHoldings<'_> {
+        NodeHoldings {
+            bound: self.bound.on_node(node),
+            others: self.gpu_to_use.get(node),
+        }
+    }
+
+    /// Whether `pod` holds GPUs, through any source.
+    pub fn is_holder(&self, pod: &ObjectKey) -> bool {
+        self.pods.get(pod).and_then(held_by_itself).is_some() || self.holders.contains(pod)
+    }
+
+    /// Whether `pod`, whose facts are `facts`, holds GPUs.
+    pub fn holds(&self, pod: &ObjectKey, facts: &PodFacts) -> bool {
+        held_by_itself(facts).is_some() || self.holders.contains(pod)
+    }
+
+    /// Every holding: bound pods' own allocations by pod, then the other
+    /// sources in the order they were read (claims hold devices, not pods:
+    /// they are not holdings). A pod holds through one source at most.
+    pub fn live(&self) -> impl Iterator<Item = Holding<'_>> {
+        let bound = self.pods.iter().filter_map(|(key, pod)| {
+            held_by_itself(pod).map(|allocation| Holding {
+                pod: key,
+                uid: &pod.uid,
+                resource_name: &allocation.resource,
+                allocation,
+                source: Source::Pod,
+                facts: Some(pod),
+            })
+        });
+        bound.chain(self.others())
+    }
+
+    /// The holdings of every source but bound pods' own allocations.
+    pub fn others(&self) -> impl Iterator<Item = Holding<'_>> {
+        self.others.iter().map(Other::as_holding)
+    }
+
+    /// What holders keep on every GPU something holds, by `(node, uuid)`.
+    #[cfg(test)]
+    pub fn gpus(&self) -> BTreeMap<(&str, &str), GpuUse> {
+        let bound = self.bound.gpus().map(|(gpu, _)| gpu);
+        let others = self
+            .gpu_to_use
+            .iter()
+            .flat_map(|(node, gpus)| gpus.keys().map(|uuid| (*node, *uuid)));
+        bound
+            .chain(others)
+            .filter_map(|(node, uuid)| Some(((node, uuid), self.gpu(node, uuid)?)))
+            .collect()
+    }
+
+    /// Who holds GPU `uuid` of `node` exclusively: the first bound pod by
+    /// key whose own allocation names it, else the first other holder as
+    /// they were read (a claim, then a nomination, a binding in flight, a
+    /// reservation, a ledger entry).
+    #[cfg(test)]
+    pub fn exclusive_owner(&self, node: &str, uuid: &str) -> Option<&ObjectKey> {
+        let bound = self.pods.iter().find(|(_, pod)| {
+            held_by_itself(pod).is_some_and(|a| {
+                a.node == node
+                    && a.sharing == Sharing::Exclusive
+                    && a.devices.iter().any(|d| d.uuid == uuid)
+            })
+        });
+        bound.map(|(key, _)| key).or_else(|| {
+            let other = self.gpu_to_use.get(node)?.get(uuid)?;
+            other.exclusive_owner.as_deref()
+        })
+    }
+
+    /// The pods holding GPUs.
+    #[cfg(test)]
+    pub fn holders(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.live().map(|h| h.pod)
+    }
+}
+
+/// What holders keep on one node's GPUs: bound pods' use of the node found
+/// once, the other sources' looked up by GPU.
+pub(crate) struct NodeHoldings<'n> {
+    bound: Option<NodeBound<'n>>,
+    others: Option<&'n FastMap<&'n str, OtherUse<'n>>>,
+}
+
+impl<'n> NodeHoldings<'n> {
+    /// What holders keep on GPU `uuid`; `None` when nothing holds it.
+    pub fn gpu(&self, uuid: &str) -> Option<GpuUse> {
+        let bound = self.bound.and_then(|gpus| gpus.gpu(uuid));
+        let other = self.others.and_then(|gpus| gpus.get(uuid));
+        if bound.is_none() && other.is_none() {
+            return None;
+        }
+        let (bound_mib, bound_owners) =
+            bound.map_or((0, 0), |b| (b.shared_mib(), b.shared_owners()));
+        let (other_mib, other_owners) = other.map_or((0, 0), |o| (o.shared_mib, o.shared_owners));
+        Some(GpuUse {
+            exclusive: bound.is_some_and(BoundGpu::held_exclusively)
+                || other.is_some_and(|o| o.exclusive_owner.is_some()),
+            shared_mib: bound_mib.saturating_add(other_mib),
+            shared_owners: bound_owners + other_owners,
+        })
+    }
+
+    /// Whether anything holds GPU `uuid`.
+    pub fn holds(&self, uuid: &str) -> bool {
+        self.bound.is_some_and(|gpus| gpus.gpu(uuid).is_some())
+            || self.others.is_some_and(|gpus| gpus.contains_key(uuid))
     }
 }
 
@@ -492,11 +660,12 @@ impl Index {
         let mut states = Vec::with_capacity(self.node_to_inventory.len());
         for (node, inventory) in &self.node_to_inventory {
             let first = states.len();
+            let on_node = holdings.on_node(node);
             for gpu in &inventory.gpus {
                 if inventory.unpublished.contains(&gpu.uuid) {
                     continue;
                 }
-                let held = |uuid: &str| holdings.gpu_to_use.contains_key(&(node.as_str(), uuid));
+                let held = |uuid: &str| on_node.holds(uuid);
                 // A GPU one of whose MIG instances is held cannot be given
                 // whole: it is allocated, in part.
                 let state = if !gpu.healthy {

@@ -1,13 +1,15 @@
 //! The index's state: what it keeps of every object it watches, by key.
 //! The files beside this one add to `Index` what it does: `feed` records
-//! watched objects, `holdings` works out who holds which GPU, `snapshot`
-//! builds the policies' snapshots, `views` answers the controller.
+//! watched objects, `bound` keeps what bound pods hold as pods change,
+//! `holdings` works out who holds which GPU, `snapshot` builds the
+//! policies' snapshots, `views` answers the controller.
 
 use std::collections::{BTreeMap, HashMap};
 
 use wasmgpu_api::GPUResourceSpec;
 
 use crate::backoff::Backoffs;
+use crate::bound::BoundUse;
 use crate::dra::DraInventory;
 use crate::facts::binding::InFlight;
 use crate::facts::budget::BudgetFacts;
@@ -37,8 +39,12 @@ pub struct Index {
     /// never be placed.
     pub(crate) node_to_lost_inventory: BTreeMap<String, NodeInventory>,
     pub(crate) key_to_resource: BTreeMap<ObjectKey, ResourceState>,
-    /// Pods with `schedulerName: wasmgpu`.
+    /// Pods with `schedulerName: wasmgpu`. Changed only through
+    /// [`Index::store_pod`], which keeps `bound_use` with it.
     pub(crate) key_to_pod: BTreeMap<ObjectKey, PodFacts>,
+    /// What bound pods hold by their own allocations, and which pods wait
+    /// on a nomination: kept as `key_to_pod` changes.
+    pub(crate) bound_use: BoundUse,
     /// Bindings sent whose pod the watch has not shown bound yet.
     pub(crate) key_to_in_flight: HashMap<ObjectKey, InFlight>,
     /// The pods have been listed once: a ledger entry whose pod is not
@@ -75,6 +81,7 @@ impl Index {
             node_to_lost_inventory: BTreeMap::new(),
             key_to_resource: BTreeMap::new(),
             key_to_pod: BTreeMap::new(),
+            bound_use: BoundUse::default(),
             key_to_in_flight: HashMap::new(),
             pods_listed: false,
             key_to_written_version: HashMap::new(),

@@ -19,7 +19,8 @@
 //!  GPUTenant ─────▶ name_to_tenant      (namespace globs, quota, limit)
 //!                          │
 //!                          ▼
-//!   holdings: bound pods' allocations + in flight (+ old ledgers)
+//!   holdings: bound pods' allocations (kept as pods change) + claims,
+//!             nominations, in flight, reservations (+ old ledgers)
 //!             → GPU use, usage per namespace
 //!   survey:  unbound pods not holding GPUs → requests (by policy) | problems
 //!   build:   candidate nodes (Ready, schedulable, inventory), eligible nodes
@@ -41,6 +42,7 @@
 #![forbid(unsafe_code)]
 
 mod backoff;
+mod bound;
 mod budgets;
 mod claim_asks;
 mod claim_records;

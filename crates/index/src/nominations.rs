@@ -16,6 +16,7 @@
 use crate::claim_writes::Chosen;
 use crate::dra::DeviceId;
 use crate::facts::binding::ClaimWrite;
+use crate::facts::pod::PodFacts;
 use crate::index::Index;
 use crate::key::ObjectKey;
 use wasmgpu_api::{NominatedClaim, NominatedDevice, Nomination};
@@ -64,10 +65,8 @@ impl Index {
     /// victims: their GPUs are promised (a UID names one pod, never a
     /// namesake created later).
     pub(crate) fn nominated_victims(&self) -> std::collections::HashSet<&str> {
-        self.key_to_pod
-            .values()
-            .filter(|p| p.unplaced())
-            .filter_map(|p| p.nomination())
+        self.nominated_pods()
+            .filter_map(|(_, p)| p.nomination())
             .flat_map(|n| &n.victims)
             .map(|v| v.uid.as_str())
             .collect()
@@ -77,7 +76,7 @@ impl Index {
     /// going away: to evict (again, after a restart), with their preemptor.
     pub fn evictions(&self) -> Vec<Eviction> {
         let mut evictions = Vec::new();
-        for (preemptor, pod) in &self.key_to_pod {
+        for (preemptor, pod) in self.nominated_pods() {
             let Some(nomination) = pod.nomination() else {
                 continue;
             };
@@ -145,14 +144,21 @@ impl Index {
     /// why: the controller removes them (the nominated GPUs are free
     /// again, and the pod is decided anew).
     pub fn stale_nominations(&self) -> Vec<(ObjectKey, String)> {
-        self.key_to_pod
-            .iter()
-            .filter(|(_, p)| p.unplaced())
+        self.nominated_pods()
             .filter_map(|(key, _)| match self.standing(key)? {
                 Standing::Stale(why) => Some((key.clone(), why)),
                 Standing::Waiting | Standing::Ready(_) => None,
             })
             .collect()
+    }
+
+    /// The pods waiting on a nomination (see [`PodFacts::nomination`]), by
+    /// key: the few pods the index keeps apart as they change.
+    fn nominated_pods(&self) -> impl Iterator<Item = (&ObjectKey, &PodFacts)> {
+        self.bound_use
+            .nominated()
+            .iter()
+            .filter_map(|key| Some((key, self.key_to_pod.get(key)?)))
     }
 
     /// Where `pod`'s nomination stands; `None` without one.

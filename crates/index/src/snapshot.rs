@@ -9,7 +9,7 @@ use wasmgpu_contract::glob_match;
 use super::claim_asks::{CandidateCache, DraAsk};
 use super::claim_records::{CandidateSets, NodesView, claims_record};
 use super::eligibility;
-use super::holdings::{FastMap, GpuUse, Holdings, Source};
+use super::holdings::{FastMap, Holdings, Source};
 use super::inventory::NodeInventory;
 use super::tenants::TenantTable;
 use crate::facts::node::NodeFacts;
@@ -51,6 +51,12 @@ impl Survey<'_> {
             .iter()
             .map(|w| (w.key.namespace.as_str(), &w.request.ask))
     }
+}
+
+/// A pod the snapshot lists as running, and what the index knows of it.
+pub(crate) struct RunningPod<'h> {
+    pub(crate) key: &'h ObjectKey,
+    pub(crate) facts: Option<&'h PodFacts>,
 }
 
 /// A node that may take pods now: Ready, not cordoned, with an inventory.
@@ -158,7 +164,7 @@ impl Index {
         }
         let mut cache = CandidateCache::default();
         for (key, pod) in &self.key_to_pod {
-            if !pod.unplaced() || holdings.holders.contains(key) {
+            if !pod.unplaced() || holdings.holds(key, pod) {
                 continue;
             }
             if !pod.claims.is_empty() {
@@ -443,17 +449,18 @@ impl Index {
             &mut eligible_sets,
             &mut set_to_position,
         );
-        let (mut running, running_keys) = self.running(&candidates, &host_nodes, holdings);
-        let gangs = self.gangs_of(&mut waiting, &mut running, &running_keys, holdings);
+        let (mut running, running_pods) = self.running(&candidates, &host_nodes, holdings);
+        let gangs = self.gangs_of(&mut waiting, &mut running, &running_pods, holdings);
         // Each namespace once, in order (thousands of pods, a few of them).
-        let namespaces: Vec<String> = waiting
+        let mut namespaces: Vec<String> = waiting
             .iter()
             .map(|w| w.key.namespace.as_str())
-            .chain(running_keys.iter().map(|k| k.namespace.as_str()))
-            .collect::<std::collections::BTreeSet<&str>>()
+            .chain(running_pods.iter().map(|p| p.key.namespace.as_str()))
+            .collect::<std::collections::HashSet<&str, ahash::RandomState>>()
             .into_iter()
             .map(str::to_owned)
             .collect();
+        namespaces.sort_unstable();
         let position = |ns: &str| {
             namespaces
                 .binary_search_by(|n| n.as_str().cmp(ns))
@@ -466,9 +473,9 @@ impl Index {
                 w.request.preemption = PreemptionPolicy::Never;
             }
         }
-        for (r, key) in running.iter_mut().zip(&running_keys) {
-            r.namespace = position(&key.namespace);
-            r.tenant = tenants.of(&key.namespace);
+        for (r, p) in running.iter_mut().zip(&running_pods) {
+            r.namespace = position(&p.key.namespace);
+            r.tenant = tenants.of(&p.key.namespace);
             let min_runtime_ms = tenants
                 .min_runtime_ms(r.tenant)
                 .unwrap_or(self.min_runtime_ms);
@@ -503,24 +510,26 @@ impl Index {
     /// their keys (namespaces are set by the caller). Gang members reserved
     /// and preemptors nominated hold GPUs without running: they are not
     /// listed.
-    fn running(
+    fn running<'h>(
         &self,
         candidates: &[Candidate<'_>],
         host_nodes: &[HostNode],
-        holdings: &Holdings,
-    ) -> (Vec<Running>, Vec<ObjectKey>) {
+        holdings: &'h Holdings<'_>,
+    ) -> (Vec<Running>, Vec<RunningPod<'h>>) {
         let node_to_position: FastMap<&str, u32> = candidates
             .iter()
             .enumerate()
             .map(|(i, c)| (c.name, i as u32))
             .collect();
         let victims = self.nominated_victims();
-        let mut found: Vec<(u32, ObjectKey, Running)> = Vec::new();
-        for holding in &holdings.live {
+        // By node: holdings come by pod, mostly in key order already.
+        let mut node_to_found: Vec<Vec<(RunningPod<'h>, Running)>> =
+            (0..candidates.len()).map(|_| Vec::new()).collect();
+        for holding in holdings.live() {
             if matches!(holding.source, Source::Reservation | Source::Nomination) {
                 continue;
             }
-            let allocation = &holding.allocation;
+            let allocation = holding.allocation;
             let Some(&node) = node_to_position.get(allocation.node.as_str()) else {
                 continue;
             };
@@ -531,13 +540,16 @@ impl Index {
                 .filter_map(|d| uuids.iter().position(|u| *u == d.uuid))
                 .map(|p| p as u32)
                 .collect();
-            let facts = self.key_to_pod.get(holding.pod.as_ref());
+            let facts = holding.facts;
             let shared_mib = match allocation.sharing {
                 ApiSharing::Shared => allocation.devices.first().map_or(0, |d| d.memory_mib),
                 ApiSharing::Exclusive => 0,
             };
-            let key = holding.pod.clone().into_owned();
-            let pod = key.to_string();
+            let key = holding.pod;
+            let mut pod = String::with_capacity(key.namespace.len() + 1 + key.name.len());
+            pod.push_str(&key.namespace);
+            pod.push('/');
+            pod.push_str(&key.name);
             // A pod already going (evicted, deleted) or named a victim of a
             // nomination is not named again: its GPUs are promised. Nor is
             // one sharing a claim with other pods: its devices would stay
@@ -545,12 +557,11 @@ impl Index {
             let evictable = facts.is_some_and(|p| {
                 !p.deleting
                     && !victims.contains(p.uid.as_str())
-                    && self.evictable(&key, &p.labels)
+                    && self.evictable(key, &p.labels)
                     && !self.shares_a_claim(&key.namespace, p)
             });
-            found.push((
-                node,
-                key,
+            node_to_found[node as usize].push((
+                RunningPod { key, facts },
                 Running {
                     pod,
                     namespace: 0,
@@ -566,8 +577,16 @@ impl Index {
                 },
             ));
         }
-        found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-        found.into_iter().map(|(_, key, r)| (r, key)).unzip()
+        let mut running = Vec::with_capacity(node_to_found.iter().map(Vec::len).sum());
+        let mut pods = Vec::with_capacity(running.capacity());
+        for mut found in node_to_found {
+            found.sort_by(|a, b| a.0.key.cmp(b.0.key));
+            for (pod, r) in found {
+                pods.push(pod);
+                running.push(r);
+            }
+        }
+        (running, pods)
     }
 }
 
@@ -694,7 +713,7 @@ fn node_record(
     holdings: &Holdings,
     tables: &mut Tables,
 ) -> (Node, HostNode) {
-    let no_use = GpuUse::default();
+    let on_node = holdings.on_node(candidate.name);
     let inventory = &candidate.inventory.gpus;
     // Positions of whole GPUs, counting the instances listed before them.
     let mut positions = Vec::with_capacity(inventory.len());
@@ -708,13 +727,8 @@ fn node_record(
         .map(|gpu| (gpu.uuid.as_str(), gpu.index))
         .collect();
     let use_of = |uuid: &str| {
-        let found = holdings.gpu_to_use.get(&(candidate.name, uuid));
-        let held = found.unwrap_or(&no_use);
-        (
-            held.exclusive_owner.is_some(),
-            held.shared_mib,
-            held.shared_owners,
-        )
+        let held = on_node.gpu(uuid).unwrap_or_default();
+        (held.exclusive, held.shared_mib, held.shared_owners)
     };
     let mut gpus = Vec::with_capacity(next as usize);
     let mut uuids = Vec::with_capacity(next as usize);

@@ -228,11 +228,9 @@ impl Index {
         // not count: their GPUs are promised to others, and reclaiming
         // must not take a tenant below its quota by counting them twice.
         let victims = self.nominated_victims();
-        for holding in &holdings.live {
-            let key = holding.pod.as_ref();
-            let leaving = self
-                .key_to_pod
-                .get(key)
+        for holding in holdings.live() {
+            let leaving = holding
+                .facts
                 .is_some_and(|p| p.deleting || victims.contains(p.uid.as_str()));
             if leaving {
                 continue;

@@ -6,6 +6,7 @@ mod dra_claims;
 mod eligibility;
 mod gangs;
 mod holdings;
+mod incremental;
 mod ledger;
 mod problems;
 mod snapshot;
@@ -72,10 +73,10 @@ pub(super) fn gpu_by_uuid<'a>(
 
 /// The pod holding GPU `uuid` exclusively, as the holdings read it.
 pub(super) fn holder(index: &Index, uuid: &str) -> Option<String> {
-    index
-        .holdings()
-        .gpu_to_use
-        .iter()
-        .find(|((_, u), _)| *u == uuid)
-        .and_then(|(_, gpu_use)| gpu_use.exclusive_owner.as_ref().map(|pod| pod.to_string()))
+    let holdings = index.holdings();
+    let gpus = holdings.gpus();
+    let (node, _) = gpus.keys().find(|(_, u)| *u == uuid)?;
+    let owner = holdings.exclusive_owner(node, uuid);
+    assert_eq!(owner.is_some(), gpus[&(*node, uuid)].exclusive);
+    owner.map(ToString::to_string)
 }
