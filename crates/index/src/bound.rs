@@ -19,7 +19,7 @@
 use std::collections::BTreeSet;
 
 use crate::facts::pod::PodFacts;
-use crate::holdings::FastMap;
+use crate::fast_map::FastMap;
 use crate::key::ObjectKey;
 use wasmgpu_api::{PodAllocation, Sharing};
 

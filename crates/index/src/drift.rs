@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use super::holdings::{FastMap, Holdings};
+use super::fast_map::FastMap;
+use super::holdings::Holdings;
 use crate::index::Index;
 use crate::inventory::NodeInventory;
 use crate::key::ObjectKey;

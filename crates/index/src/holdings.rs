@@ -21,12 +21,13 @@
 //! ledgers hold, not what the cluster's bound pods do.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use crate::bound::{BoundGpu, BoundUse, NodeBound, held_by_itself};
 use crate::facts::binding::{InFlight, PendingBinding};
 use crate::facts::pod::PodFacts;
+use crate::fast_map::FastMap;
 use crate::index::Index;
 use crate::key::ObjectKey;
 use wasmgpu_api::{Allocation, Device, PodAllocation, Sharing};
@@ -143,10 +144,6 @@ impl Other<'_> {
         }
     }
 }
-
-/// A hash map with aHash's randomly seeded hasher: keys are names users
-/// choose, and the holdings are read several times a round.
-pub(crate) type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 
 /// Every holding, read together: what bound pods hold, kept by the index
 /// ([`BoundUse`]), and over it what the other sources hold, read afresh.

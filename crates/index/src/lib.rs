@@ -52,6 +52,7 @@ mod drift;
 mod eligibility;
 mod extended;
 mod facts;
+mod fast_map;
 mod feed;
 mod gangs;
 mod holdings;

@@ -139,7 +139,7 @@ impl Index {
 
     fn pod_counts_in(&self, holdings: &holdings::Holdings) -> HashMap<ObjectKey, PodCounts> {
         // Counted by borrowed names, keyed once per GPUResource at the end.
-        let mut counts: holdings::FastMap<(&str, &str), PodCounts> = Default::default();
+        let mut counts: crate::fast_map::FastMap<(&str, &str), PodCounts> = Default::default();
         for holding in holdings.live() {
             let name = (holding.pod.namespace.as_str(), holding.resource_name);
             counts.entry(name).or_default().holding += 1;
