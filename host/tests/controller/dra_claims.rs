@@ -132,6 +132,22 @@ pub(super) async fn dra_pod_of_class(
         .await?)
 }
 
+/// A ResourceClaimTemplate whose claims ask `count` GPUs of the class
+/// `gpu.nvidia.com` (request `gpus`).
+pub(super) async fn claim_template(ctx: &TestContext, name: &str, count: u32) -> Result<()> {
+    let template: ResourceClaimTemplate = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "count": count}}]}}},
+    }))?;
+    ctx.api::<ResourceClaimTemplate>()
+        .create(&PostParams::default(), &template)
+        .await?;
+    Ok(())
+}
+
 /// A pending pod of wasmgpu whose one claim `gpus` comes from the
 /// ResourceClaimTemplate `template`, restricted to the test's nodes.
 pub(super) async fn template_pod(ctx: &TestContext, name: &str, template: &str) -> Result<Pod> {
@@ -361,16 +377,7 @@ async fn a_claim_from_a_template_is_allocated_for_its_pod() -> Result<()> {
 
     // The template appears: kube-controller-manager's resourceclaim
     // controller makes the pod's claim, and wasmgpu allocates it.
-    let template: ResourceClaimTemplate = serde_json::from_value(json!({
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "two-gpus"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
-            "deviceClassName": "gpu.nvidia.com", "count": 2}}]}}},
-    }))?;
-    ctx.api::<ResourceClaimTemplate>()
-        .create(&PostParams::default(), &template)
-        .await?;
+    claim_template(&ctx, "two-gpus", 2).await?;
     let bound = wait_bound(&ctx, "worker").await?;
     let made = bound
         .status

@@ -13,15 +13,15 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use wasmgpu_test_harness::{FakeNode, TestContext, control_plane_binary};
 
 use super::dra::nvidia_slice;
 use super::dra_claims::{
-    claim, clean_up, dra_pod, dra_pod_of_class, h100_node, nvidia_class, template_pod,
-    upstream_agrees,
+    claim, claim_template, clean_up, dra_pod, dra_pod_of_class, h100_node, nvidia_class,
+    template_pod, upstream_agrees,
 };
 use super::{node_of, wait_bound};
 use crate::support::*;
@@ -189,16 +189,7 @@ async fn the_kubelets_dra_manager_prepares_every_pod_wasmgpu_places_with_exactly
     .await?;
     dra_pod(&ctx, "train", "train").await?;
     wait_bound(&ctx, "train").await?;
-    let template: ResourceClaimTemplate = serde_json::from_value(json!({
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "two-gpus"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
-            "deviceClassName": "gpu.nvidia.com", "count": 2}}]}}},
-    }))?;
-    ctx.api::<ResourceClaimTemplate>()
-        .create(&PostParams::default(), &template)
-        .await?;
+    claim_template(&ctx, "two-gpus", 2).await?;
     template_pod(&ctx, "worker", "two-gpus").await?;
     wait_bound(&ctx, "worker").await?;
     claim(&ctx, "shared", 1, "true", "gpu.nvidia.com").await?;
