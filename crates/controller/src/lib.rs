@@ -9,7 +9,7 @@
 //!  watch Pod ──────────┘  (schedulerName=wasmgpu)   └────┬────┘     in flight hold their GPUs)
 //!                                                         │ snapshot per policy
 //!  watch policy ConfigMaps ─▶ check, compile, canary ─▶ Policies (swapped per name)
-//!  Rounds: after a change (+ gather window) or resync ────┤
+//!  Rounds: on a change (≥ gather window apart) or resync ─┤
 //!    old ledgers moved onto pods → bindings to finish      ▼
 //!    per policy: allocate (Wasm, blocking pool) → validate → Applier
 //!                     binding + allocation annotations, streamed (one write per pod)
@@ -106,7 +106,8 @@ pub struct Config {
     pub on_policy_failure: OnPolicyFailure,
     /// The policy of GPUResources that name none.
     pub default_policy: String,
-    /// How long pending pods are gathered after a change before a round.
+    /// The least time from one round's start to the next; pending pods
+    /// that arrive meanwhile are decided together.
     pub gather_window: Duration,
     /// A round runs at least this often.
     pub resync: Duration,

@@ -50,7 +50,8 @@ pub struct Rounds {
     pub(super) on_failure: OnPolicyFailure,
     /// Named in the log when it is not loaded once rounds start.
     pub(super) default_policy: String,
-    /// How long pending pods are gathered after a change before deciding.
+    /// The least time from one round's start to the next: pending pods
+    /// that arrive meanwhile are decided together.
     pub(super) gather_window: Duration,
     /// A round runs at least this often, changes or not.
     pub(super) resync: Duration,
@@ -67,8 +68,9 @@ pub struct Rounds {
 
 impl Rounds {
     /// Waits for the first full list of every kind, then, while this
-    /// replica leads, runs a round after each change (gathered for the
-    /// window) and at least every `resync`. A round in flight when the
+    /// replica leads, runs a round after each change (at least a gather
+    /// window after the previous round started) and at least every
+    /// `resync`. A round in flight when the
     /// lead is lost stops at once: like a crash, the write order leaves
     /// nothing the next leader cannot finish.
     pub async fn run(mut self) {
@@ -96,6 +98,7 @@ impl Rounds {
             }
             self.metrics.leader(true);
             round += 1;
+            let started = tokio::time::Instant::now();
             let mut leader = self.leader.clone();
             tokio::select! {
                 () = self.round(round) => {}
@@ -113,7 +116,11 @@ impl Rounds {
                     continue;
                 }
             }
-            tokio::time::sleep(self.gather_window).await;
+            // Rounds start at least a gather window apart: under a burst,
+            // the pods that arrive during a round and the rest of its window
+            // are decided together by the next one; after a quiet spell, a
+            // change is decided at once.
+            tokio::time::sleep_until(started + self.gather_window).await;
         }
     }
 

@@ -62,8 +62,10 @@ pub struct ControllerCommand {
     #[arg(long, value_name = "NAME", default_value = "binpack")]
     default_policy: String,
 
-    /// How long pending pods are gathered after a change before a round
-    /// decides them together (e.g. `50ms`, `1s`).
+    /// The least time from one round's start to the next (e.g. `50ms`,
+    /// `1s`): pods that arrive during a round and the rest of its window are
+    /// decided together by the next one; after a quiet spell, a change is
+    /// decided at once.
     #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = humantime::parse_duration)]
     gather_window: Duration,
 
