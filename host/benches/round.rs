@@ -2,7 +2,7 @@
 //!
 //! `make bench` (or `cargo test --release -p wasmgpu --bench round` after `make policies`)
 //! prints the median and p99 of each phase over repeated rounds:
-//! binpack natively, binpack in Wasm (instantiate, call, validate, full round),
+//! binpack natively, binpack in Wasm (instantiate, call, reset, validate, full round),
 //! marshalling alone (a policy that returns nothing), and the Wasm/native ratio.
 //! The last rows time marshalling with parts of the snapshot emptied (GPU
 //! UUIDs, NVLink peer lists, node labels): what a leaner encoding of those
@@ -85,6 +85,7 @@ fn main() {
 
     let native = time(rounds, || wasmgpu_binpack::allocate(&sdk_snapshot));
     let (mut instantiate, mut call, mut check, mut round) = (vec![], vec![], vec![], vec![]);
+    let mut reset = vec![];
     let (mut call_unmetered, mut round_unmetered) = (vec![], vec![]);
     let mut placed = 0;
     binpack.allocate(&snapshot).unwrap();
@@ -96,6 +97,7 @@ fn main() {
         round.push(started.elapsed());
         instantiate.push(result.stats.instantiate);
         call.push(result.stats.call);
+        reset.push(result.stats.reset);
         let started = Instant::now();
         std::hint::black_box(validate(&snapshot, &result.decisions));
         check.push(started.elapsed());
@@ -128,6 +130,7 @@ fn main() {
         ("binpack native (algorithm)", native.clone()),
         ("binpack wasm: instantiate", instantiate),
         ("binpack wasm: call (incl. marshal)", call.clone()),
+        ("binpack wasm: reset (instance goes)", reset),
         ("validate", check),
         ("binpack wasm: full round", round),
         ("  without fuel: call", call_unmetered.clone()),

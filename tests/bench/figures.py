@@ -55,7 +55,7 @@ def fuel(units):
 def row(name, rounds, result):
     """One table row from `policy bench --output json`, or the reason there is none."""
     if isinstance(result, str):
-        return f"| {name} | {result} | | | | |"
+        return f"| {name} | {result} |" + " |" * 6
     phases = result["phases"]
 
     def cell(phase):
@@ -64,7 +64,7 @@ def row(name, rounds, result):
 
     return (
         f"| {name} | {rounds} | {fuel(result['fuelPerRound'])} | {cell('instantiate')} | "
-        f"{cell('call')} | {cell('validate')} | **{cell('round')}** |"
+        f"{cell('call')} | {cell('reset')} | {cell('validate')} | **{cell('round')}** |"
     )
 
 
@@ -75,8 +75,8 @@ def block(rows, bench_output, context):
         "",
         f"Last `make bench`: {context}. Medians, p99 in brackets.",
         "",
-        "| policy | rounds | fuel per round | instantiate | call (marshalling included) | validate | full round |",
-        "|---|---|---|---|---|---|---|",
+        "| policy | rounds | fuel per round | instantiate | call (marshalling included) | reset | validate | full round |",
+        "|---|---|---|---|---|---|---|---|",
         *rows,
         "",
     ]
@@ -173,15 +173,16 @@ def self_test():
     page = f"# Benchmarks\n\nbefore\n\n{BEGIN}\nold figures\n{END}\n\nafter\n"
     result = {"fuelPerRound": 33_200_000,
               "phases": {p: {"medianMicros": m, "p99Micros": m * 1.5}
-                         for p, m in (("instantiate", 210.0), ("call", 6_600.0),
-                                      ("validate", 900.0), ("round", 7_700.0))}}
+                         for p, m in (("instantiate", 210.0), ("call", 6_600.0), ("reset", 40.0),
+                                      ("validate", 900.0), ("round", 7_750.0))}}
     rows = [row("binpack (Rust)", 50, result), row("binpack (Go)", 5, "not built")]
     text = block(rows, "round: ...\n", "a day")
     new = rewrite(page, text)
     assert "old figures" not in new, new
     assert new.startswith("# Benchmarks\n\nbefore\n\n") and new.endswith("\n\nafter\n"), new
     assert "| binpack (Rust) | 50 | 33.2 M | 210 µs (315 µs) | 6.60 ms (9.90 ms) |" in new, new
-    assert "**7.70 ms (11.55 ms)**" in new, new
+    assert "| 40 µs (60 µs) | 900 µs (1.35 ms) |" in new, new
+    assert "**7.75 ms (11.62 ms)**" in new, new
     assert "| binpack (Go) | not built |" in new, new
     assert rewrite(new, text) == new, "rewriting twice changes nothing"
     try:

@@ -68,6 +68,10 @@ pub struct RoundStats {
     pub instantiate: Duration,
     /// Time in the call, marshalling included.
     pub call: Duration,
+    /// Time to give the instance back: its memory reset for the next call
+    /// of the policy (the pages it wrote zeroed, or all of them where the
+    /// kernel cannot tell which).
+    pub reset: Duration,
     /// Fuel used.
     pub fuel_used: u64,
     /// Largest linear memory seen, in bytes.
@@ -204,6 +208,9 @@ impl LoadedPolicy {
         let data = store.data_mut();
         stats.peak_memory_bytes = data.limiter.peak_memory;
         (stats.log, stats.log_dropped) = data.take_log();
+        let going = Instant::now();
+        drop(store);
+        stats.reset = going.elapsed();
         let result = result.map_err(|e| classify(e, limits, transfer_bytes, &stats.log));
         (result, stats)
     }

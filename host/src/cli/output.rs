@@ -504,6 +504,8 @@ pub(crate) struct Stats {
     pub instantiate_micros: u64,
     /// The call, marshalling included.
     pub call_micros: u64,
+    /// Giving the instance back (its memory reset for the next call).
+    pub reset_micros: u64,
     /// Checking the decisions.
     pub validate_micros: u64,
     /// Largest linear memory seen.
@@ -520,6 +522,7 @@ impl Stats {
             fuel_used: stats.fuel_used,
             instantiate_micros: micros(stats.instantiate),
             call_micros: micros(stats.call),
+            reset_micros: micros(stats.reset),
             validate_micros: micros(validated),
             peak_memory_bytes: stats.peak_memory_bytes as u64,
             log: stats.log.clone(),
@@ -584,9 +587,11 @@ pub(crate) struct Phases {
     pub instantiate: Phase,
     /// The call, marshalling included.
     pub call: Phase,
+    /// Giving the instance back (its memory reset for the next call).
+    pub reset: Phase,
     /// Checking the decisions.
     pub validate: Phase,
-    /// All three.
+    /// All four.
     pub round: Phase,
 }
 

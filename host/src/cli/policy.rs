@@ -122,7 +122,8 @@ pub(crate) enum PolicyCommand {
         #[arg(long, value_enum, default_value_t)]
         output: Output,
     },
-    /// Time repeated rounds: median and p99 of instantiate, call and validate.
+    /// Time repeated rounds: median and p99 of instantiate, call, reset
+    /// (the instance's memory, when it goes) and validate.
     Bench {
         /// The policy component (.wasm).
         file: PathBuf,

@@ -120,10 +120,11 @@ fn run_table(run: &RunOutput) -> String {
     text += &gangs_table(&run.gangs);
     text += &namespaces_table(&run.namespaces);
     text += &format!(
-        "fuel {}  instantiate {:?}  call {:?}  validate {:?}  peak memory {:.1} MiB\n",
+        "fuel {}  instantiate {:?}  call {:?}  reset {:?}  validate {:?}  peak memory {:.1} MiB\n",
         stats.fuel_used,
         Duration::from_micros(stats.instantiate_micros),
         Duration::from_micros(stats.call_micros),
+        Duration::from_micros(stats.reset_micros),
         Duration::from_micros(stats.validate_micros),
         stats.peak_memory_bytes as f64 / (1 << 20) as f64
     );
@@ -386,7 +387,8 @@ pub(crate) fn bench(
     let host = &given(policy, snapshot);
     let snapshot = &host.snapshot;
     policy.allocate(snapshot)?;
-    let (mut instantiate, mut call, mut check, mut total) = (vec![], vec![], vec![], vec![]);
+    let (mut instantiate, mut call, mut reset) = (vec![], vec![], vec![]);
+    let (mut check, mut total) = (vec![], vec![]);
     let mut fuel = 0;
     for _ in 0..rounds {
         let round = policy.allocate(snapshot)?;
@@ -396,8 +398,10 @@ pub(crate) fn bench(
         std::hint::black_box(verdict);
         instantiate.push(round.stats.instantiate);
         call.push(round.stats.call);
+        reset.push(round.stats.reset);
         check.push(validated);
-        total.push(round.stats.instantiate + round.stats.call + validated);
+        let stats = &round.stats;
+        total.push(stats.instantiate + stats.call + stats.reset + validated);
         fuel = round.stats.fuel_used;
     }
     let phase = |mut samples: Vec<Duration>| {
@@ -412,6 +416,7 @@ pub(crate) fn bench(
         phases: Phases {
             instantiate: phase(instantiate),
             call: phase(call),
+            reset: phase(reset),
             validate: phase(check),
             round: phase(total),
         },
@@ -437,6 +442,7 @@ fn bench_table(bench: &BenchOutput) -> String {
     for (name, phase) in [
         ("instantiate", &phases.instantiate),
         ("call", &phases.call),
+        ("reset", &phases.reset),
         ("validate", &phases.validate),
         ("round", &phases.round),
     ] {
