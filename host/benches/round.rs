@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use wasmgpu::engine::types::Snapshot;
 use wasmgpu::engine::{Engine, Limits};
 use wasmgpu_contract::HostSnapshot;
-use wasmgpu_contract::validate::validate;
+use wasmgpu_contract::validate::validate_host;
 
 /// `NODES=` and `PODS=` change the scale (default 1,000 each).
 fn scale(var: &str) -> u32 {
@@ -93,20 +93,21 @@ fn main() {
     for _ in 0..rounds {
         let started = Instant::now();
         let result = binpack.allocate(&snapshot).unwrap();
-        let verdict = validate(&snapshot, &result.decisions);
+        // Validated as the controller validates: GPUs named by their UUIDs.
+        let verdict = validate_host(&host, &result.decisions);
         round.push(started.elapsed());
         instantiate.push(result.stats.instantiate);
         call.push(result.stats.call);
         reset.push(result.stats.reset);
         let started = Instant::now();
-        std::hint::black_box(validate(&snapshot, &result.decisions));
+        std::hint::black_box(validate_host(&host, &result.decisions));
         check.push(started.elapsed());
         placed = verdict.accepted.len();
         assert!(verdict.refused.is_empty());
 
         let started = Instant::now();
         let result = binpack_unmetered.allocate(&snapshot).unwrap();
-        let verdict = validate(&snapshot, &result.decisions);
+        let verdict = validate_host(&host, &result.decisions);
         round_unmetered.push(started.elapsed());
         call_unmetered.push(result.stats.call);
         assert_eq!(verdict.accepted.len(), placed, "the same decisions");
