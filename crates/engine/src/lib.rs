@@ -82,6 +82,11 @@ pub struct Engine {
 impl Engine {
     /// An engine whose calls run under `limits`.
     pub fn new(limits: Limits) -> Result<Self> {
+        let keep_resident = if PoolingAllocationConfig::is_pagemap_scan_available() {
+            KEEP_RESIDENT_BYTES
+        } else {
+            KEEP_RESIDENT_BYTES_WITHOUT_SCAN
+        };
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(INSTANCE_SLOTS)
             .total_core_instances(INSTANCE_SLOTS * 8)
@@ -97,13 +102,7 @@ impl Engine {
             // pages the instance wrote are zeroed, not all it could reach:
             // the SDK's allocator starts in an 8 MiB arena of the initial
             // memory, mostly untouched by small rounds.
-            .linear_memory_keep_resident(
-                if PoolingAllocationConfig::is_pagemap_scan_available() {
-                    KEEP_RESIDENT_BYTES
-                } else {
-                    KEEP_RESIDENT_BYTES_WITHOUT_SCAN
-                },
-            )
+            .linear_memory_keep_resident(keep_resident)
             .pagemap_scan(Enabled::Auto);
         let mut config = Config::new();
         config
