@@ -540,6 +540,25 @@ fn every_call_has_its_own_store() {
     assert!(round.stats.peak_memory_bytes < 64 << 20);
 }
 
+/// The SDK's allocator serves a round from the arena it keeps in the initial
+/// memory (8 MiB, `policies/sdk/src/round_alloc.rs`): a round that fits in
+/// it never grows the memory, which would cost the next instance of the
+/// policy an `mprotect` of every page grown into. A round that outgrows the
+/// arena still grows as before.
+#[test]
+fn a_round_that_fits_the_sdk_arena_never_grows_memory() {
+    const ARENA: usize = 8 << 20;
+    let engine = engine();
+    let binpack = engine.load(&policy_bytes("binpack")).unwrap();
+    let peak = |snapshot: &Snapshot| binpack.allocate(snapshot).unwrap().stats.peak_memory_bytes;
+    let initial = peak(&small());
+    assert!(initial > ARENA, "the arena is in the initial memory: {initial} bytes");
+    let medium = wasmgpu_contract::testing::large(300, 300);
+    assert_eq!(peak(&medium), initial, "300 nodes x 8 GPUs, 300 pods fit the arena");
+    let big = wasmgpu_contract::testing::large(3000, 3000);
+    assert!(peak(&big) > initial, "3,000 nodes x 8 GPUs, 3,000 pods outgrow it");
+}
+
 // === policy ConfigMaps: the canary round before activation ===
 
 fn policy_configmap(policy: &str, config: &str) -> k8s_openapi::api::core::v1::ConfigMap {
