@@ -552,11 +552,21 @@ fn a_round_that_fits_the_sdk_arena_never_grows_memory() {
     let binpack = engine.load(&policy_bytes("binpack")).unwrap();
     let peak = |snapshot: &Snapshot| binpack.allocate(snapshot).unwrap().stats.peak_memory_bytes;
     let initial = peak(&small());
-    assert!(initial > ARENA, "the arena is in the initial memory: {initial} bytes");
+    assert!(
+        initial > ARENA,
+        "the arena is in the initial memory: {initial} bytes"
+    );
     let medium = wasmgpu_contract::testing::large(300, 300);
-    assert_eq!(peak(&medium), initial, "300 nodes x 8 GPUs, 300 pods fit the arena");
+    assert_eq!(
+        peak(&medium),
+        initial,
+        "300 nodes x 8 GPUs, 300 pods fit the arena"
+    );
     let big = wasmgpu_contract::testing::large(3000, 3000);
-    assert!(peak(&big) > initial, "3,000 nodes x 8 GPUs, 3,000 pods outgrow it");
+    assert!(
+        peak(&big) > initial,
+        "3,000 nodes x 8 GPUs, 3,000 pods outgrow it"
+    );
 }
 
 // === policy ConfigMaps: the canary round before activation ===
