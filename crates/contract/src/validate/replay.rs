@@ -36,7 +36,7 @@ impl<'s> Replay<'s> {
         hosts: &'s [HostNode],
     ) -> Replay<'s> {
         let mut node_start = Vec::with_capacity(snapshot.nodes.len());
-        let mut gpus = Vec::new();
+        let mut gpus = Vec::with_capacity(snapshot.nodes.iter().map(|n| n.gpus.len()).sum());
         for node in &snapshot.nodes {
             let first = gpus.len();
             node_start.push(first);
