@@ -14,7 +14,8 @@
 //!  answer: 201 ─▶ wait for the pod watch (the pod then holds the GPUs itself)
 //!          404, refused and read back unbound ─▶ index.end_binding (free again)
 //!          unknown (timeout, 5xx, no answer) ─▶ read back: bound ─▶ as 201;
-//!              otherwise index.retry_binding: held, sent again next round
+//!              otherwise index.retry_binding: held, sent again by the next
+//!              round (the next change or the resync starts it)
 //! ```
 //!
 //! Bindings stream: each starts as soon as its decision is validated, and
@@ -637,8 +638,11 @@ impl Writer {
             }
             Outcome::Unknown(why) => {
                 tracing::warn!(kind = "Pod", %pod, %why, "Binding outcome unknown; its GPUs stay held and it is sent again");
+                // Sent again by the next round, which the next change or the
+                // resync starts: not by one started now, which while the API
+                // server is unreachable would fail at once and start the
+                // next, one round after another.
                 self.shared.index().retry_binding(pod, uid);
-                self.shared.changed.notify_one();
             }
         }
     }
