@@ -70,9 +70,9 @@ impl Rounds {
     /// Waits for the first full list of every kind, then, while this
     /// replica leads, runs a round after each change (at least a gather
     /// window after the previous round started) and at least every
-    /// `resync`. A round in flight when the
-    /// lead is lost stops at once: like a crash, the write order leaves
-    /// nothing the next leader cannot finish.
+    /// `resync`. A round in flight when the lead is lost stops at once:
+    /// like a crash, the write order leaves nothing the next leader cannot
+    /// finish.
     pub async fn run(mut self) {
         self.shared.wait_listed(self.watched_kinds).await;
         tracing::info!(

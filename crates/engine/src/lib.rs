@@ -60,7 +60,9 @@ pub use wasmgpu_contract::CONTRACT;
 /// × 8 GPUs and 10,000 pending pods peaks near 40 MiB.
 const KEEP_RESIDENT_BYTES: usize = 64 << 20;
 /// The same without `PAGEMAP_SCAN`: then all of it that the instance could
-/// reach is zeroed with `memset` each time, written or not.
+/// reach is zeroed with `memset` each time, written or not (the SDK's
+/// allocator starts in an 8 MiB arena of the initial memory, mostly
+/// untouched by small rounds).
 const KEEP_RESIDENT_BYTES_WITHOUT_SCAN: usize = 16 << 20;
 
 /// Concurrent calls the pooling allocator has room for.
@@ -98,10 +100,7 @@ impl Engine {
             // instance goes, instead of decommitted and faulted back in by
             // the next round's instance: 12% less wall time per round at
             // 1,000 nodes × 1,000 pods (a round's guest peaks near 4 MiB).
-            // Where the kernel has `PAGEMAP_SCAN` (Linux 6.7+), only the
-            // pages the instance wrote are zeroed, not all it could reach:
-            // the SDK's allocator starts in an 8 MiB arena of the initial
-            // memory, mostly untouched by small rounds.
+            // With `PAGEMAP_SCAN`, only the pages it wrote (see the constants).
             .linear_memory_keep_resident(keep_resident)
             .pagemap_scan(Enabled::Auto);
         let mut config = Config::new();

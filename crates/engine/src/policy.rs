@@ -69,8 +69,8 @@ pub struct RoundStats {
     /// Time in the call, marshalling included.
     pub call: Duration,
     /// Time to give the instance back: its memory reset for the next call
-    /// of the policy (the pages it wrote zeroed, or all of them where the
-    /// kernel cannot tell which).
+    /// of the policy (the pages it wrote zeroed; where the kernel cannot
+    /// tell which, all it could reach, up to 16 MiB).
     pub reset: Duration,
     /// Fuel used.
     pub fuel_used: u64,
