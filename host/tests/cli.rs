@@ -615,8 +615,9 @@ fn a_snapshot_that_no_controller_would_build_is_refused_naming_the_entry() {
         ),
         (
             Box::new(|s| {
-                let uuid = s.nodes[0].uuids[0].clone();
-                s.nodes[2].uuids[0] = uuid;
+                let mut uuids = s.nodes[2].uuids.to_vec();
+                uuids[0] = s.nodes[0].uuids[0].clone();
+                s.nodes[2].uuids = uuids.into();
             }),
             ".uuid: repeats nodes[0] (\"gpu-h100-0\").gpus[0].uuid",
         ),

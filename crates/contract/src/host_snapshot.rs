@@ -13,6 +13,7 @@
 //! file exported from a cluster can be tried with any policy.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::types::{Node, Snapshot};
 
@@ -30,14 +31,16 @@ pub struct HostSnapshot {
     pub resources: Vec<Option<String>>,
 }
 
-/// What the host keeps of a node beyond what a policy sees.
+/// What the host keeps of a node beyond what a policy sees. Labels and
+/// UUIDs change only with the node and its inventory: they are shared
+/// with the index that keeps them, not copied each round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostNode {
     /// Every label of the node.
-    pub labels: BTreeMap<String, String>,
+    pub labels: Arc<BTreeMap<String, String>>,
     /// The UUID of each entry of the node's `gpus`, by position (`GPU-…`
     /// for a whole GPU, `MIG-…` for a MIG instance).
-    pub uuids: Vec<String>,
+    pub uuids: Arc<[String]>,
     /// The DRA shared counters of the node's partitionable devices.
     pub counters: SharedCounters,
 }
@@ -76,12 +79,14 @@ impl HostSnapshot {
             .nodes
             .iter()
             .map(|node| HostNode {
-                labels: snapshot
-                    .label_keys
-                    .iter()
-                    .zip(&node.labels)
-                    .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
-                    .collect(),
+                labels: Arc::new(
+                    snapshot
+                        .label_keys
+                        .iter()
+                        .zip(&node.labels)
+                        .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+                        .collect(),
+                ),
                 uuids: (0..node.gpus.len() as u32)
                     .map(|g| made_up_uuid(node, g).unwrap_or_default())
                     .collect(),
@@ -175,12 +180,12 @@ mod tests {
             ],
             vec![],
         ));
-        for node in &mut host.nodes {
-            node.labels.clear();
-        }
-        host.nodes[0].labels.insert("zone".into(), "z1".into());
-        host.nodes[0].labels.insert("rack".into(), "r1".into());
-        host.nodes[1].labels.insert("zone".into(), "z2".into());
+        host.nodes[0].labels = Arc::new(
+            [("zone", "z1"), ("rack", "r1")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into(),
+        );
+        host.nodes[1].labels = Arc::new([("zone".to_owned(), "z2".to_owned())].into());
         let keys = vec!["zone".to_owned(), "rack".to_owned()];
         let snap = host.for_policy(&keys);
         assert_eq!(snap.label_keys, keys);

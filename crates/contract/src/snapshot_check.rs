@@ -637,7 +637,9 @@ mod tests {
     #[test]
     fn uuids_are_unique_across_nodes() {
         let mut host = HostSnapshot::from_snapshot(valid());
-        host.nodes[1].uuids[0] = "GPU-a-2".into();
+        let mut uuids = host.nodes[1].uuids.to_vec();
+        uuids[0] = "GPU-a-2".into();
+        host.nodes[1].uuids = uuids.into();
         assert_eq!(
             check(&host).unwrap_err().to_string(),
             "nodes[1] (\"b\").gpus[0] (\"GPU-a-2\").uuid: repeats nodes[0] (\"a\").gpus[2].uuid"

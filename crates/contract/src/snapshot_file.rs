@@ -172,12 +172,12 @@ impl SnapshotFile {
             .zip(&host.nodes)
             .map(|(node, names)| FileNode {
                 name: node.name.clone(),
-                labels: names.labels.clone(),
+                labels: (*names.labels).clone(),
                 shared_counters_left: names.counters.left.iter().cloned().collect(),
                 gpus: node
                     .gpus
                     .iter()
-                    .zip(&names.uuids)
+                    .zip(names.uuids.iter())
                     .enumerate()
                     .map(|(position, (g, uuid))| FileGpu {
                         uuid: Some(uuid.clone()),
@@ -234,7 +234,7 @@ impl SnapshotFile {
             .into_iter()
             .map(|node| {
                 let counters = counters_of(&node);
-                let uuids = node
+                let uuids: Vec<String> = node
                     .gpus
                     .iter()
                     .enumerate()
@@ -268,8 +268,8 @@ impl SnapshotFile {
                         gpus,
                     },
                     HostNode {
-                        labels: node.labels,
-                        uuids,
+                        labels: node.labels.into(),
+                        uuids: uuids.into(),
                         counters,
                     },
                 )

@@ -306,7 +306,9 @@ pub fn canary_snapshot(config: &str) -> HostSnapshot {
             .collect(),
     };
     let host = |name: &str| HostNode {
-        labels: [("kubernetes.io/hostname".to_owned(), name.to_owned())].into(),
+        labels: std::sync::Arc::new(
+            [("kubernetes.io/hostname".to_owned(), name.to_owned())].into(),
+        ),
         uuids: (0..2).map(|i| format!("GPU-{name}-{i}")).collect(),
         counters: Default::default(),
     };

@@ -93,7 +93,8 @@ impl Index {
         match inventory::merge(agent, self.dra.node(name)) {
             Some(inventory) => {
                 self.node_to_lost_inventory.remove(name);
-                self.node_to_inventory.insert(name.to_string(), inventory);
+                self.node_to_inventory
+                    .insert(name.to_string(), inventory.laid_out());
             }
             None => {
                 if let Some(inventory) = self.node_to_inventory.remove(name)

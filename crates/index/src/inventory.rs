@@ -6,6 +6,7 @@ use wasmgpu_api::{GPUNode, GpuInfo};
 use wasmgpu_contract::types::Publisher;
 
 use crate::dra::{DraNode, NodeCounters};
+use crate::layout::NodeLayout;
 
 /// A node's GPUs (whole GPUs sorted by index, each with its MIG instances),
 /// UUIDs unique, and which inventory publishes each.
@@ -22,6 +23,9 @@ pub(crate) struct NodeInventory {
     pub unpublished: HashSet<String>,
     /// The DRA shared counters its devices consume.
     pub counters: NodeCounters,
+    /// Its GPUs as a snapshot lays them out: set by [`NodeInventory::laid_out`]
+    /// for the merged inventories snapshots read, empty in the agent's.
+    pub layout: NodeLayout,
 }
 
 impl NodeInventory {
@@ -48,6 +52,12 @@ impl NodeInventory {
             gpus,
             ..Self::default()
         })
+    }
+
+    /// This inventory with its [`NodeLayout`] made for it.
+    pub fn laid_out(mut self) -> Self {
+        self.layout = NodeLayout::of(&self);
+        self
     }
 
     /// Which inventory publishes the GPU or MIG instance `uuid`.

@@ -9,7 +9,8 @@
 //! ```text
 //!  Node ──────────▶ name_to_node        (Ready? cordoned? labels, taints)
 //!  GPUNode ───────▶ node_to_inventory   (GPUs from the agent's status,
-//!  ResourceSlice ─▶                      merged with a DRA driver's by UUID)
+//!  ResourceSlice ─▶                      merged with a DRA driver's by UUID,
+//!                                        laid out as snapshot records once)
 //!  ResourceClaim ─▶ dra                 (allocated devices: held; the
 //!  DeviceClass ───▶                      claims DRA pods ask through)
 //!  GPUResource ───▶ key_to_resource     (spec, spec error, old ledger)
@@ -23,8 +24,9 @@
 //!             nominations, in flight, reservations (+ old ledgers)
 //!             → GPU use, usage per namespace
 //!   survey:  unbound pods not holding GPUs → requests (by policy) | problems
-//!   build:   candidate nodes (Ready, schedulable, inventory), eligible nodes
-//!            per request (nodeSelector, required affinity, taints)
+//!   build:   candidate nodes (Ready, schedulable, inventory): their layouts
+//!            with what holders keep filled in; eligible nodes per request
+//!            (nodeSelector, required affinity, taints)
 //!                          │
 //!                          ▼
 //!            snapshots(round) ─ one Snapshot per policy
@@ -59,6 +61,7 @@ mod holdings;
 mod index;
 mod inventory;
 mod key;
+mod layout;
 mod nominations;
 mod problem;
 mod snapshot;

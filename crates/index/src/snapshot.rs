@@ -3,6 +3,7 @@
 //! eligible nodes, the pods running on those nodes, gangs.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use wasmgpu_contract::glob_match;
 
@@ -12,6 +13,7 @@ use super::eligibility;
 use super::fast_map::FastMap;
 use super::holdings::{Holdings, Source};
 use super::inventory::NodeInventory;
+use super::layout::intern;
 use super::tenants::TenantTable;
 use crate::facts::node::NodeFacts;
 use crate::facts::pod::PodFacts;
@@ -20,7 +22,7 @@ use crate::key::ObjectKey;
 use crate::problem::Problem;
 use wasmgpu_api::{GPUResourceSpec, Sharing as ApiSharing};
 use wasmgpu_contract::types::{
-    Ask, Gpu, GpuShape, MigInstance, Node, PreemptionPolicy, Request, Running, Sharing, Snapshot,
+    Ask, GpuShape, Node, PreemptionPolicy, Request, Running, Sharing, Snapshot,
 };
 use wasmgpu_contract::{HostNode, HostSnapshot, bits};
 
@@ -397,19 +399,7 @@ impl Index {
         tenants: &TenantTable,
         mut waiting: Vec<Waiting<'_>>,
     ) -> HostSnapshot {
-        let candidates: Vec<Candidate<'_>> = self
-            .name_to_node
-            .iter()
-            .filter(|(_, facts)| facts.schedulable())
-            .filter_map(|(name, facts)| {
-                let inventory = self.node_to_inventory.get(name)?;
-                Some(Candidate {
-                    name,
-                    facts,
-                    inventory,
-                })
-            })
-            .collect();
+        let candidates = self.candidate_nodes();
         waiting.sort_by(|a, b| {
             (a.request.created_ms, &a.request.pod).cmp(&(b.request.created_ms, &b.request.pod))
         });
@@ -592,6 +582,28 @@ impl Index {
 }
 
 impl Index {
+    /// The nodes pods may go to now (Ready, schedulable, with an
+    /// inventory), in name order: both maps are walked side by side
+    /// rather than one looked up for each entry of the other.
+    fn candidate_nodes(&self) -> Vec<Candidate<'_>> {
+        let mut candidates = Vec::with_capacity(self.node_to_inventory.len());
+        let mut inventories = self.node_to_inventory.iter().peekable();
+        for (name, facts) in &self.name_to_node {
+            while inventories.next_if(|(n, _)| *n < name).is_some() {}
+            let Some((_, inventory)) = inventories.next_if(|(n, _)| *n == name) else {
+                continue;
+            };
+            if facts.schedulable() {
+                candidates.push(Candidate {
+                    name,
+                    facts,
+                    inventory,
+                });
+            }
+        }
+        candidates
+    }
+
     /// Whether one of `pod`'s claims (in `namespace`) is reserved for
     /// another pod too.
     fn shares_a_claim(&self, namespace: &str, pod: &PodFacts) -> bool {
@@ -686,18 +698,6 @@ impl Tables {
     }
 }
 
-/// The position of `name` in `names`, added when missing. Tables hold a
-/// handful of names: a scan beats hashing.
-fn intern(names: &mut Vec<String>, name: &str) -> u32 {
-    match names.iter().position(|n| n == name) {
-        Some(i) => i as u32,
-        None => {
-            names.push(name.to_owned());
-            (names.len() - 1) as u32
-        }
-    }
-}
-
 /// Whether a device of `model` with `memory_mib` could ever serve the
 /// request (when nothing else held it): a whole GPU, or a MIG instance
 /// (whose own memory `memoryMiB` is compared with), as the validator holds.
@@ -705,87 +705,54 @@ fn could_hold(spec: &GPUResourceSpec, model: &str, memory_mib: u64) -> bool {
     spec.model.as_deref().is_none_or(|m| glob_match(m, model)) && memory_mib >= spec.memory_mib
 }
 
-/// A candidate node as the policy sees it, and what the host keeps of it.
-/// NVLink peers become a bit set of their indices; peers the inventory
-/// does not list are dropped. Each GPU is followed by its MIG
-/// instances, which inherit its model and health.
+/// A candidate node as the policy sees it, and what the host keeps of it:
+/// its layout (laid out when its inventory changed, see `layout`) with
+/// the snapshot's table positions for models and MIG profiles, and what
+/// holders keep on each GPU.
 fn node_record(
     candidate: &Candidate<'_>,
     holdings: &Holdings,
     tables: &mut Tables,
 ) -> (Node, HostNode) {
     let on_node = holdings.on_node(candidate.name);
-    let inventory = &candidate.inventory.gpus;
-    // Positions of whole GPUs, counting the instances listed before them.
-    let mut positions = Vec::with_capacity(inventory.len());
-    let mut next = 0u32;
-    for gpu in inventory {
-        positions.push(next);
-        next += 1 + gpu.mig_instances.len() as u32;
-    }
-    let uuid_to_index: FastMap<&str, u32> = inventory
+    let inventory = candidate.inventory;
+    let layout = &inventory.layout;
+    let models: Vec<u32> = layout.models.iter().map(|m| tables.model(m)).collect();
+    let profiles: Vec<u32> = layout
+        .mig_profiles
         .iter()
-        .map(|gpu| (gpu.uuid.as_str(), gpu.index))
+        .map(|p| tables.mig_profile(p))
         .collect();
     let use_of = |uuid: &str| {
         let held = on_node.gpu(uuid).unwrap_or_default();
         (held.exclusive, held.shared_mib, held.shared_owners)
     };
-    let mut gpus = Vec::with_capacity(next as usize);
-    let mut uuids = Vec::with_capacity(next as usize);
-    let node_inventory = candidate.inventory;
-    for (gpu, &position) in inventory.iter().zip(&positions) {
-        let (held, shared_mib, shared_owners) = use_of(&gpu.uuid);
-        // A static-MIG parent a DRA driver does not publish whole is never
-        // given whole.
-        let held = held || node_inventory.unpublished.contains(&gpu.uuid);
-        let allocated_mib = if held {
-            gpu.memory_total_mib
-        } else {
-            shared_mib.min(gpu.memory_total_mib)
-        };
-        let model = tables.model(&gpu.model);
-        uuids.push(gpu.uuid.clone());
-        gpus.push(Gpu {
-            index: gpu.index,
-            model,
-            memory_mib: gpu.memory_total_mib,
-            allocated_mib,
-            held,
-            shared_owners,
-            numa_node: gpu.numa_node,
-            nvlink: bits::nvlink_of(
-                gpu.nvlink_peers
-                    .iter()
-                    .filter_map(|peer| uuid_to_index.get(peer.as_str()).copied()),
-            ),
-            healthy: gpu.healthy,
-            mig: None,
-            published_by: node_inventory.publisher(&gpu.uuid),
-        });
-        for instance in &gpu.mig_instances {
-            let (held, _, _) = use_of(&instance.uuid);
-            uuids.push(instance.uuid.clone());
-            gpus.push(Gpu {
-                index: gpu.index,
-                model,
-                memory_mib: instance.memory_total_mib,
-                allocated_mib: if held { instance.memory_total_mib } else { 0 },
-                held,
-                shared_owners: 0,
-                numa_node: gpu.numa_node,
-                nvlink: 0,
-                healthy: gpu.healthy,
-                mig: Some(MigInstance {
-                    parent: position,
-                    profile: tables.mig_profile(&instance.profile),
-                }),
-                published_by: node_inventory.publisher(&instance.uuid),
-            });
+    let mut gpus = layout.gpus.clone();
+    for ((gpu, uuid), &unpublished) in gpus.iter_mut().zip(&*layout.uuids).zip(&layout.unpublished)
+    {
+        gpu.model = models[gpu.model as usize];
+        let (held, shared_mib, shared_owners) = use_of(uuid);
+        match &mut gpu.mig {
+            None => {
+                // A static-MIG parent a DRA driver does not publish whole
+                // is never given whole.
+                gpu.held = held || unpublished;
+                gpu.allocated_mib = if gpu.held {
+                    gpu.memory_mib
+                } else {
+                    shared_mib.min(gpu.memory_mib)
+                };
+                gpu.shared_owners = shared_owners;
+            }
+            Some(mig) => {
+                mig.profile = profiles[mig.profile as usize];
+                gpu.held = held;
+                gpu.allocated_mib = if held { gpu.memory_mib } else { 0 };
+            }
         }
     }
     // Devices overlapping those in use through shared counters are held.
-    let (counters, blocked) = node_inventory.counters.for_snapshot(&uuids, |uuid| {
+    let (counters, blocked) = inventory.counters.for_snapshot(&layout.uuids, |uuid| {
         let (exclusive, _, shared_owners) = use_of(uuid);
         exclusive || shared_owners > 0
     });
@@ -800,13 +767,8 @@ fn node_record(
             gpus,
         },
         HostNode {
-            labels: candidate
-                .facts
-                .labels
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-            uuids,
+            labels: Arc::clone(&candidate.facts.labels),
+            uuids: Arc::clone(&layout.uuids),
             counters,
         },
     )

@@ -1,6 +1,7 @@
 //! What the index keeps of a `Node`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 
@@ -11,7 +12,8 @@ pub(crate) struct NodeFacts {
     pub ready: bool,
     /// `spec.unschedulable` (cordoned).
     pub unschedulable: bool,
-    pub labels: BTreeMap<String, String>,
+    /// Shared with the snapshots' host records (`HostNode::labels`).
+    pub labels: Arc<BTreeMap<String, String>>,
     pub taints: Vec<Taint>,
 }
 
@@ -28,7 +30,7 @@ impl NodeFacts {
         Self {
             ready,
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-            labels: node.metadata.labels.clone().unwrap_or_default(),
+            labels: Arc::new(node.metadata.labels.clone().unwrap_or_default()),
             taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
         }
     }

@@ -300,7 +300,7 @@ fn staleness(index: &Index, pod: &ObjectKey, entry: &Allocation) -> Option<Relea
 // === random steps ===
 
 /// xorshift64*: small, seeded, the same sequence on every machine.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -310,15 +310,15 @@ impl Rng {
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    fn below(&mut self, n: usize) -> usize {
+    pub(super) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 
-    fn chance(&mut self, percent: u64) -> bool {
+    pub(super) fn chance(&mut self, percent: u64) -> bool {
         self.next() % 100 < percent
     }
 
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+    pub(super) fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]
     }
 }
@@ -497,7 +497,11 @@ fn random_podgroup(rng: &mut Rng, namespace: &str) -> wasmgpu_api::PodGroup {
 
 /// Applies one random event to `index`; `pods` is what the pod watch has
 /// delivered last, by key, for relists.
-fn step(rng: &mut Rng, index: &mut Index, pods: &mut BTreeMap<ObjectKey, Pod>) -> String {
+pub(super) fn step(
+    rng: &mut Rng,
+    index: &mut Index,
+    pods: &mut BTreeMap<ObjectKey, Pod>,
+) -> String {
     match rng.below(100) {
         0..=34 => {
             let key = random_key(rng);
@@ -629,7 +633,7 @@ fn step(rng: &mut Rng, index: &mut Index, pods: &mut BTreeMap<ObjectKey, Pod>) -
 }
 
 /// A cluster of the nodes in [`NODES`], pods not listed yet.
-fn random_cluster() -> Index {
+pub(super) fn random_cluster() -> Index {
     let mut index = Index::new(DEFAULT_POLICY);
     for name in ["n0", "n1"] {
         index.apply_node(&node(name).build());

@@ -7,6 +7,7 @@ mod eligibility;
 mod gangs;
 mod holdings;
 mod incremental;
+mod layout;
 mod ledger;
 mod problems;
 mod snapshot;
