@@ -658,7 +658,7 @@ impl Index {
         for (node, inventory) in &self.node_to_inventory {
             let first = states.len();
             let on_node = holdings.on_node(node);
-            for gpu in &inventory.gpus {
+            for gpu in inventory.gpus.iter() {
                 if inventory.unpublished.contains(&gpu.uuid) {
                     continue;
                 }

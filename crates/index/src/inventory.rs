@@ -1,6 +1,7 @@
 //! What the index keeps of a `GPUNode`: the node's GPUs.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use wasmgpu_api::{GPUNode, GpuInfo};
 use wasmgpu_contract::types::Publisher;
@@ -12,7 +13,9 @@ use crate::layout::NodeLayout;
 /// UUIDs unique, and which inventory publishes each.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct NodeInventory {
-    pub gpus: Vec<GpuInfo>,
+    /// Shared between the agent's inventory and the merged one while no
+    /// DRA driver adds to it (most nodes): one copy of each GPU.
+    pub gpus: Arc<Vec<GpuInfo>>,
     /// UUIDs only a DRA driver publishes (a claim may take them; a
     /// GPUResource may not: the agent does not hand them out).
     pub dra_only: HashSet<String>,
@@ -49,7 +52,7 @@ impl NodeInventory {
             .collect();
         gpus.sort_by_key(|gpu| gpu.index);
         Some(Self {
-            gpus,
+            gpus: Arc::new(gpus),
             ..Self::default()
         })
     }
@@ -95,8 +98,9 @@ pub(crate) fn merge(agent: Option<&NodeInventory>, dra: Option<DraNode>) -> Opti
         })
         .collect();
     let mut used: HashSet<u32> = merged.gpus.iter().map(|g| g.index).collect();
+    let gpus = Arc::make_mut(&mut merged.gpus);
     for mut gpu in dra.gpus {
-        if let Some(whole) = merged.gpus.iter_mut().find(|g| g.uuid == gpu.uuid) {
+        if let Some(whole) = gpus.iter_mut().find(|g| g.uuid == gpu.uuid) {
             if !dra.unpublished.contains(&gpu.uuid) {
                 merged.both.insert(gpu.uuid.clone());
             }
@@ -125,8 +129,8 @@ pub(crate) fn merge(agent: Option<&NodeInventory>, dra: Option<DraNode>) -> Opti
             merged.dra_only.insert(gpu.uuid.clone());
         }
         known.insert(gpu.uuid.clone());
-        merged.gpus.push(gpu);
+        gpus.push(gpu);
     }
-    merged.gpus.sort_by_key(|g| g.index);
+    gpus.sort_by_key(|g| g.index);
     Some(merged)
 }

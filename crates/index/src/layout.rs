@@ -52,7 +52,7 @@ impl NodeLayout {
             ..NodeLayout::default()
         };
         let mut uuids = Vec::with_capacity(len);
-        for gpu in gpus {
+        for gpu in gpus.iter() {
             let position = layout.gpus.len() as u32;
             let model = intern(&mut layout.models, &gpu.model);
             uuids.push(gpu.uuid.clone());

@@ -77,7 +77,7 @@ fn afresh(index: &Index) -> BTreeMap<String, (Vec<Plain>, BTreeMap<String, Strin
             .map(|g| (g.uuid.as_str(), g.index))
             .collect();
         let mut gpus = Vec::new();
-        for gpu in &inventory.gpus {
+        for gpu in inventory.gpus.iter() {
             let position = gpus.len() as u32;
             let (held, shared_mib, shared_owners) = use_of(&gpu.uuid);
             let held = held || inventory.unpublished.contains(&gpu.uuid);
