@@ -269,17 +269,19 @@ impl Index {
     }
 
     /// Keeps `facts` as pod `key`'s (`None`: forgets the pod), and what
-    /// bound pods hold with them.
+    /// bound pods hold and the pods counted per GPUResource with them.
     fn store_pod(&mut self, key: ObjectKey, facts: Option<PodFacts>) {
         match facts {
             Some(facts) => {
                 let old = self.key_to_pod.get(&key);
                 self.bound_use.replace(&key, old, Some(&facts));
+                self.pod_tally.replace(&key.namespace, old, Some(&facts));
                 self.key_to_pod.insert(key, facts);
             }
             None => {
                 if let Some(old) = self.key_to_pod.remove(&key) {
                     self.bound_use.replace(&key, Some(&old), None);
+                    self.pod_tally.replace(&key.namespace, Some(&old), None);
                 }
             }
         }
@@ -290,6 +292,7 @@ impl Index {
     pub fn reset_pods(&mut self, pods: &[Pod]) {
         self.key_to_pod.clear();
         self.bound_use.clear();
+        self.pod_tally.clear();
         pods.iter().for_each(|pod| self.apply_pod(pod));
         let in_flight: Vec<ObjectKey> = self.key_to_in_flight.keys().cloned().collect();
         in_flight.iter().for_each(|pod| self.resolve_in_flight(pod));

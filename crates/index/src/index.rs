@@ -20,6 +20,7 @@ use crate::facts::resource::ResourceState;
 use crate::facts::tenant::TenantFacts;
 use crate::inventory::NodeInventory;
 use crate::key::ObjectKey;
+use crate::tally::PodTally;
 
 /// All the cluster state allocation depends on. See the module docs.
 #[derive(Debug)]
@@ -40,11 +41,13 @@ pub struct Index {
     pub(crate) node_to_lost_inventory: BTreeMap<String, NodeInventory>,
     pub(crate) key_to_resource: BTreeMap<ObjectKey, ResourceState>,
     /// Pods with `schedulerName: wasmgpu`. Changed only through
-    /// [`Index::store_pod`], which keeps `bound_use` with it.
+    /// [`Index::store_pod`], which keeps `bound_use` and `pod_tally` with it.
     pub(crate) key_to_pod: BTreeMap<ObjectKey, PodFacts>,
     /// What bound pods hold by their own allocations, and which pods wait
     /// on a nomination: kept as `key_to_pod` changes.
     pub(crate) bound_use: BoundUse,
+    /// Pods counted per GPUResource: kept as `key_to_pod` changes.
+    pub(crate) pod_tally: PodTally,
     /// Bindings sent whose pod the watch has not shown bound yet.
     pub(crate) key_to_in_flight: HashMap<ObjectKey, InFlight>,
     /// The pods have been listed once: a ledger entry whose pod is not
@@ -82,6 +85,7 @@ impl Index {
             key_to_resource: BTreeMap::new(),
             key_to_pod: BTreeMap::new(),
             bound_use: BoundUse::default(),
+            pod_tally: PodTally::default(),
             key_to_in_flight: HashMap::new(),
             pods_listed: false,
             key_to_written_version: HashMap::new(),

@@ -65,6 +65,7 @@ mod layout;
 mod nominations;
 mod problem;
 mod snapshot;
+mod tally;
 mod tenants;
 mod views;
 mod watch;

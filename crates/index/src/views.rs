@@ -137,22 +137,17 @@ impl Index {
         self.pod_counts_in(&self.holdings())
     }
 
-    fn pod_counts_in(&self, holdings: &holdings::Holdings) -> HashMap<ObjectKey, PodCounts> {
-        // Counted by borrowed names, keyed once per GPUResource at the end.
-        let mut counts: crate::fast_map::FastMap<(&str, &str), PodCounts> = Default::default();
-        for holding in holdings.live() {
+    pub(crate) fn pod_counts_in(
+        &self,
+        holdings: &holdings::Holdings,
+    ) -> HashMap<ObjectKey, PodCounts> {
+        // Bound pods' own holdings and references are kept (`tally`); the
+        // other sources' holdings, a few, are counted here.
+        let mut counts: crate::fast_map::FastMap<(&str, &str), PodCounts> =
+            self.pod_tally.counts().collect();
+        for holding in holdings.others() {
             let name = (holding.pod.namespace.as_str(), holding.resource_name);
             counts.entry(name).or_default().holding += 1;
-        }
-        for (key, pod) in &self.key_to_pod {
-            if let Some(resource) = pod.resource.as_deref()
-                && !pod.terminal
-            {
-                counts
-                    .entry((key.namespace.as_str(), resource))
-                    .or_default()
-                    .referencing += 1;
-            }
         }
         counts
             .into_iter()

@@ -297,6 +297,26 @@ fn staleness(index: &Index, pod: &ObjectKey, entry: &Allocation) -> Option<Relea
     }
 }
 
+/// Pods per GPUResource counted from every pod and holding, as each
+/// round's report counted them before they were kept (`tally`).
+fn counts_afresh(index: &Index) -> HashMap<ObjectKey, crate::views::PodCounts> {
+    let holdings = index.holdings();
+    let mut counts: HashMap<ObjectKey, crate::views::PodCounts> = HashMap::new();
+    for holding in holdings.live() {
+        let key = ObjectKey::new(&holding.pod.namespace, holding.resource_name);
+        counts.entry(key).or_default().holding += 1;
+    }
+    for (key, pod) in &index.key_to_pod {
+        if let Some(resource) = pod.resource.as_deref()
+            && !pod.terminal
+        {
+            let key = ObjectKey::new(&key.namespace, resource);
+            counts.entry(key).or_default().referencing += 1;
+        }
+    }
+    counts
+}
+
 // === random steps ===
 
 /// xorshift64*: small, seeded, the same sequence on every machine.
@@ -664,6 +684,13 @@ fn the_holdings_kept_between_readings_are_those_read_afresh() {
                 kept,
                 fresh,
                 "seed {seed}, after {} steps, the last: {:?}",
+                done.len(),
+                &done[done.len().saturating_sub(5)..]
+            );
+            assert_eq!(
+                index.pod_counts_in(&index.holdings()),
+                counts_afresh(&index),
+                "seed {seed}: pods per GPUResource, after {} steps, the last: {:?}",
                 done.len(),
                 &done[done.len().saturating_sub(5)..]
             );

@@ -1,0 +1,71 @@
+//! Pods counted per GPUResource, kept as the pod watch reports them: how
+//! many name it and have not finished, and how many hold GPUs through it by
+//! their own allocation. A round's report reads the counts instead of
+//! hashing every pod's names again; holdings of the other sources (bindings
+//! in flight, nominations, reservations, ledger entries: a few) are added
+//! to them when read (`views::pod_counts_in`).
+//!
+//! ```text
+//!  apply_pod / delete_pod / reset_pods ── old facts out, new facts in ──▶ PodTally
+//! ```
+
+use crate::bound::held_by_itself;
+use crate::facts::pod::PodFacts;
+use crate::fast_map::FastMap;
+use crate::views::PodCounts;
+
+/// The counts by GPUResource, `(namespace, name)`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PodTally {
+    resource_to_counts: FastMap<(String, String), PodCounts>,
+}
+
+impl PodTally {
+    /// A pod of `namespace` changes from `old` to `new` (either `None`:
+    /// not known).
+    pub fn replace(&mut self, namespace: &str, old: Option<&PodFacts>, new: Option<&PodFacts>) {
+        if let Some(old) = old {
+            self.count(namespace, old, false);
+        }
+        if let Some(new) = new {
+            self.count(namespace, new, true);
+        }
+    }
+
+    /// Forgets every pod (before a relist).
+    pub fn clear(&mut self) {
+        self.resource_to_counts.clear();
+    }
+
+    /// The counts of every GPUResource some pod names or holds through.
+    pub fn counts(&self) -> impl Iterator<Item = ((&str, &str), PodCounts)> {
+        self.resource_to_counts
+            .iter()
+            .map(|((namespace, name), counts)| ((namespace.as_str(), name.as_str()), *counts))
+    }
+
+    fn count(&mut self, namespace: &str, pod: &PodFacts, add: bool) {
+        let referenced = pod.resource.as_deref().filter(|_| !pod.terminal);
+        let held = held_by_itself(pod).map(|allocation| allocation.resource.as_str());
+        for (name, holding) in [(referenced, false), (held, true)] {
+            let Some(name) = name else {
+                continue;
+            };
+            let key = (namespace.to_owned(), name.to_owned());
+            let counts = self.resource_to_counts.entry(key).or_default();
+            let count = match holding {
+                true => &mut counts.holding,
+                false => &mut counts.referencing,
+            };
+            *count = if add {
+                *count + 1
+            } else {
+                count.saturating_sub(1)
+            };
+            if *counts == PodCounts::default() {
+                self.resource_to_counts
+                    .remove(&(namespace.to_owned(), name.to_owned()));
+            }
+        }
+    }
+}
