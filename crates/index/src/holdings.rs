@@ -633,6 +633,12 @@ impl<'n> NodeHoldings<'n> {
     }
 }
 
+/// The states a GPU is counted in, by position in a node's counts.
+const STATES: [&str; 3] = ["free", "allocated", "unhealthy"];
+const FREE: usize = 0;
+const ALLOCATED: usize = 1;
+const UNHEALTHY: usize = 2;
+
 /// How many GPUs of one model on one node are in one state, for metrics.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuState {
@@ -648,7 +654,9 @@ pub struct GpuState {
 }
 
 impl Index {
-    /// Every inventory's GPUs counted by model and state, per node.
+    /// Every inventory's GPUs counted by model and state, per node (by
+    /// node name, then model as the node lists them, then free, allocated,
+    /// unhealthy), read from the nodes' layouts.
     pub fn gpu_states(&self) -> Vec<GpuState> {
         self.gpu_states_in(&self.holdings())
     }
@@ -656,33 +664,55 @@ impl Index {
     pub(super) fn gpu_states_in(&self, holdings: &Holdings) -> Vec<GpuState> {
         let mut states = Vec::with_capacity(self.node_to_inventory.len());
         for (node, inventory) in &self.node_to_inventory {
-            let first = states.len();
+            let layout = &inventory.layout;
             let on_node = holdings.on_node(node);
-            for gpu in inventory.gpus.iter() {
-                if inventory.unpublished.contains(&gpu.uuid) {
-                    continue;
+            // By the layout's model, then state: free, allocated, unhealthy.
+            let mut counts = vec![[0u32; 3]; layout.models.len()];
+            let mut whole: Option<(usize, usize)> = None;
+            let mut settle = |whole: Option<(usize, usize)>| {
+                if let Some((model, state)) = whole {
+                    counts[model][state] += 1;
                 }
-                let held = |uuid: &str| on_node.holds(uuid);
-                // A GPU one of whose MIG instances is held cannot be given
-                // whole: it is allocated, in part.
-                let state = if !gpu.healthy {
-                    "unhealthy"
-                } else if held(&gpu.uuid) || gpu.mig_instances.iter().any(|m| held(&m.uuid)) {
-                    "allocated"
-                } else {
-                    "free"
-                };
-                let counted = states[first..]
-                    .iter_mut()
-                    .find(|s: &&mut GpuState| s.state == state && s.model == gpu.model);
-                match counted {
-                    Some(counted) => counted.count += 1,
-                    None => states.push(GpuState {
+            };
+            for ((gpu, uuid), &unpublished) in layout
+                .gpus
+                .iter()
+                .zip(layout.uuids.iter())
+                .zip(&layout.unpublished)
+            {
+                match gpu.mig {
+                    // A GPU one of whose MIG instances is held cannot be
+                    // given whole: it is allocated, in part.
+                    Some(_) => {
+                        if let Some((_, state)) = &mut whole
+                            && *state == FREE
+                            && on_node.holds(uuid)
+                        {
+                            *state = ALLOCATED;
+                        }
+                    }
+                    None => {
+                        settle(whole.take());
+                        let state = if !gpu.healthy {
+                            UNHEALTHY
+                        } else if on_node.holds(uuid) {
+                            ALLOCATED
+                        } else {
+                            FREE
+                        };
+                        whole = (!unpublished).then_some((gpu.model as usize, state));
+                    }
+                }
+            }
+            settle(whole);
+            for (model, counts) in counts.iter().enumerate() {
+                for (state, &count) in counts.iter().enumerate().filter(|(_, c)| **c > 0) {
+                    states.push(GpuState {
                         node: node.clone(),
-                        model: gpu.model.clone(),
-                        state,
-                        count: 1,
-                    }),
+                        model: layout.models[model].clone(),
+                        state: STATES[state],
+                        count,
+                    });
                 }
             }
         }

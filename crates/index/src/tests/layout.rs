@@ -1,6 +1,7 @@
-//! Node records laid out when an inventory changes (`layout`) against
-//! node records made afresh from the inventory and the holdings, the way
-//! every round made them before: after every step of random sequences of
+//! Node records and GPU states read from the layouts made when an
+//! inventory changes (`layout`) against those made afresh from the
+//! inventory and the holdings, the way every round made them before: after
+//! every step of random sequences of
 //! GPUNodes republished (GPUs added and removed, health, MIG, NVLink,
 //! models), Nodes relabelled and cordoned, slices published and
 //! withdrawn, interleaved with the pod, binding and claim steps of
@@ -146,6 +147,36 @@ fn afresh(index: &Index) -> BTreeMap<String, (Vec<Plain>, BTreeMap<String, Strin
     records
 }
 
+/// GPU states per node counted from each inventory GPU by GPU, as each
+/// round counted them before they were read from the layouts; sorted.
+fn states_afresh(index: &Index) -> Vec<(String, String, &'static str, u32)> {
+    let holdings = index.holdings();
+    let mut states: BTreeMap<(String, String, &'static str), u32> = BTreeMap::new();
+    for (node, inventory) in &index.node_to_inventory {
+        let on_node = holdings.on_node(node);
+        for gpu in inventory.gpus.iter() {
+            if inventory.unpublished.contains(&gpu.uuid) {
+                continue;
+            }
+            let held = |uuid: &str| on_node.holds(uuid);
+            let state = if !gpu.healthy {
+                "unhealthy"
+            } else if held(&gpu.uuid) || gpu.mig_instances.iter().any(|m| held(&m.uuid)) {
+                "allocated"
+            } else {
+                "free"
+            };
+            *states
+                .entry((node.clone(), gpu.model.clone(), state))
+                .or_default() += 1;
+        }
+    }
+    states
+        .into_iter()
+        .map(|((node, model, state), count)| (node, model, state, count))
+        .collect()
+}
+
 /// A node step: `n0` or `n1` republished, relabelled or cordoned, or its
 /// GPUNode deleted.
 fn node_step(rng: &mut Rng, index: &mut Index) -> String {
@@ -228,6 +259,13 @@ fn records_laid_out_on_change_are_those_made_afresh_each_round() {
                     &done[done.len().saturating_sub(5)..]
                 );
             }
+            let mut states: Vec<_> = index
+                .gpu_states()
+                .into_iter()
+                .map(|s| (s.node, s.model, s.state, s.count))
+                .collect();
+            states.sort();
+            assert_eq!(states, states_afresh(&index), "seed {seed}: GPU states");
             let (kept, fresh) = (records(&index), afresh(&index));
             compared += kept.values().map(|r| r.0.len()).sum::<usize>();
             assert_eq!(

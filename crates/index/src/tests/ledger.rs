@@ -370,7 +370,7 @@ fn gpu_states_count_held_free_and_unhealthy_gpus() {
         .iter()
         .map(|s| (s.state, s.count))
         .collect();
-    assert_eq!(states, [("allocated", 1), ("free", 2), ("unhealthy", 1)]);
+    assert_eq!(states, [("free", 2), ("allocated", 1), ("unhealthy", 1)]);
 }
 
 #[test]
@@ -394,5 +394,5 @@ fn a_gpu_whose_mig_instance_is_held_counts_as_allocated() {
         .iter()
         .map(|s| (s.state, s.count))
         .collect();
-    assert_eq!(states, [("allocated", 1), ("free", 1)]);
+    assert_eq!(states, [("free", 1), ("allocated", 1)]);
 }
