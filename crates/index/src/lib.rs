@@ -15,7 +15,9 @@
 //!  DeviceClass ───▶                      claims DRA pods ask through)
 //!  GPUResource ───▶ key_to_resource     (spec, spec error, old ledger)
 //!  Pod ───────────▶ key_to_pod          (schedulerName wasmgpu only;
-//!                                        node, wasmgpu.io/allocation)
+//!                                        node, wasmgpu.io/allocation;
+//!                                        bound pods' use and pods per
+//!                                        GPUResource kept beside it)
 //!  bindings sent ─▶ key_to_in_flight    (until the pod watch shows them)
 //!  GPUTenant ─────▶ name_to_tenant      (namespace globs, quota, limit)
 //!                          │

@@ -589,6 +589,17 @@ mod tests {
         snap
     }
 
+    /// Node `n` of a [`full_cluster`]: one pod of `priority` holds both its
+    /// GPUs, so one eviction makes room there.
+    fn one_pod_holds(snap: &mut wasmgpu_contract::Snapshot, n: u32, priority: i32) {
+        let on: Vec<usize> = (0..snap.running.len())
+            .filter(|&r| snap.running[r].node == n)
+            .collect();
+        snap.running[on[0]].gpus = vec![0, 1];
+        snap.running[on[0]].priority = priority;
+        snap.running.remove(on[1]);
+    }
+
     #[test]
     fn the_search_compares_a_bounded_number_of_nodes_that_could_make_room() {
         // 300 nodes: every one could make room by evicting its two pods.
@@ -596,11 +607,7 @@ mod tests {
         // pod holding both its GPUs): a search over all nodes would pick
         // it; the bounded one picks the best of the first 100, node 0.
         let mut snap = full_cluster(300);
-        let n250: Vec<usize> = (0..snap.running.len())
-            .filter(|&r| snap.running[r].node == 250)
-            .collect();
-        snap.running[n250[0]].gpus = vec![0, 1];
-        snap.running.remove(n250[1]);
+        one_pod_holds(&mut snap, 250, 0);
         assert_eq!(super::ENOUGH_CANDIDATES, 100);
         let decision = decide(&snap).expect("a preemption");
         let Decision::Preempt(p) = &decision else {
@@ -610,11 +617,7 @@ mod tests {
         assert!(validate(&snap, &[decision]).refused.is_empty());
         // Within the first 100 it is found.
         let mut snap = full_cluster(300);
-        let n50: Vec<usize> = (0..snap.running.len())
-            .filter(|&r| snap.running[r].node == 50)
-            .collect();
-        snap.running[n50[0]].gpus = vec![0, 1];
-        snap.running.remove(n50[1]);
+        one_pod_holds(&mut snap, 50, 0);
         let decision = decide(&snap).expect("a preemption");
         let Decision::Preempt(p) = &decision else {
             panic!("{decision:?}")
@@ -630,12 +633,7 @@ mod tests {
         // the best, and node 9, as good but later, is not chosen.
         let mut snap = full_cluster(12);
         for (n, priority) in [(3, 5), (7, 0), (9, 0)] {
-            let on: Vec<usize> = (0..snap.running.len())
-                .filter(|&r| snap.running[r].node == n)
-                .collect();
-            snap.running[on[0]].gpus = vec![0, 1];
-            snap.running[on[0]].priority = priority;
-            snap.running.remove(on[1]);
+            one_pod_holds(&mut snap, n, priority);
         }
         let decision = decide(&snap).expect("a preemption");
         let Decision::Preempt(p) = &decision else {
