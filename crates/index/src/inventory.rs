@@ -59,8 +59,17 @@ impl NodeInventory {
 
     /// This inventory with its [`NodeLayout`] made for it.
     pub fn laid_out(mut self) -> Self {
-        self.layout = NodeLayout::of(&self);
+        self.layout = self.layout();
         self
+    }
+
+    /// Its GPUs as a snapshot lays them out, made afresh.
+    pub fn layout(&self) -> NodeLayout {
+        NodeLayout::of(
+            &self.gpus,
+            |uuid| self.publisher(uuid),
+            |uuid| self.unpublished.contains(uuid),
+        )
     }
 
     /// Which inventory publishes the GPU or MIG instance `uuid`.

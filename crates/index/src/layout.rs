@@ -12,11 +12,11 @@
 
 use std::sync::Arc;
 
+use wasmgpu_api::GpuInfo;
 use wasmgpu_contract::bits;
-use wasmgpu_contract::types::{Gpu, MigInstance};
+use wasmgpu_contract::types::{Gpu, MigInstance, Publisher};
 
 use crate::fast_map::FastMap;
-use crate::inventory::NodeInventory;
 
 /// A node's GPUs in snapshot order (each whole GPU followed by its MIG
 /// instances), as a policy would see them with nothing held.
@@ -38,11 +38,16 @@ pub(crate) struct NodeLayout {
 }
 
 impl NodeLayout {
-    /// Lays out `inventory`. NVLink peers become a bit set of their
-    /// indices (peers the inventory does not list are dropped); MIG
-    /// instances inherit their parent's model and health.
-    pub fn of(inventory: &NodeInventory) -> NodeLayout {
-        let gpus = &inventory.gpus;
+    /// Lays out a node's `gpus` (whole GPUs sorted by index, each with its
+    /// MIG instances); `publisher` says who publishes a UUID, `unpublished`
+    /// whether it is a whole GPU never given whole. NVLink peers become a
+    /// bit set of their indices (peers `gpus` does not list are dropped);
+    /// MIG instances inherit their parent's model and health.
+    pub fn of(
+        gpus: &[GpuInfo],
+        publisher: impl Fn(&str) -> Publisher,
+        unpublished: impl Fn(&str) -> bool,
+    ) -> NodeLayout {
         let len = gpus.iter().map(|g| 1 + g.mig_instances.len()).sum();
         let uuid_to_index: FastMap<&str, u32> =
             gpus.iter().map(|g| (g.uuid.as_str(), g.index)).collect();
@@ -56,9 +61,7 @@ impl NodeLayout {
             let position = layout.gpus.len() as u32;
             let model = intern(&mut layout.models, &gpu.model);
             uuids.push(gpu.uuid.clone());
-            layout
-                .unpublished
-                .push(inventory.unpublished.contains(&gpu.uuid));
+            layout.unpublished.push(unpublished(&gpu.uuid));
             layout.gpus.push(Gpu {
                 index: gpu.index,
                 model,
@@ -74,7 +77,7 @@ impl NodeLayout {
                 ),
                 healthy: gpu.healthy,
                 mig: None,
-                published_by: inventory.publisher(&gpu.uuid),
+                published_by: publisher(&gpu.uuid),
             });
             for instance in &gpu.mig_instances {
                 uuids.push(instance.uuid.clone());
@@ -93,7 +96,7 @@ impl NodeLayout {
                         parent: position,
                         profile: intern(&mut layout.mig_profiles, &instance.profile),
                     }),
-                    published_by: inventory.publisher(&instance.uuid),
+                    published_by: publisher(&instance.uuid),
                 });
             }
         }

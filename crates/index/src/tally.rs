@@ -12,7 +12,15 @@
 use crate::bound::held_by_itself;
 use crate::facts::pod::PodFacts;
 use crate::fast_map::FastMap;
-use crate::views::PodCounts;
+
+/// How many pods of a GPUResource hold GPUs, and how many reference it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodCounts {
+    /// Pods holding GPUs of its shape.
+    pub holding: usize,
+    /// Pods naming the GPUResource that have not finished.
+    pub referencing: usize,
+}
 
 /// The counts by GPUResource, `(namespace, name)`.
 #[derive(Clone, Debug, Default)]

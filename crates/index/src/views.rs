@@ -40,14 +40,7 @@ pub struct ResourceView {
     pub allocations: Vec<Allocation>,
 }
 
-/// How many pods of a GPUResource hold GPUs, and how many reference it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PodCounts {
-    /// Pods holding GPUs of its shape.
-    pub holding: usize,
-    /// Pods naming the GPUResource that have not finished.
-    pub referencing: usize,
-}
+pub use crate::tally::PodCounts;
 
 impl Index {
     /// Pools of ResourceSlices whose devices are not used, and why.

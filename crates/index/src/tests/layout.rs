@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 
 use super::incremental::{Rng, random_cluster, step};
 use super::*;
-use crate::layout::NodeLayout;
 use wasmgpu_contract::bits;
 
 /// One GPU of a node record with the snapshot's tables resolved: model
@@ -254,7 +253,7 @@ fn records_laid_out_on_change_are_those_made_afresh_each_round() {
             for (name, inventory) in &index.node_to_inventory {
                 assert_eq!(
                     inventory.layout,
-                    NodeLayout::of(inventory),
+                    inventory.layout(),
                     "seed {seed}: {name}'s layout is its inventory's, after {:?}",
                     &done[done.len().saturating_sub(5)..]
                 );
