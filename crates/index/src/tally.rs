@@ -9,6 +9,8 @@
 //!  apply_pod / delete_pod / reset_pods ── old facts out, new facts in ──▶ PodTally
 //! ```
 
+use std::collections::hash_map::Entry;
+
 use crate::bound::held_by_itself;
 use crate::facts::pod::PodFacts;
 use crate::fast_map::FastMap;
@@ -59,21 +61,36 @@ impl PodTally {
             let Some(name) = name else {
                 continue;
             };
-            let key = (namespace.to_owned(), name.to_owned());
-            let counts = self.resource_to_counts.entry(key).or_default();
-            let count = match holding {
-                true => &mut counts.holding,
-                false => &mut counts.referencing,
-            };
-            *count = if add {
-                *count + 1
-            } else {
-                count.saturating_sub(1)
-            };
-            if *counts == PodCounts::default() {
-                self.resource_to_counts
-                    .remove(&(namespace.to_owned(), name.to_owned()));
+            match self
+                .resource_to_counts
+                .entry((namespace.to_owned(), name.to_owned()))
+            {
+                Entry::Occupied(mut entry) => {
+                    bump(entry.get_mut(), holding, add);
+                    if *entry.get() == PodCounts::default() {
+                        entry.remove();
+                    }
+                }
+                // Taking away what was never counted leaves nothing.
+                Entry::Vacant(entry) if add => {
+                    bump(entry.insert(PodCounts::default()), holding, true)
+                }
+                Entry::Vacant(_) => {}
             }
         }
     }
+}
+
+/// One more (`add`) or one fewer pod holding through (`holding`) or
+/// naming a GPUResource.
+fn bump(counts: &mut PodCounts, holding: bool, add: bool) {
+    let count = match holding {
+        true => &mut counts.holding,
+        false => &mut counts.referencing,
+    };
+    *count = if add {
+        *count + 1
+    } else {
+        count.saturating_sub(1)
+    };
 }

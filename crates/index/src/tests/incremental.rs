@@ -320,9 +320,14 @@ fn counts_afresh(index: &Index) -> HashMap<ObjectKey, crate::views::PodCounts> {
 // === random steps ===
 
 /// xorshift64*: small, seeded, the same sequence on every machine.
-pub(super) struct Rng(pub(super) u64);
+pub(super) struct Rng(u64);
 
 impl Rng {
+    /// The sequence of seed `seed` (the same on every machine).
+    pub(super) fn seeded(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -672,7 +677,7 @@ pub(super) fn random_cluster() -> Index {
 #[test]
 fn the_holdings_kept_between_readings_are_those_read_afresh() {
     for seed in 1..=60u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut rng = Rng::seeded(seed);
         let mut index = random_cluster();
         let mut pods = BTreeMap::new();
         let mut done = Vec::new();
@@ -706,7 +711,7 @@ fn the_random_steps_reach_every_source() {
     let mut releases = BTreeSet::new();
     let (mut shared, mut contested, mut claimed) = (false, false, false);
     for seed in 1..=60u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut rng = Rng::seeded(seed);
         let mut index = random_cluster();
         let mut pods = BTreeMap::new();
         for _ in 0..400 {

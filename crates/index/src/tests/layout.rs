@@ -240,7 +240,7 @@ fn node_step(rng: &mut Rng, index: &mut Index) -> String {
 fn records_laid_out_on_change_are_those_made_afresh_each_round() {
     let mut compared = 0;
     for seed in 1..=40u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut rng = Rng::seeded(seed);
         let mut index = random_cluster();
         let mut pods = BTreeMap::new();
         let mut done = Vec::new();
