@@ -111,6 +111,8 @@ bench: policies bench-snapshot ## Benchmarks at 1,000 nodes × 8 GPUs and 1,000 
 # of `make test`. Knobs: BENCH_E2E_SCALES (NODESxPODS, comma-separated),
 # BENCH_E2E_REPEAT (runs per scale), BENCH_E2E_SCHEDULERS, BENCH_E2E_WRITE_CONCURRENCY
 # (wasmgpu's --write-concurrency; 0 = its default), BENCH_E2E_CREATE_CONCURRENCY,
+# BENCH_E2E_CREATE_RATE (pods created per second for both schedulers; 0 = as fast
+# as the API server takes them),
 # BENCH_E2E_WASMGPU_ARGS (more controller arguments), BENCH_E2E_SCENARIO (gpus:
 # nvidia.com/gpu and GPUNodes; dra: ResourceSlices and a ResourceClaim per pod),
 # BENCH_E2E_DRA_CLAIMS (name: claims made before the pods; template: from a
@@ -120,6 +122,7 @@ BENCH_E2E_REPEAT ?= 1
 BENCH_E2E_SCHEDULERS ?= kube-scheduler,wasmgpu
 BENCH_E2E_WRITE_CONCURRENCY ?= 0
 BENCH_E2E_CREATE_CONCURRENCY ?= 64
+BENCH_E2E_CREATE_RATE ?= 0
 BENCH_E2E_WASMGPU_ARGS ?=
 BENCH_E2E_SCENARIO ?= gpus
 BENCH_E2E_DRA_CLAIMS ?= name
@@ -128,7 +131,7 @@ bench-e2e: policies build control-plane ## wasmgpu vs kube-scheduler end to end:
 		--wasmgpu $(WASMGPU) --policy $(WASMGPU_POLICY_DIR)/wasmgpu_binpack.wasm --crds deploy/crds \
 		--work .work/bench-e2e --scales $(BENCH_E2E_SCALES) --repeat $(BENCH_E2E_REPEAT) \
 		--schedulers $(BENCH_E2E_SCHEDULERS) --write-concurrency $(BENCH_E2E_WRITE_CONCURRENCY) \
-		--create-concurrency $(BENCH_E2E_CREATE_CONCURRENCY) --wasmgpu-args "$(BENCH_E2E_WASMGPU_ARGS)" \
+		--create-concurrency $(BENCH_E2E_CREATE_CONCURRENCY) --create-rate $(BENCH_E2E_CREATE_RATE) --wasmgpu-args "$(BENCH_E2E_WASMGPU_ARGS)" \
 		--scenario $(BENCH_E2E_SCENARIO) --dra-claims $(BENCH_E2E_DRA_CLAIMS)
 
 # The DRA scenario at its scale: 500 nodes x 8 GPUs as ResourceSlices, 2,000

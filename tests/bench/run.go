@@ -55,6 +55,7 @@ type config struct {
 	schedulers        []string
 	repeat            int
 	createConcurrency int
+	createRate        float64 // pods/s; 0: as fast as the API server takes them
 	writeConcurrency  int
 	wasmgpuArgs       []string
 	schedulerQPS      int
@@ -76,6 +77,9 @@ type result struct {
 	createRate float64
 	median     time.Duration
 	p99        time.Duration
+	stages     stages
+	cpu        cpuSplit
+	requests   []requestCount
 	peakRSS    int64 // bytes
 	wall       time.Duration
 	note       string
@@ -94,6 +98,7 @@ func run(args []string) int {
 	fs.StringVar(&schedulers, "schedulers", "kube-scheduler,wasmgpu", "which to run, comma-separated")
 	fs.IntVar(&c.repeat, "repeat", 1, "runs of each scheduler at each scale")
 	fs.IntVar(&c.createConcurrency, "create-concurrency", 64, "pod creations in flight at once")
+	fs.Float64Var(&c.createRate, "create-rate", 0, "pods created per second, the same for every scheduler (0: as fast as the API server takes them, which differs with the scheduler beside it)")
 	fs.IntVar(&c.writeConcurrency, "write-concurrency", 0, "wasmgpu controller --write-concurrency (0: its default)")
 	fs.StringVar(&wasmgpuArgs, "wasmgpu-args", "", "more arguments of wasmgpu controller, space-separated (e.g. \"--allocated-events-per-second 100000\")")
 	fs.IntVar(&c.schedulerQPS, "scheduler-qps", 500, "kube-scheduler client QPS and burst")
@@ -110,6 +115,10 @@ func run(args []string) int {
 	}
 	if c.draClaims != claimsByName && c.draClaims != claimsFromTemplate {
 		fmt.Fprintf(os.Stderr, "bench-e2e run: --dra-claims: %q is neither %s nor %s\n", c.draClaims, claimsByName, claimsFromTemplate)
+		return 2
+	}
+	if c.createRate < 0 {
+		fmt.Fprintf(os.Stderr, "bench-e2e run: --create-rate: %g is negative (0 creates as fast as the API server takes them)\n", c.createRate)
 		return 2
 	}
 	if c.controlPlane == "" {
@@ -177,19 +186,30 @@ func run(args []string) int {
 
 // describe says how the pods ask for their GPU.
 func (c *config) describe() string {
+	pace := "; pods created " + c.pace()
 	switch {
 	case c.scenario == scenarioGPUs:
-		return "gpus (nvidia.com/gpu for kube-scheduler, a GPUResource for wasmgpu)"
+		return "gpus (nvidia.com/gpu for kube-scheduler, a GPUResource for wasmgpu)" + pace
 	case c.draClaims == claimsFromTemplate:
-		return "dra (a ResourceClaim per pod, made from a ResourceClaimTemplate by the resourceclaim controller)"
+		return "dra (a ResourceClaim per pod, made from a ResourceClaimTemplate by the resourceclaim controller)" + pace
 	default:
-		return "dra (a ResourceClaim per pod, made by name before the pods)"
+		return "dra (a ResourceClaim per pod, made by name before the pods)" + pace
 	}
 }
 
+// pace says how fast the pods are created.
+func (c *config) pace() string {
+	if c.createRate > 0 {
+		return fmt.Sprintf("at %g/s, at most %d in flight", c.createRate, c.createConcurrency)
+	}
+	return fmt.Sprintf("as fast as the API server takes them, %d in flight", c.createConcurrency)
+}
+
 func (r result) line() string {
-	s := fmt.Sprintf("bound %d in %s: %.0f pods/s (created at %.0f/s), median %s, p99 %s, peak RSS %.1f MiB",
-		r.bound, r.wall.Round(time.Millisecond), r.podsPerSec, r.createRate, ms(r.median), ms(r.p99), mib(r.peakRSS))
+	s := fmt.Sprintf("bound %d in %s: %.0f pods/s (created at %.0f/s), median %s (POST %s, on the watch after %s, bound %s later), p99 %s, peak RSS %.1f MiB; CPU: control plane %.2f s, %s %.2f s, generator %.2f s; API requests: %s",
+		r.bound, r.wall.Round(time.Millisecond), r.podsPerSec, r.createRate, ms(r.median),
+		ms(r.stages.post), ms(r.stages.watch), ms(r.stages.bind), ms(r.p99), mib(r.peakRSS),
+		r.cpu.controlPlane.Seconds(), r.scheduler, r.cpu.scheduler.Seconds(), r.cpu.generator.Seconds(), formatRequests(r.requests))
 	if r.note != "" {
 		s += " (" + r.note + ")"
 	}
@@ -206,6 +226,24 @@ func printTable(w io.Writer, results []result) {
 	for _, r := range results {
 		fmt.Fprintf(w, "| %d × %d | %s | %d | %.0f | %.0f | %s | %s | %.1f MiB |\n", r.scale.nodes, r.scale.pods,
 			r.scheduler, r.bound, r.podsPerSec, r.createRate, ms(r.median), ms(r.p99), mib(r.peakRSS))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Where a pod's wait goes (medians): POST, from sending it to its answer; on the watch, from sending it to its first appearance on a watch; bound, from that appearance to spec.nodeName seen.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "CPU: seconds of CPU each process used from the first POST to the last binding seen (wall: that span).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| scale (nodes × pods) | scheduler | POST | on the watch | bound | median latency | wall | CPU: control plane | CPU: scheduler | CPU: generator |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		fmt.Fprintf(w, "| %d × %d | %s | %s | %s | %s | %s | %.2f s | %.2f s | %.2f s | %.2f s |\n", r.scale.nodes, r.scale.pods, r.scheduler,
+			ms(r.stages.post), ms(r.stages.watch), ms(r.stages.bind), ms(r.median), r.wall.Seconds(),
+			r.cpu.controlPlane.Seconds(), r.cpu.scheduler.Seconds(), r.cpu.generator.Seconds())
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| scale (nodes × pods) | scheduler | API requests from the first POST to the last binding seen (apiserver_request_total) |")
+	fmt.Fprintln(w, "|---|---|---|")
+	for _, r := range results {
+		fmt.Fprintf(w, "| %d × %d | %s | %s |\n", r.scale.nodes, r.scale.pods, r.scheduler, formatRequests(r.requests))
 	}
 	// Ratios of the runs of each scale, pairing the i-th run of each scheduler.
 	type key struct {
@@ -285,6 +323,58 @@ func (p *process) stop() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+}
+
+// cpuSplit is the CPU time each process used from the first POST to the
+// last binding seen: the control plane (API server and etcd), the scheduler
+// under test, and this generator with its watch.
+type cpuSplit struct{ controlPlane, scheduler, generator time.Duration }
+
+func (a cpuSplit) minus(b cpuSplit) cpuSplit {
+	return cpuSplit{a.controlPlane - b.controlPlane, a.scheduler - b.scheduler, a.generator - b.generator}
+}
+
+// cpuNow reads the CPU time used so far by the control plane, the scheduler
+// and this process.
+func cpuNow(controlPlane, scheduler int) (cpuSplit, error) {
+	var split cpuSplit
+	var err error
+	if split.controlPlane, err = cpuTime(controlPlane); err != nil {
+		return split, err
+	}
+	if split.scheduler, err = cpuTime(scheduler); err != nil {
+		return split, err
+	}
+	var self syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &self); err != nil {
+		return split, err
+	}
+	split.generator = time.Duration(self.Utime.Nano() + self.Stime.Nano())
+	return split, nil
+}
+
+// cpuTime reads utime + stime of a running process (/proc/PID/stat, in
+// clock ticks of 1/100 s, USER_HZ on Linux).
+func cpuTime(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name may hold spaces; the fields start after its ')'.
+	end := strings.LastIndexByte(string(data), ')')
+	fields := strings.Fields(string(data[end+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(fields))
+	}
+	var ticks int64
+	for _, f := range fields[11:13] { // utime, stime (fields 14 and 15)
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
 // peakRSS reads VmHWM of a running process, in bytes.
@@ -472,19 +562,28 @@ leaderElection:
 		want = capacity
 		res.note = fmt.Sprintf("%d pods fit; the rest stay pending", capacity)
 	}
+	seen := map[string]time.Time{}
+	answered := map[string]time.Time{}
 	onPod := func(obj any) {
 		pod, ok := obj.(*corev1.Pod)
-		if !ok || pod.Spec.NodeName == "" || pod.Name == "warm-up" {
+		if !ok || pod.Name == "warm-up" {
 			return
 		}
 		now := time.Now()
 		mu.Lock()
-		_, seen := bound[pod.Name]
-		if !seen {
+		if _, before := seen[pod.Name]; !before {
+			seen[pod.Name] = now
+		}
+		if pod.Spec.NodeName == "" {
+			mu.Unlock()
+			return
+		}
+		_, already := bound[pod.Name]
+		if !already {
 			bound[pod.Name] = now
 		}
 		mu.Unlock()
-		if !seen && boundCount.Add(1) == want {
+		if !already && boundCount.Add(1) == want {
 			close(allBound)
 		}
 	}
@@ -523,8 +622,16 @@ leaderElection:
 	case <-time.After(3 * time.Minute):
 		return res, fmt.Errorf("%s did not bind the warm-up pod within 3 minutes; see %s", proc.name, dir)
 	}
-	fmt.Fprintf(os.Stderr, "    %s is up (warm-up pod bound); creating %d pods, %d at a time\n", sched, sc.pods, c.createConcurrency)
+	fmt.Fprintf(os.Stderr, "    %s is up (warm-up pod bound); creating %d pods %s\n", sched, sc.pods, c.pace())
 
+	requestsBefore, err := apiRequests(ctx, client)
+	if err != nil {
+		return res, err
+	}
+	cpuBefore, err := cpuNow(cp.cmd.Process.Pid, proc.cmd.Process.Pid)
+	if err != nil {
+		return res, err
+	}
 	first := time.Now()
 	var lastPost atomic.Int64
 	createErr := make(chan error, 1)
@@ -532,6 +639,9 @@ leaderElection:
 		createErr <- parallel(c.createConcurrency, sc.pods, func(i int) error {
 			name := names[i]
 			pod := benchPod(name, sched, c)
+			if c.createRate > 0 {
+				time.Sleep(time.Until(first.Add(time.Duration(float64(i) / c.createRate * float64(time.Second)))))
+			}
 			mu.Lock()
 			posted[name] = time.Now()
 			mu.Unlock()
@@ -539,6 +649,9 @@ leaderElection:
 			if err != nil {
 				return fmt.Errorf("creating pod %s: %w", name, err)
 			}
+			mu.Lock()
+			answered[name] = time.Now()
+			mu.Unlock()
 			end := time.Since(first).Nanoseconds()
 			for {
 				old := lastPost.Load()
@@ -560,6 +673,16 @@ leaderElection:
 	if err := <-createErr; err != nil {
 		return res, err
 	}
+	cpuAfter, err := cpuNow(cp.cmd.Process.Pid, proc.cmd.Process.Pid)
+	if err != nil {
+		return res, err
+	}
+	res.cpu = cpuAfter.minus(cpuBefore)
+	requestsAfter, err := apiRequests(ctx, client)
+	if err != nil {
+		return res, err
+	}
+	res.requests = requestsDuring(requestsBefore, requestsAfter)
 	res.peakRSS, err = peakRSS(proc.cmd.Process.Pid)
 	if err != nil {
 		return res, err
@@ -573,16 +696,20 @@ leaderElection:
 	}
 
 	mu.Lock()
-	var latencies []time.Duration
+	var latencies, creating, arriving, scheduling []time.Duration
 	var last time.Time
 	for name, at := range bound {
 		latencies = append(latencies, at.Sub(posted[name]))
+		creating = append(creating, answered[name].Sub(posted[name]))
+		arriving = append(arriving, seen[name].Sub(posted[name]))
+		scheduling = append(scheduling, at.Sub(seen[name]))
 		if at.After(last) {
 			last = at
 		}
 	}
 	mu.Unlock()
 	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	res.stages = stages{post: median(creating), watch: median(arriving), bind: median(scheduling)}
 	res.bound = len(latencies)
 	res.wall = last.Sub(first)
 	res.podsPerSec = float64(res.bound) / res.wall.Seconds()
@@ -590,6 +717,23 @@ leaderElection:
 	res.median = latencies[len(latencies)/2]
 	res.p99 = latencies[int(math.Ceil(0.99*float64(len(latencies))))-1]
 	return res, nil
+}
+
+// stages splits a pod's wait (medians over the run's pods): post, from the
+// POST sent to its answer; watch, from the POST sent to the pod's first
+// appearance on a watch (what a scheduler's own watch sees at about the same
+// moment); bind, from that appearance to the watch showing spec.nodeName
+// (the scheduler's queue, its decision, the binding's POST and the watch
+// that reports it).
+type stages struct{ post, watch, bind time.Duration }
+
+// median of durations (sorted here).
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return ds[len(ds)/2]
 }
 
 // parallel runs f(0..n-1), at most limit at once; the first error wins.
