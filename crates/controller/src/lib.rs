@@ -111,6 +111,9 @@ pub struct Config {
     pub gather_window: Duration,
     /// A round runs at least this often.
     pub resync: Duration,
+    /// The least time between two status writes of one kind's objects;
+    /// what rounds want meanwhile replaces what is queued.
+    pub status_interval: Duration,
     /// Limits of each policy call.
     pub limits: Limits,
     /// Names this replica in Events.
@@ -326,8 +329,9 @@ impl Parts {
             self.metrics.clone(),
             config.writes,
         );
-        let status = StatusWriter::start(applier.status_api());
-        let tenant_status = StatusWriter::start(applier.tenant_status_api());
+        let status = StatusWriter::start(applier.status_api(), config.status_interval);
+        let tenant_status =
+            StatusWriter::start(applier.tenant_status_api(), config.status_interval);
         let reporter = Reporter::new(
             self.shared.clone(),
             self.events.clone(),

@@ -11,11 +11,14 @@
 //!
 //! A round never waits for a status write: with thousands of bindings in
 //! flight the API server may take a while to answer, and the pods that
-//! arrive meanwhile must not wait for it. While a write is in flight, the
-//! statuses later rounds want replace each other, so an object's status is
-//! written as often as the server answers, not once per round. A failed
-//! write is not retried by itself: the next round wants the same status
-//! again and queues it.
+//! arrive meanwhile must not wait for it. The statuses later rounds want
+//! replace each other while a write is in flight and for a least interval
+//! after each batch (`--status-interval`), so an object's status is written
+//! at most once per interval, not once per round: under a steady stream of
+//! pods a round may run every few milliseconds, and a status write each
+//! would cost the API server as much as the bindings. After a quiet spell
+//! the first status is written at once. A failed write is not retried by
+//! itself: the next round wants the same status again and queues it.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
@@ -73,8 +76,9 @@ struct State<T: StatusTarget> {
 // === impl StatusWriter ===
 
 impl<T: StatusTarget> StatusWriter<T> {
-    /// Starts the task that writes through `api`.
-    pub fn start(api: T) -> Self {
+    /// Starts the task that writes through `api`, one batch of what is
+    /// queued at most every `interval`.
+    pub fn start(api: T, interval: std::time::Duration) -> Self {
         let shared = Arc::new(Queue {
             state: Mutex::new(State {
                 written: HashMap::new(),
@@ -82,7 +86,7 @@ impl<T: StatusTarget> StatusWriter<T> {
             }),
             wake: tokio::sync::Notify::new(),
         });
-        let writing = write_queued(Arc::clone(&shared), api);
+        let writing = write_queued(Arc::clone(&shared), api, interval);
         let task =
             tokio::spawn(writing.instrument(tracing::info_span!("status_writer", kind = T::KIND)));
         Self { shared, task }
@@ -131,12 +135,22 @@ type Batch<T> = Vec<(
     Vec<Condition>,
 )>;
 
-/// Writes what is queued, whenever something is.
-async fn write_queued<T: StatusTarget>(queue: Arc<Queue<T>>, api: T) {
+/// Writes what is queued, whenever something is, batches at least
+/// `interval` apart.
+async fn write_queued<T: StatusTarget>(
+    queue: Arc<Queue<T>>,
+    api: T,
+    interval: std::time::Duration,
+) {
     let mut failing = false;
+    let mut last_batch: Option<tokio::time::Instant> = None;
     loop {
         queue.wake.notified().await;
         loop {
+            // What later rounds want meanwhile replaces what is queued.
+            if let Some(last) = last_batch {
+                tokio::time::sleep_until(last + interval).await;
+            }
             let batch: Batch<T> = {
                 let mut state = queue.state();
                 let queued = std::mem::take(&mut state.queued);
@@ -155,6 +169,7 @@ async fn write_queued<T: StatusTarget>(queue: Arc<Queue<T>>, api: T) {
             if batch.is_empty() {
                 break;
             }
+            last_batch = Some(tokio::time::Instant::now());
             let mut failed = Vec::new();
             for (key, wanted, previous) in batch {
                 let conditions = to_conditions(&wanted, &previous);
@@ -219,4 +234,76 @@ fn to_conditions(wanted: &impl Conditions, previous: &[Condition]) -> Vec<Condit
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    /// A status that is a number.
+    #[derive(Clone, PartialEq, Debug)]
+    struct Count(u32);
+
+    impl Conditions for Count {
+        fn conditions(&self) -> &[super::super::wanted_status::Condition] {
+            &[]
+        }
+
+        fn observed_generation(&self) -> Option<i64> {
+            None
+        }
+    }
+
+    /// Records each write and when it was made; each takes 2 ms.
+    #[derive(Clone, Default)]
+    struct Recorded(Arc<Mutex<Vec<(Instant, serde_json::Value)>>>);
+
+    impl StatusTarget for Recorded {
+        type Key = String;
+        type Wanted = Count;
+        const KIND: &'static str = "Test";
+
+        fn patch(wanted: &Count, _: &[Condition]) -> serde_json::Value {
+            serde_json::json!(wanted.0)
+        }
+
+        async fn write(&self, _: &String, patch: &serde_json::Value) -> Result<(), ApplyError> {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            wasmgpu_support::lock(&self.0).push((Instant::now(), patch.clone()));
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_status_wanted_every_round_is_written_once_per_interval_and_the_newest_last() {
+        let target = Recorded::default();
+        let writer = StatusWriter::start(target.clone(), Duration::from_secs(1));
+        let key = "one-gpu".to_string();
+        let start = Instant::now();
+        // A round every 10 ms for 2.5 s, each wanting a new count.
+        for count in 0..250 {
+            writer.want(&key, Count(count));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let writes = wasmgpu_support::lock(&target.0).clone();
+        let at: Vec<u128> = writes
+            .iter()
+            .map(|(when, _)| (*when - start).as_millis())
+            .collect();
+        // The first at once, then one a second, each the newest wanted.
+        assert_eq!(at, [2, 1002, 2002, 3002], "writes at (ms): {at:?}");
+        assert_eq!(writes[0].1, serde_json::json!(0));
+        assert_eq!(writes.last().unwrap().1, serde_json::json!(249));
+
+        // After a quiet spell, a new status is written at once.
+        let quiet = Instant::now();
+        writer.want(&key, Count(1000));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (when, value) = wasmgpu_support::lock(&target.0).last().cloned().unwrap();
+        assert_eq!(value, serde_json::json!(1000));
+        assert!(when - quiet < Duration::from_millis(10));
+    }
 }

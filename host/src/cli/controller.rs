@@ -62,16 +62,27 @@ pub struct ControllerCommand {
     #[arg(long, value_name = "NAME", default_value = "binpack")]
     default_policy: String,
 
-    /// The least time from one round's start to the next (e.g. `50ms`,
+    /// The least time from one round's start to the next (e.g. `10ms`,
     /// `1s`): pods that arrive during a round and the rest of its window are
     /// decided together by the next one; after a quiet spell, a change is
-    /// decided at once.
-    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = humantime::parse_duration)]
+    /// decided at once. Under a steady stream of pods it is what a pod
+    /// waits at most before its round; a shorter one spends more CPU on
+    /// rounds (docs/BENCHMARKS.md, "Pods at a steady rate").
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = humantime::parse_duration)]
     gather_window: Duration,
 
     /// A round runs at least this often, even when nothing changed.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     resync: Duration,
+
+    /// The least time between two status writes of GPUResources (and of
+    /// GPUTenants): an object's `status` (its pods, GPUs and conditions)
+    /// is written at most this often, the newest wins, and after a quiet
+    /// spell at once. Under a steady stream of pods a round may run every
+    /// few milliseconds; a status write each would cost the API server
+    /// as much as the bindings.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
+    status_interval: Duration,
 
     /// Bindings sent to the API server at once. Each pod is one write (the
     /// binding carries its allocation); a DRA pod is its claims' writes (its
@@ -245,6 +256,7 @@ impl ControllerCommand {
             default_policy: self.default_policy,
             gather_window: self.gather_window,
             resync: self.resync,
+            status_interval: self.status_interval,
             limits: self.limits.limits(self.fuel)?,
             instance: Some(identity.clone()),
             http_address: self.http_address.0,
