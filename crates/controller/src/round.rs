@@ -64,6 +64,20 @@ pub struct Rounds {
     pub(super) waits_told: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
+/// Rounds start at least this many times their own length apart: at most
+/// a third of one core goes to rounds, however fast pods arrive.
+const SPACING_PER_ROUND_LENGTH: u32 = 3;
+
+/// The least time from a round's start to the next one's: the gather
+/// window, or [`SPACING_PER_ROUND_LENGTH`] times what the round took if
+/// that is longer. Under a steady trickle of pods rounds are short and a
+/// pod waits at most the window; under a burst the rounds grow with what
+/// they decide, each gathers more pods, and the API server keeps the CPU
+/// it needs for the bindings (docs/BENCHMARKS.md, "Pods at a steady rate").
+fn spacing(gather_window: Duration, round_took: Duration) -> Duration {
+    gather_window.max(round_took * SPACING_PER_ROUND_LENGTH)
+}
+
 // === impl Rounds ===
 
 impl Rounds {
@@ -108,6 +122,7 @@ impl Rounds {
                     continue;
                 }
             }
+            let took = started.elapsed();
             tokio::select! {
                 () = self.shared.changed.notified() => {}
                 () = tokio::time::sleep(self.resync) => {}
@@ -120,7 +135,7 @@ impl Rounds {
             // the pods that arrive during a round and the rest of its window
             // are decided together by the next one; after a quiet spell, a
             // change is decided at once.
-            tokio::time::sleep_until(started + self.gather_window).await;
+            tokio::time::sleep_until(started + spacing(self.gather_window, took)).await;
         }
     }
 
@@ -398,5 +413,22 @@ async fn call(
             tracing::error!(%error, "Policy call panicked");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_are_a_window_apart_or_three_times_their_length() {
+        let ms = Duration::from_millis;
+        // Short rounds: the window.
+        assert_eq!(spacing(ms(10), ms(2)), ms(10));
+        // Long rounds (a burst, a large cluster): three times their length.
+        assert_eq!(spacing(ms(10), ms(8)), ms(24));
+        assert_eq!(spacing(ms(10), ms(60)), ms(180));
+        // A longer window still wins.
+        assert_eq!(spacing(ms(200), ms(60)), ms(200));
     }
 }
