@@ -68,14 +68,20 @@ pub struct Rounds {
 /// a third of one core goes to rounds, however fast pods arrive.
 const SPACING_PER_ROUND_LENGTH: u32 = 3;
 
+/// The spacing by round length stops growing here: a round of a second
+/// or more (a slow policy, a very large cluster) is followed by the next
+/// at once rather than seconds later.
+const MOST_SPACING_BY_LENGTH: Duration = Duration::from_secs(1);
+
 /// The least time from a round's start to the next one's: the gather
-/// window, or [`SPACING_PER_ROUND_LENGTH`] times what the round took if
-/// that is longer. Under a steady trickle of pods rounds are short and a
-/// pod waits at most the window; under a burst the rounds grow with what
-/// they decide, each gathers more pods, and the API server keeps the CPU
-/// it needs for the bindings (docs/BENCHMARKS.md, "Pods at a steady rate").
+/// window, or [`SPACING_PER_ROUND_LENGTH`] times what the round took (at
+/// most [`MOST_SPACING_BY_LENGTH`]) if that is longer. Under a steady
+/// trickle of pods rounds are short and a pod waits at most the window;
+/// under a burst the rounds grow with what they decide, each gathers more
+/// pods, and the API server keeps the CPU it needs for the bindings
+/// (docs/BENCHMARKS.md, "Pods at a steady rate").
 fn spacing(gather_window: Duration, round_took: Duration) -> Duration {
-    gather_window.max(round_took * SPACING_PER_ROUND_LENGTH)
+    gather_window.max((round_took * SPACING_PER_ROUND_LENGTH).min(MOST_SPACING_BY_LENGTH))
 }
 
 // === impl Rounds ===
@@ -421,7 +427,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rounds_are_a_window_apart_or_three_times_their_length() {
+    fn rounds_are_a_window_apart_or_three_times_their_length_up_to_a_second() {
         let ms = Duration::from_millis;
         // Short rounds: the window.
         assert_eq!(spacing(ms(10), ms(2)), ms(10));
@@ -430,5 +436,10 @@ mod tests {
         assert_eq!(spacing(ms(10), ms(60)), ms(180));
         // A longer window still wins.
         assert_eq!(spacing(ms(200), ms(60)), ms(200));
+        // Rounds of a third of a second and more: a second from the start
+        // at most, so a round of a second or more is followed at once.
+        assert_eq!(spacing(ms(10), ms(500)), ms(1000));
+        assert_eq!(spacing(ms(10), ms(1500)), ms(1000));
+        assert_eq!(spacing(ms(2000), ms(1500)), ms(2000));
     }
 }
