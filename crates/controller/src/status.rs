@@ -12,8 +12,8 @@
 //! A round never waits for a status write: with thousands of bindings in
 //! flight the API server may take a while to answer, and the pods that
 //! arrive meanwhile must not wait for it. The statuses later rounds want
-//! replace each other while a write is in flight and for a least interval
-//! after each batch (`--status-interval`), so an object's status is written
+//! replace each other while a write is in flight and for `--status-interval`
+//! after each batch begins, so an object's status is written
 //! at most once per interval, not once per round: under a steady stream of
 //! pods a round may run every few milliseconds, and a status write each
 //! would cost the API server as much as the bindings. After a quiet spell
