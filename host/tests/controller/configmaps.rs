@@ -473,6 +473,15 @@ async fn broken_and_hostile_versions_are_rejected_and_the_active_one_stays() -> 
     ctx.api::<ConfigMap>()
         .delete("guarded", &DeleteParams::default())
         .await?;
+    // The ConfigMap and the pod come through two watches: the pod is made
+    // once the controller has seen the deletion, or a round may place it
+    // with the version still loaded.
+    controller
+        .wait_log(
+            &["Unloaded policy", "policy=guarded"],
+            Duration::from_secs(30),
+        )
+        .await?;
     create_pod(&ctx, "orphan", "guarded").await?;
     let waiting = wait_resource(&ctx, "guarded", "PolicyNotFound", |r| {
         condition(r, "PolicyError").is_some_and(|c| c.reason == "PolicyNotFound")

@@ -185,20 +185,24 @@ async fn wait_event(
     ctx: &TestContext,
     pod: &str,
     reason: &str,
+    saying: &str,
     controller: &Controller,
 ) -> Result<String> {
     let deadline = std::time::Instant::now() + ACT;
     loop {
-        if let Some((_, note)) = events_for(ctx, pod)
-            .await?
-            .into_iter()
-            .find(|(r, _)| r == reason)
+        // The first Event of a reason may say something else: a pod can
+        // reach the controller before its claim does (two watches), and is
+        // then told, for that round, that the claim does not exist.
+        let events = events_for(ctx, pod).await?;
+        if let Some((_, note)) = events
+            .iter()
+            .find(|(r, note)| r == reason && note.contains(saying))
         {
-            return Ok(note);
+            return Ok(note.clone());
         }
         anyhow::ensure!(
             std::time::Instant::now() < deadline,
-            "no {reason} Event on {pod}\n{}",
+            "no {reason} Event on {pod} saying {saying:?} (its Events: {events:?})\n{}",
             controller.log_tail()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -279,7 +283,7 @@ async fn dra_pods_get_the_devices_their_claims_select_and_are_bound_as_kube_sche
         selector["nodeSelectorTerms"][0]["matchFields"][0]["values"],
         json!([node])
     );
-    let note = wait_event(&ctx, "train", "Allocated", &controller).await?;
+    let note = wait_event(&ctx, "train", "Allocated", "ResourceClaims", &controller).await?;
     assert!(note.contains("ResourceClaims"), "{note}");
 
     // 6 more: the rest of the node, none of train's.
@@ -304,7 +308,7 @@ async fn dra_pods_get_the_devices_their_claims_select_and_are_bound_as_kube_sche
     // A ninth waits: every device is held.
     claim(&ctx, "late", 1, "true", "gpu.nvidia.com").await?;
     dra_pod(&ctx, "late", "late").await?;
-    let note = wait_event(&ctx, "late", "Waiting", &controller).await?;
+    let note = wait_event(&ctx, "late", "Waiting", "free right now", &controller).await?;
     assert!(
         note.contains("/late request \"gpus\"") && note.contains("free right now"),
         "{note}"
@@ -329,7 +333,14 @@ async fn dra_pods_get_the_devices_their_claims_select_and_are_bound_as_kube_sche
     // (the API server refuses one that does not compile), a missing claim.
     claim(&ctx, "no-class", 1, "true", "mig.nvidia.com").await?;
     dra_pod(&ctx, "no-class", "no-class").await?;
-    let note = wait_event(&ctx, "no-class", "UnusableClaim", &controller).await?;
+    let note = wait_event(
+        &ctx,
+        "no-class",
+        "UnusableClaim",
+        "mig.nvidia.com",
+        &controller,
+    )
+    .await?;
     assert!(
         note.contains("names DeviceClass \"mig.nvidia.com\", which does not exist"),
         "{note}"
@@ -343,14 +354,28 @@ async fn dra_pods_get_the_devices_their_claims_select_and_are_bound_as_kube_sche
     )
     .await?;
     dra_pod(&ctx, "bad-cel", "bad-cel").await?;
-    let note = wait_event(&ctx, "bad-cel", "UnusableClaim", &controller).await?;
+    let note = wait_event(
+        &ctx,
+        "bad-cel",
+        "UnusableClaim",
+        "cannot be evaluated",
+        &controller,
+    )
+    .await?;
     assert!(
         note.contains("cannot be evaluated on device gpu.nvidia.com/")
             && note.contains("pcieGeneration"),
         "{note}"
     );
     dra_pod(&ctx, "missing", "nope").await?;
-    let note = wait_event(&ctx, "missing", "UnusableClaim", &controller).await?;
+    let note = wait_event(
+        &ctx,
+        "missing",
+        "UnusableClaim",
+        "does not exist",
+        &controller,
+    )
+    .await?;
     assert!(
         note.contains("ResourceClaim") && note.contains("does not exist"),
         "{note}"
@@ -369,7 +394,14 @@ async fn a_claim_from_a_template_is_allocated_for_its_pod() -> Result<()> {
     let controller = Controller::start(&ctx).await?;
     let pods = ctx.api::<Pod>();
     let pod = template_pod(&ctx, "worker", "two-gpus").await?;
-    let note = wait_event(&ctx, "worker", "UnusableClaim", &controller).await?;
+    let note = wait_event(
+        &ctx,
+        "worker",
+        "UnusableClaim",
+        "is not made yet",
+        &controller,
+    )
+    .await?;
     assert!(
         note.contains("ResourceClaimTemplate two-gpus is not made yet"),
         "{note}"
@@ -457,7 +489,7 @@ async fn a_pod_with_two_claims_and_a_claim_two_pods_share_are_placed_as_kube_sch
     // The node is full: a fifth device waits, named.
     claim(&ctx, "fifth", 1, "true", "gpu.nvidia.com").await?;
     dra_pod(&ctx, "fifth", "fifth").await?;
-    let note = wait_event(&ctx, "fifth", "Waiting", &controller).await?;
+    let note = wait_event(&ctx, "fifth", "Waiting", "/fifth request", &controller).await?;
     assert!(note.contains("/fifth request \"gpus\""), "{note}");
     assert!(node_of(&pods.get("fifth").await?).is_none());
     upstream_agrees(&ctx).await?;
@@ -608,7 +640,14 @@ async fn a_device_taint_rule_keeps_its_devices_from_claims_that_do_not_tolerate_
     assert_eq!(tolerations[0].key.as_deref(), Some("example.com/drain"));
 
     // The other waits, told which taint keeps it and what to do.
-    let note = wait_event(&ctx, "plain", "Unsatisfiable", &controller).await?;
+    let note = wait_event(
+        &ctx,
+        "plain",
+        "Unsatisfiable",
+        "add a toleration",
+        &controller,
+    )
+    .await?;
     assert!(
         note.contains("example.com/drain=maintenance:NoSchedule")
             && note.contains("add a toleration"),

@@ -255,6 +255,27 @@ impl Controller {
         lines[lines.len().saturating_sub(60)..].join("\n")
     }
 
+    /// Waits until a line of the log holds every one of `words`; fails
+    /// with the log's end after `within`.
+    pub async fn wait_log(&self, words: &[&str], within: std::time::Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if log
+                .lines()
+                .any(|line| words.iter().all(|w| line.contains(w)))
+            {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "no log line with {words:?} within {within:?}:\n{}",
+                self.log_tail()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     /// Fails with the log when the process has exited.
     pub fn check_alive(&mut self) -> Result<()> {
         if let Some(status) = self.child.try_wait()? {
