@@ -254,21 +254,27 @@ async fn metrics_and_health_endpoints_report_what_happened() -> Result<()> {
     let allocated =
         format!("wasmgpu_gpus{{node=\"{node}\",model=\"{H100}\",state=\"allocated\"}} 2");
     let free = format!("wasmgpu_gpus{{node=\"{node}\",model=\"{H100}\",state=\"free\"}} 2");
+    // The gauges follow the index (a binding in flight already holds its
+    // GPU); the counter follows the binding's answer, which the controller
+    // may read a moment after the pod shows bound: wait for both.
+    let bound = "wasmgpu_pods_bound_total 2";
     let deadline = Instant::now() + ACT;
     let metrics = loop {
         let (status, body) = get(port, "/metrics").await?;
         assert_eq!(status, 200);
-        if body.contains(&allocated) {
+        if body.contains(&allocated) && body.contains(bound) {
             break body;
         }
         if Instant::now() > deadline {
-            bail!("no {allocated} in:\n{body}\n{}", controller.log_tail());
+            bail!(
+                "no {allocated} and {bound} in:\n{body}\n{}",
+                controller.log_tail()
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     for expected in [
         free.as_str(),
-        "wasmgpu_pods_bound_total 2",
         "wasmgpu_decisions_total{policy=\"binpack\",outcome=\"accepted\"} 2",
         "wasmgpu_policy_call_seconds_count{policy=\"binpack\"}",
         "wasmgpu_leader 1",
