@@ -17,8 +17,11 @@
 //! at most once per interval, not once per round: under a steady stream of
 //! pods a round may run every few milliseconds, and a status write each
 //! would cost the API server as much as the bindings. After a quiet spell
-//! the first status is written at once. A failed write is not retried by
-//! itself: the next round wants the same status again and queues it.
+//! the first status is written at once. A status wanted while another is
+//! in flight is compared with the one in flight, not with the one the
+//! server held before, so going back to that one is written too. A failed
+//! write is not retried by itself: the next round (at the latest the
+//! `--resync` one) wants the same status again and queues it.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
@@ -69,6 +72,8 @@ struct State<T: StatusTarget> {
     /// the conditions written (their transition times are kept while their
     /// status does not change).
     written: HashMap<T::Key, (T::Wanted, Vec<Condition>)>,
+    /// Being written now: once written, what the server holds.
+    in_flight: HashMap<T::Key, T::Wanted>,
     /// To write next, newest only.
     queued: HashMap<T::Key, T::Wanted>,
 }
@@ -82,6 +87,7 @@ impl<T: StatusTarget> StatusWriter<T> {
         let shared = Arc::new(Queue {
             state: Mutex::new(State {
                 written: HashMap::new(),
+                in_flight: HashMap::new(),
                 queued: HashMap::new(),
             }),
             wake: tokio::sync::Notify::new(),
@@ -93,10 +99,17 @@ impl<T: StatusTarget> StatusWriter<T> {
     }
 
     /// Asks for `wanted` to be the status of `key`: queued unless it is
-    /// what the server holds already.
+    /// what the server will hold once the write in flight (if any) ends.
     pub fn want(&self, key: &T::Key, wanted: T::Wanted) {
         let mut state = self.shared.state();
-        if state.written.get(key).map(|(s, _)| s) == Some(&wanted) {
+        // Compared with what is in flight first: a status that goes back
+        // to what was written before, while another is being written, is
+        // written again after it.
+        let will_hold = match state.in_flight.get(key) {
+            Some(in_flight) => Some(in_flight),
+            None => state.written.get(key).map(|(s, _)| s),
+        };
+        if will_hold == Some(&wanted) {
             state.queued.remove(key);
             return;
         }
@@ -109,6 +122,7 @@ impl<T: StatusTarget> StatusWriter<T> {
     pub fn retain(&self, keys: &HashSet<&T::Key>) {
         let mut state = self.shared.state();
         state.written.retain(|key, _| keys.contains(key));
+        state.in_flight.retain(|key, _| keys.contains(key));
         state.queued.retain(|key, _| keys.contains(key));
     }
 }
@@ -154,14 +168,17 @@ async fn write_queued<T: StatusTarget>(
             let batch: Batch<T> = {
                 let mut state = queue.state();
                 let queued = std::mem::take(&mut state.queued);
+                let State {
+                    written, in_flight, ..
+                } = &mut *state;
                 queued
                     .into_iter()
                     .map(|(key, wanted)| {
-                        let previous = state
-                            .written
+                        let previous = written
                             .get(&key)
                             .map(|(_, c)| c.clone())
                             .unwrap_or_default();
+                        in_flight.insert(key.clone(), wanted.clone());
                         (key, wanted, previous)
                     })
                     .collect()
@@ -173,9 +190,12 @@ async fn write_queued<T: StatusTarget>(
             let mut failed = Vec::new();
             for (key, wanted, previous) in batch {
                 let conditions = to_conditions(&wanted, &previous);
-                match api.write(&key, &T::patch(&wanted, &conditions)).await {
+                let result = api.write(&key, &T::patch(&wanted, &conditions)).await;
+                let mut state = queue.state();
+                state.in_flight.remove(&key);
+                match result {
                     Ok(()) => {
-                        queue.state().written.insert(key, (wanted, conditions));
+                        state.written.insert(key, (wanted, conditions));
                     }
                     Err(error) => failed.push((key, error)),
                 }
@@ -305,5 +325,32 @@ mod tests {
         let (when, value) = wasmgpu_support::lock(&target.0).last().cloned().unwrap();
         assert_eq!(value, serde_json::json!(1000));
         assert!(when - quiet < Duration::from_millis(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_status_that_goes_back_while_another_is_in_flight_is_written_again() {
+        let target = Recorded::default();
+        let writer = StatusWriter::start(target.clone(), Duration::from_secs(1));
+        let key = "one-gpu".to_string();
+        writer.want(&key, Count(1));
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        // After a quiet spell 2 is written at once; while it is in flight
+        // (2 ms) the rounds want 1 again, which the server held before.
+        writer.want(&key, Count(2));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        writer.want(&key, Count(1));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let written: Vec<serde_json::Value> = wasmgpu_support::lock(&target.0)
+            .iter()
+            .map(|(_, value)| value.clone())
+            .collect();
+        assert_eq!(
+            written,
+            [
+                serde_json::json!(1),
+                serde_json::json!(2),
+                serde_json::json!(1)
+            ]
+        );
     }
 }

@@ -536,7 +536,8 @@ async fn swap_latency_is_measured() -> Result<()> {
         wait_resource(&ctx, "timed", "the new pod waiting", |r| {
             r.status.as_ref().and_then(|s| s.pods.as_deref()) == Some(total.as_str())
         })
-        .await?;
+        .await
+        .with_context(|| controller.log_tail())?;
         let started = Instant::now();
         put_policy(&ctx, "timed", POLICY_KEY, binpack.clone(), None, None).await?;
         wait_bound(&ctx, &name).await?;

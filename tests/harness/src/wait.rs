@@ -12,7 +12,8 @@ use kube::{Api, Resource};
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
 /// Waits until `cond` holds for the object `name` (`None`: it does not
-/// exist), for at most `timeout`, and returns the object.
+/// exist), for at most `timeout`, and returns the object. On a timeout the
+/// error shows the object as it is then.
 pub async fn wait_for<K>(
     api: &Api<K>,
     name: &str,
@@ -25,6 +26,13 @@ where
 {
     match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
         Ok(result) => result.with_context(|| format!("watching {name} for: {what}")),
-        Err(_) => bail!("{name}: not {what} after {timeout:?}"),
+        Err(_) => {
+            let now = match api.get_opt(name).await {
+                Ok(Some(object)) => format!("{object:?}"),
+                Ok(None) => "absent".into(),
+                Err(error) => format!("unreadable ({error})"),
+            };
+            bail!("{name}: not {what} after {timeout:?}; it is now: {now}")
+        }
     }
 }
