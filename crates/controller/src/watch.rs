@@ -15,7 +15,7 @@
 
 use std::fmt::Debug;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 use tracing::Instrument;
 
@@ -23,6 +23,7 @@ use futures::StreamExt;
 use kube::Api;
 use kube::runtime::watcher::{self, Event, watcher as watch_stream};
 use serde::de::DeserializeOwned;
+use tokio::runtime::RuntimeFlavor;
 use tokio::sync::{Notify, watch};
 
 use super::connection::Link;
@@ -50,10 +51,22 @@ impl WatchedIndex {
     }
 
     /// The index, locked. Hold it briefly: watches wait on it.
+    ///
+    /// A task that finds it held (a round building its snapshot, up to a
+    /// hundred milliseconds at 10,000 nodes) waits off the runtime's worker
+    /// threads: on two cores, a watch waiting on one worker while the round
+    /// builds on the other would stall every other task meanwhile (the
+    /// bindings' answers, the other watches' streams, `/healthz`).
     pub fn index(&self) -> MutexGuard<'_, Index> {
         // A panic while holding the lock leaves the index as the last
         // complete call left it: every call is a small synchronous update.
-        wasmgpu_support::lock(&self.index)
+        match self.index.try_lock() {
+            Ok(index) => index,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                wait_off_the_workers(|| wasmgpu_support::lock(&self.index))
+            }
+        }
     }
 
     /// Counts one more kind as listed.
@@ -66,6 +79,20 @@ impl WatchedIndex {
         let mut listed = self.listed.subscribe();
         // The sender lives in `self`: the wait cannot fail.
         let _ = listed.wait_for(|n| *n >= kinds).await;
+    }
+}
+
+/// Runs `wait` (which blocks) so that the runtime's other tasks go on:
+/// on a worker of a multi-threaded runtime, after handing the worker's
+/// tasks to another thread; elsewhere (a blocking thread, a
+/// single-threaded runtime, no runtime) as it is.
+fn wait_off_the_workers<R>(wait: impl FnOnce() -> R) -> R {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|runtime| runtime.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(wait)
+    } else {
+        wait()
     }
 }
 
@@ -208,6 +235,61 @@ impl RetryDelay {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+    /// On two workers: while one task holds the index (a round building a
+    /// snapshot) and another waits for it (a watch), a third still runs.
+    #[test]
+    fn a_task_waiting_for_the_index_leaves_the_runtime_to_the_others() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let shared = WatchedIndex::new(Index::new("binpack"));
+        let holding = Arc::new(AtomicBool::new(false));
+        let ticks_while_held = Arc::new(AtomicU32::new(0));
+        runtime.block_on(async {
+            let ticker = {
+                let (holding, ticks) = (Arc::clone(&holding), Arc::clone(&ticks_while_held));
+                tokio::spawn(async move {
+                    let mut every = tokio::time::interval(Duration::from_millis(5));
+                    for _ in 0..200 {
+                        every.tick().await;
+                        if holding.load(Ordering::SeqCst) {
+                            ticks.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                })
+            };
+            let round = {
+                let (shared, holding) = (Arc::clone(&shared), Arc::clone(&holding));
+                tokio::spawn(async move {
+                    let _index = shared.index();
+                    holding.store(true, Ordering::SeqCst);
+                    // Building a snapshot: the worker is busy, not waiting.
+                    std::thread::sleep(Duration::from_millis(400));
+                    holding.store(false, Ordering::SeqCst);
+                })
+            };
+            while !holding.load(Ordering::SeqCst) {
+                tokio::task::yield_now().await;
+            }
+            let watch = {
+                let shared = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    drop(shared.index());
+                })
+            };
+            round.await.unwrap();
+            watch.await.unwrap();
+            ticker.abort();
+        });
+        // 400 ms at one tick per 5 ms: about 80 when the runtime goes on,
+        // next to none when the waiting watch takes the second worker.
+        let ticks = ticks_while_held.load(Ordering::SeqCst);
+        assert!(ticks >= 20, "{ticks} ticks while the index was held");
+    }
 
     #[test]
     fn retries_double_up_to_a_second_and_start_over_after_a_success() {
