@@ -539,10 +539,14 @@ async fn swap_latency_is_measured() -> Result<()> {
         .await
         .with_context(|| controller.log_tail())?;
         let started = Instant::now();
-        put_policy(&ctx, "timed", POLICY_KEY, binpack.clone(), None, None).await?;
+        let observed = put_policy(&ctx, "timed", POLICY_KEY, binpack.clone(), None, None).await?;
         wait_bound(&ctx, &name).await?;
         latencies.push(started.elapsed());
         assert_eq!(pod_digests(&ctx, "timed").await?[&name], binpack_digest);
+        // The pod may be bound before the ConfigMap's status says binpack
+        // is observed; until it does, it still says the hostile version
+        // is, and the next swap back to it would look observed at once.
+        wait_observed(&ctx, "timed", &observed).await?;
     }
     controller.check_alive()?;
     let first = latencies[0];
