@@ -85,6 +85,11 @@ type result struct {
 	note       string
 }
 
+// glibcTunables is what the wasmgpu image sets (Dockerfile): two malloc
+// arenas, not one per thread that ever allocated (up to eight per core),
+// each kept at its peak.
+const glibcTunables = "glibc.malloc.arena_max=2"
+
 func run(args []string) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	var c config
@@ -543,8 +548,9 @@ leaderElection:
 			argv = append(argv, "--write-concurrency", strconv.Itoa(c.writeConcurrency))
 		}
 		argv = append(argv, c.wasmgpuArgs...)
+		// The allocator's arenas as the image sets them (Dockerfile).
 		proc, err = start("wasmgpu controller", filepath.Join(dir, "controller.log"),
-			[]string{"KUBECONFIG=" + kubeconfig}, nil, nil, argv...)
+			[]string{"KUBECONFIG=" + kubeconfig, "GLIBC_TUNABLES=" + glibcTunables}, nil, nil, argv...)
 		if err != nil {
 			return res, err
 		}
