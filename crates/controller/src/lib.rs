@@ -52,6 +52,7 @@ mod report;
 mod round;
 mod round_plan;
 mod shadows;
+mod standing;
 mod status;
 mod wanted_status;
 mod wanted_tenant_status;

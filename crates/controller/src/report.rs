@@ -5,10 +5,13 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+use tokio::time::Instant;
+
 use super::apply::{StatusApi, TenantStatusApi};
 use super::events::{EventSink, Reason, gpuresource_ref, pod_ref, resourceslice_ref};
 use super::metrics::Metrics;
 use super::round_plan::WaitingPlan;
+use super::standing::Standing;
 use super::status::StatusWriter;
 use super::wanted_status::WantedStatus;
 use super::wanted_tenant_status::WantedTenantStatus;
@@ -87,9 +90,10 @@ pub struct Reporter {
     /// others (at 10,000 nodes, 20,000 series rebuilt every round).
     gpus_shown: Vec<GpuState>,
     key_to_policy_error: HashMap<ObjectKey, (Reason, String)>,
-    /// Problems reported last round: a problem gets an Event when it
-    /// appears, not every round.
-    reported: HashSet<String>,
+    /// Problems found, and since when: a problem gets an Event once it
+    /// has stood for a moment (watches deliver objects made together in
+    /// any order), and once, not every round.
+    standing: Standing,
     /// `(pod UID, GPU)` of pods told last round that a GPU they hold is
     /// unhealthy.
     unhealthy_reported: HashSet<(String, String)>,
@@ -114,7 +118,7 @@ impl Reporter {
             tenant_status,
             metrics,
             key_to_policy_error: HashMap::new(),
-            reported: HashSet::new(),
+            standing: Standing::default(),
             unhealthy_reported: HashSet::new(),
             gpus_shown: Vec::new(),
         }
@@ -237,31 +241,36 @@ impl Reporter {
     }
 
     fn report_problems(&mut self, views: &[ResourceView], problems: &[Problem]) {
-        let mut reported = HashSet::new();
-        for problem in problems {
-            let message = problem.to_string();
-            if !self.reported.contains(&message) {
-                let reference = match problem.subject() {
-                    Subject::Pod(pod) => {
-                        let uid = self.shared.index().pod_uid(pod).map(str::to_string);
-                        pod_ref(pod, uid.as_deref())
-                    }
-                    Subject::GPUResource(key) => {
-                        let uid = views
-                            .iter()
-                            .find(|v| &v.key == key)
-                            .and_then(|v| v.uid.clone());
-                        gpuresource_ref(key, uid.as_deref())
-                    }
-                    Subject::ResourceSlice(name) => resourceslice_ref(name),
-                };
-                tracing::info!(%message, "Problem");
-                self.events
-                    .warning(reference, Reason::of(problem), "Allocate", message.clone());
-            }
-            reported.insert(message);
+        let messages: Vec<String> = problems.iter().map(Problem::to_string).collect();
+        let to_tell = self
+            .standing
+            .sort(messages.iter().map(String::as_str), Instant::now());
+        for at in to_tell {
+            let (problem, message) = (&problems[at], &messages[at]);
+            let reference = match problem.subject() {
+                Subject::Pod(pod) => {
+                    let uid = self.shared.index().pod_uid(pod).map(str::to_string);
+                    pod_ref(pod, uid.as_deref())
+                }
+                Subject::GPUResource(key) => {
+                    let uid = views
+                        .iter()
+                        .find(|v| &v.key == key)
+                        .and_then(|v| v.uid.clone());
+                    gpuresource_ref(key, uid.as_deref())
+                }
+                Subject::ResourceSlice(name) => resourceslice_ref(name),
+            };
+            tracing::info!(%message, "Problem");
+            self.events
+                .warning(reference, Reason::of(problem), "Allocate", message.clone());
         }
-        self.reported = reported;
+    }
+
+    /// When a problem found will have stood long enough to be told: a
+    /// round should run then, changes or not.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.standing.next_due()
     }
 
     /// A Warning on each pod whose GPU turned unhealthy, once.

@@ -89,7 +89,8 @@ fn spacing(gather_window: Duration, round_took: Duration) -> Duration {
 impl Rounds {
     /// Waits for the first full list of every kind, then, while this
     /// replica leads, runs a round after each change (at least a gather
-    /// window after the previous round started) and at least every
+    /// window after the previous round started), when a problem found
+    /// will have stood long enough to be told, and at least every
     /// `resync`. A round in flight when the lead is lost stops at once:
     /// like a crash, the write order leaves nothing the next leader cannot
     /// finish.
@@ -129,9 +130,16 @@ impl Rounds {
                 }
             }
             let took = started.elapsed();
+            // At the latest at the resync, or when a problem found will
+            // have stood long enough to be told.
+            let resync = tokio::time::Instant::now() + self.resync;
+            let next = self
+                .reporter
+                .next_due()
+                .map_or(resync, |due| due.min(resync));
             tokio::select! {
                 () = self.shared.changed.notified() => {}
-                () = tokio::time::sleep(self.resync) => {}
+                () = tokio::time::sleep_until(next) => {}
                 _ = leader.wait_for(|leading| !*leading) => {
                     self.applier.stop();
                     continue;

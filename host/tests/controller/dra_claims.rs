@@ -190,9 +190,8 @@ async fn wait_event(
 ) -> Result<String> {
     let deadline = std::time::Instant::now() + ACT;
     loop {
-        // The first Event of a reason may say something else: a pod can
-        // reach the controller before its claim does (two watches), and is
-        // then told, for that round, that the claim does not exist.
+        // The first Event of a reason may say something else (the
+        // problem changed since it was told).
         let events = events_for(ctx, pod).await?;
         if let Some((_, note)) = events
             .iter()
@@ -379,6 +378,21 @@ async fn dra_pods_get_the_devices_their_claims_select_and_are_bound_as_kube_sche
     assert!(
         note.contains("ResourceClaim") && note.contains("does not exist"),
         "{note}"
+    );
+
+    // A pod made before its claim (as `kubectl apply -f dir/` may): rounds
+    // see it without the claim for 400 ms, then it takes the last free
+    // device, never told that its claim does not exist.
+    dra_pod(&ctx, "early", "early").await?;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    claim(&ctx, "early", 1, "true", "gpu.nvidia.com").await?;
+    wait_bound(&ctx, "early").await?;
+    let events = events_for(&ctx, "early").await?;
+    assert!(
+        !events
+            .iter()
+            .any(|(_, note)| note.contains("does not exist")),
+        "{events:?}"
     );
 
     clean_up(&ctx, controller, &slice_name, node).await
