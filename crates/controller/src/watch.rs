@@ -15,7 +15,7 @@
 
 use std::fmt::Debug;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tracing::Instrument;
 
@@ -60,13 +60,10 @@ impl WatchedIndex {
     pub fn index(&self) -> MutexGuard<'_, Index> {
         // A panic while holding the lock leaves the index as the last
         // complete call left it: every call is a small synchronous update.
-        match self.index.try_lock() {
-            Ok(index) => index,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                wait_off_the_workers(|| wasmgpu_support::lock(&self.index))
-            }
+        if let Ok(index) = self.index.try_lock() {
+            return index;
         }
+        wait_off_the_workers(|| wasmgpu_support::lock(&self.index))
     }
 
     /// Counts one more kind as listed.

@@ -23,7 +23,7 @@ use wasmgpu_test_harness::{TestContext, wait_for};
 
 use super::common::{policy_bytes, policy_dir};
 use super::support::*;
-use super::{condition, events_for, wait_bound, wait_resource};
+use super::{condition, wait_bound, wait_event, wait_resource};
 
 pub(crate) fn status(configmap: &ConfigMap) -> Option<PolicyStatus> {
     serde_json::from_str(configmap.annotations().get(STATUS_ANNOTATION)?).ok()
@@ -108,27 +108,6 @@ pub(crate) async fn wait_observed(
     })
     .await?;
     Ok(configmap.as_ref().and_then(status).expect("observed"))
-}
-
-/// Waits until an Event on `name` matches `cond`; returns the Events.
-pub(crate) async fn wait_event(
-    ctx: &TestContext,
-    name: &str,
-    what: &str,
-    cond: impl Fn(&str, &str) -> bool,
-) -> Result<Vec<(String, String)>> {
-    let deadline = Instant::now() + ACT;
-    loop {
-        let events = events_for(ctx, name).await?;
-        if events.iter().any(|(reason, note)| cond(reason, note)) {
-            return Ok(events);
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "no Event on {name}: {what} after {ACT:?}: {events:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Pod → digest of the policy version that decided it, for the bound pods

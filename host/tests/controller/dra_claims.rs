@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
@@ -181,6 +181,8 @@ pub(super) fn allocated(claim: &ResourceClaim) -> Vec<String> {
         .collect()
 }
 
+/// The note of the first `reason` Event on `pod` saying `saying`, waited
+/// for (the controller's log on failure).
 async fn wait_event(
     ctx: &TestContext,
     pod: &str,
@@ -188,24 +190,14 @@ async fn wait_event(
     saying: &str,
     controller: &Controller,
 ) -> Result<String> {
-    let deadline = std::time::Instant::now() + ACT;
-    loop {
-        // The first Event of a reason may say something else (the
-        // problem changed since it was told).
-        let events = events_for(ctx, pod).await?;
-        if let Some((_, note)) = events
-            .iter()
-            .find(|(r, note)| r == reason && note.contains(saying))
-        {
-            return Ok(note.clone());
-        }
-        anyhow::ensure!(
-            std::time::Instant::now() < deadline,
-            "no {reason} Event on {pod} saying {saying:?} (its Events: {events:?})\n{}",
-            controller.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let said = |r: &str, note: &str| r == reason && note.contains(saying);
+    let events = super::wait_event(ctx, pod, &format!("{reason} saying {saying:?}"), said)
+        .await
+        .with_context(|| controller.log_tail())?;
+    Ok(events
+        .into_iter()
+        .find_map(|(r, note)| said(&r, &note).then_some(note))
+        .expect("waited for"))
 }
 
 /// Leaves nothing of the test for the other tests' rounds to see: its pods,

@@ -99,6 +99,27 @@ async fn events_for(ctx: &TestContext, name: &str) -> Result<Vec<(String, String
         .collect())
 }
 
+/// Waits until an Event on `name` matches `cond`; returns the Events.
+async fn wait_event(
+    ctx: &TestContext,
+    name: &str,
+    what: &str,
+    cond: impl Fn(&str, &str) -> bool,
+) -> Result<Vec<(String, String)>> {
+    let deadline = std::time::Instant::now() + ACT;
+    loop {
+        let events = events_for(ctx, name).await?;
+        if events.iter().any(|(reason, note)| cond(reason, note)) {
+            return Ok(events);
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "no Event on {name}: {what} after {ACT:?}: {events:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn exclusive_and_shared_pods_get_gpus_and_are_bound() -> Result<()> {
     let _turn = exclusive().await;

@@ -22,10 +22,10 @@ use wasmgpu::engine::Digest;
 use wasmgpu_test_harness::{Registry, TestContext};
 
 use super::common::{padded, policy_bytes};
-use super::configmaps::{pod_digests, wait_event, wait_observed};
+use super::configmaps::{pod_digests, wait_observed};
 use super::operate::{free_port, get};
 use super::support::*;
-use super::wait_bound;
+use super::{wait_bound, wait_event};
 
 /// The Secret the deployed RBAC lets the controller read.
 pub(super) const SECRET: &str = "wasmgpu-registry";
