@@ -368,37 +368,64 @@ async fn publish(
     mut receiver: mpsc::Receiver<Queued>,
 ) {
     let recorder = Recorder::new(client.clone(), reporter.clone());
+    // One line when Events start failing and one when they are published
+    // again: during an outage every write fails, and the log must not grow
+    // with the Events (the failures are counted in
+    // `wasmgpu_api_writes_total{kind="event"}`).
+    let mut failing = false;
     while let Some(queued) = receiver.recv().await {
-        if queued.distinct {
-            publish_distinct(&client, &reporter, &metrics, queued).await;
-            continue;
-        }
-        let event = Event {
-            type_: if queued.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: queued.reason.as_str().into(),
-            // Event notes are at most 1 kB.
-            note: Some(truncate(queued.note, 1000)),
-            action: queued.action.into(),
-            secondary: None,
+        let (reason, kind, object) = (
+            queued.reason.as_str(),
+            queued.reference.kind.clone().unwrap_or_default(),
+            queued.reference.name.clone(),
+        );
+        let result = if queued.distinct {
+            publish_distinct(&client, &reporter, &metrics, queued).await
+        } else {
+            publish_one(&recorder, &metrics, queued).await
         };
-        if let Err(error) = timed(&metrics, recorder.publish(&event, &queued.reference)).await {
-            tracing::warn!(
-                %error,
-                reason = queued.reason.as_str(),
-                kind = queued.reference.kind.as_deref().unwrap_or_default(),
-                object = ?queued.reference.name,
-                "Cannot publish Event"
-            );
+        match result {
+            Err(error) if !failing => {
+                failing = true;
+                tracing::warn!(%error, reason, kind, ?object, "Cannot publish Events; the next ones that fail are not logged until one is published");
+            }
+            Err(error) => {
+                tracing::debug!(%error, reason, kind, ?object, "Cannot publish Event");
+            }
+            Ok(()) if failing => {
+                failing = false;
+                tracing::info!("Events are published again");
+            }
+            Ok(()) => {}
         }
     }
 }
 
+/// Publishes `queued` through the recorder (a series per object and
+/// reason).
+async fn publish_one(recorder: &Recorder, metrics: &Metrics, queued: Queued) -> Result<(), String> {
+    let event = Event {
+        type_: if queued.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: queued.reason.as_str().into(),
+        // Event notes are at most 1 kB.
+        note: Some(truncate(queued.note, 1000)),
+        action: queued.action.into(),
+        secondary: None,
+    };
+    timed(metrics, recorder.publish(&event, &queued.reference)).await
+}
+
 /// Creates `queued` as an Event of its own.
-async fn publish_distinct(client: &Client, reporter: &Reporter, metrics: &Metrics, queued: Queued) {
+async fn publish_distinct(
+    client: &Client,
+    reporter: &Reporter,
+    metrics: &Metrics,
+    queued: Queued,
+) -> Result<(), String> {
     let namespace = queued
         .reference
         .namespace
@@ -435,15 +462,7 @@ async fn publish_distinct(client: &Client, reporter: &Reporter, metrics: &Metric
         ..Default::default()
     };
     let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
-    if let Err(error) = timed(metrics, api.create(&PostParams::default(), &event)).await {
-        tracing::warn!(
-            %error,
-            reason = queued.reason.as_str(),
-            kind = queued.reference.kind.as_deref().unwrap_or_default(),
-            object = ?queued.reference.name,
-            "Cannot publish Event"
-        );
-    }
+    timed(metrics, api.create(&PostParams::default(), &event)).await
 }
 
 /// `text` cut to at most `max` bytes, on a character boundary.
